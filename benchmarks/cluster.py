@@ -1,0 +1,198 @@
+"""Start and stop ``manage.py qcluster`` and measure its process tree through /proc.
+
+Stdlib only (Linux). No psutil: django-q2 changes behaviour when psutil is importable.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import time
+from collections import deque
+from pathlib import Path
+
+CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
+
+
+class ClusterDied(RuntimeError):
+    """The cluster process exited while a workload still needed it."""
+
+
+class Cluster:
+    """One ``qcluster`` subprocess with its output in ``log_path``.
+
+    It runs in its own session, so that whatever it leaves behind can be killed by its
+    process group id without touching anything else on the machine.
+    """
+
+    def __init__(self, python: str, project_dir: Path, env: dict[str, str], log_path: Path,
+                 extra_args: tuple[str, ...] = ()) -> None:
+        self.argv = [python, str(project_dir / "manage.py"), "qcluster", *extra_args]
+        self.cwd = project_dir
+        self.env = env
+        self.log_path = log_path
+        self.process: subprocess.Popen | None = None
+        self.started_at: float | None = None
+
+    def start(self) -> float:
+        """Start the cluster; return the wall-clock time just before the fork."""
+        self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        log = open(self.log_path, "ab")
+        self.started_at = time.time()
+        self.process = subprocess.Popen(
+            self.argv, cwd=self.cwd, env=self.env, stdin=subprocess.DEVNULL,
+            stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+        )
+        log.close()  # the child holds its own descriptor
+        return self.started_at
+
+    @property
+    def pid(self) -> int:
+        assert self.process is not None, "cluster not started"
+        return self.process.pid
+
+    def check_alive(self) -> None:
+        """Raise :class:`ClusterDied` with the end of the log if the cluster exited."""
+        if self.process is not None and self.process.poll() is not None:
+            raise ClusterDied(f"qcluster exited with code {self.process.returncode}; "
+                              f"log {self.log_path}:\n{self.log_tail()}")
+
+    def stop(self, grace: float = 30.0) -> dict:
+        """Stop gracefully with SIGTERM to the main process, then kill the group.
+
+        SIGTERM goes to the main process only: that is how a supervisor stops a cluster,
+        and django-q2's sentinel treats a direct SIGTERM as an immediate exit.
+        Return how the stop went (seconds, whether a SIGKILL was needed).
+        """
+        if self.process is None:
+            return {}
+        t0 = time.time()
+        killed = False
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGTERM)
+            try:
+                self.process.wait(grace)
+            except subprocess.TimeoutExpired:
+                killed = True
+        # Children left behind (a stop that hung, orphans) go with the whole group.
+        leftovers = _group_members(self.process.pid)
+        if leftovers:
+            killed = True
+            try:
+                os.killpg(self.process.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        self.process.wait()
+        return {"stop_seconds": round(time.time() - t0, 3), "stop_needed_sigkill": killed}
+
+    def log_tail(self, lines: int = 40) -> str:
+        try:
+            with open(self.log_path, "rb") as f:
+                return b"".join(deque(f, maxlen=lines)).decode(errors="replace")
+        except OSError:
+            return ""
+
+    def tree(self) -> list[int]:
+        """Return the pids of the cluster's main process and all its descendants."""
+        return process_tree(self.pid)
+
+
+def _read_stat(pid: int) -> list[str] | None:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            data = f.read()
+    except OSError:
+        return None
+    # comm (field 2) may contain spaces and parentheses: split after the last ')'.
+    return data[data.rindex(")") + 2:].split()
+
+
+def _group_members(pgid: int) -> list[int]:
+    members = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            fields = _read_stat(int(entry))
+            # fields[0] is state (field 3), so pgrp (field 5) is fields[2]
+            if fields and int(fields[2]) == pgid and fields[0] != "Z":
+                members.append(int(entry))
+    return members
+
+
+def process_tree(root: int) -> list[int]:
+    """Return ``root`` and its live descendants, found through /proc/*/stat ppid links."""
+    children: dict[int, list[int]] = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            fields = _read_stat(int(entry))
+            if fields and fields[0] != "Z":
+                children.setdefault(int(fields[1]), []).append(int(entry))
+    tree, todo = [], [root]
+    while todo:
+        pid = todo.pop()
+        if _read_stat(pid) is not None:
+            tree.append(pid)
+            todo.extend(children.get(pid, ()))
+    return tree
+
+
+def cpu_seconds(pid: int) -> float | None:
+    """Return user + system CPU seconds of one process (not of its reaped children)."""
+    fields = _read_stat(pid)
+    if fields is None:
+        return None
+    # utime and stime are fields 14 and 15 of /proc/<pid>/stat
+    return (int(fields[11]) + int(fields[12])) / CLOCK_TICKS
+
+
+def sample_tree_cpu(root: int, seconds: float, interval: float = 0.5) -> dict:
+    """Measure the CPU used by the tree under ``root`` during ``seconds``.
+
+    Sampled repeatedly so processes born during the window count from their birth and
+    processes that die keep what they used until their last sample (at most
+    ``interval`` of it is lost).
+    """
+    first: dict[int, float] = {}
+    last: dict[int, float] = {}
+
+    def sample(initial: bool) -> None:
+        for pid in process_tree(root):
+            used = cpu_seconds(pid)
+            if used is None:
+                continue
+            first.setdefault(pid, used if initial else 0.0)
+            last[pid] = used
+
+    t0 = time.monotonic()
+    sample(initial=True)
+    while (elapsed := time.monotonic() - t0) < seconds:
+        time.sleep(min(interval, seconds - elapsed))
+        sample(initial=False)
+    wall = time.monotonic() - t0
+    used = sum(last[pid] - first[pid] for pid in last)
+    return {"cpu_seconds": used, "wall_seconds": wall, "cpu_percent": 100.0 * used / wall,
+            "processes": len(last)}
+
+
+def _status_kb(pid: int, key: str, path: str = "status") -> int | None:
+    try:
+        with open(f"/proc/{pid}/{path}") as f:
+            for line in f:
+                if line.startswith(key + ":"):
+                    return int(line.split()[1])
+    except OSError:
+        return None
+    return None
+
+
+def tree_memory(root: int) -> dict:
+    """Return RSS and PSS (MiB) summed over the tree under ``root``.
+
+    RSS counts pages shared between forked processes once per process, so the sum
+    overstates real use; PSS splits shared pages between their users and adds up.
+    """
+    pids = process_tree(root)
+    rss = [_status_kb(pid, "VmRSS") or 0 for pid in pids]
+    pss = [_status_kb(pid, "Pss", "smaps_rollup") or 0 for pid in pids]
+    return {"rss_mb": sum(rss) / 1024, "pss_mb": sum(pss) / 1024, "processes": len(pids),
+            "rss_mb_per_process": sorted(round(r / 1024, 1) for r in rss)}

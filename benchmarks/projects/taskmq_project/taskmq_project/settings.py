@@ -1,0 +1,33 @@
+"""django_taskmq benchmark project: django_taskmq's defaults apart from 2 workers.
+
+The database comes from ``benchdb`` (BENCH_ENGINE etc.), exactly as for django-q2.
+Queues ``a`` (weight 3) and ``b`` (weight 1) serve the mixed workload.
+"""
+
+from benchdb import databases
+
+SECRET_KEY = "benchmark-only-not-secret"
+DEBUG = False  # DEBUG=True would keep every query in memory and skew RSS and speed
+ALLOWED_HOSTS: list[str] = []
+USE_TZ = True
+TIME_ZONE = "UTC"
+DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+
+INSTALLED_APPS = ["django_taskmq"]
+
+# If django_taskmq's documentation asks users for SQLite options (for example
+# {"transaction_mode": "IMMEDIATE"}), put them here: the benchmark runs each system
+# as its docs tell users to run it.
+SQLITE_OPTIONS: dict = {}
+
+DATABASES = databases("taskmq_project", "bench_taskmq", sqlite_options=SQLITE_OPTIONS)
+
+TASKMQ = {
+    "name": "bench",
+    "workers": 2,
+    "queues": {
+        "default": {"weight": 1},
+        "a": {"weight": 3},
+        "b": {"weight": 1},
+    },
+}

@@ -1,0 +1,490 @@
+"""Run one workload against one system, inside that system's venv; print one JSON line.
+
+Called by ``run.py``, and handy alone when debugging, e.g.::
+
+    benchmarks/.work/venv-taskmq/bin/python benchmarks/workloads.py \\
+        --system taskmq --engine sqlite --workload drain -n 200
+
+The result is printed on stdout as ``BENCH-RESULT {json}``; everything else (Django and
+system logs) goes to stderr, the cluster's output to ``<log-prefix>.cluster.log``.
+Every workload starts from a fresh database (see ``databases.py``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import shutil
+import sys
+import tempfile
+import time
+import traceback
+from contextlib import contextmanager
+from pathlib import Path
+
+from cluster import Cluster, sample_tree_cpu, tree_memory
+from systems import SYSTEMS, WORK_DIR, WORKLOADS, System
+
+RESULT_PREFIX = "BENCH-RESULT "
+
+
+class WorkloadError(RuntimeError):
+    """The workload could not produce a valid measurement."""
+
+
+# --------------------------------------------------------------------------- helpers
+
+
+def percentile(values: list[float], q: float) -> float | None:
+    """Return the q-th percentile (0..100) by linear interpolation between ranks."""
+    if not values:
+        return None
+    ordered = sorted(values)
+    rank = (len(ordered) - 1) * q / 100
+    low = int(rank)
+    high = min(low + 1, len(ordered) - 1)
+    return ordered[low] + (ordered[high] - ordered[low]) * (rank - low)
+
+
+def summary_ms(seconds: list[float]) -> dict:
+    ms = [s * 1000 for s in seconds]
+    return {
+        "count": len(ms),
+        "p50_ms": percentile(ms, 50),
+        "p95_ms": percentile(ms, 95),
+        "max_ms": max(ms) if ms else None,
+        "mean_ms": sum(ms) / len(ms) if ms else None,
+    }
+
+
+def sleep_until(wall_time: float) -> None:
+    delay = wall_time - time.time()
+    if delay > 0:
+        time.sleep(delay)
+
+
+class Marks:
+    """Read the ``tag -> start time`` lines that ``benchtasks.noop`` appends.
+
+    Reads incrementally (remembering each file's offset) so waiting on a few tags stays
+    cheap, and never consumes a line that has no newline yet.
+    """
+
+    def __init__(self, directory: Path) -> None:
+        self.directory = directory
+        self.started: dict[str, float] = {}
+        self._offsets: dict[str, int] = {}
+
+    def poll(self) -> dict[str, float]:
+        for path in self.directory.glob("marks-*.txt"):
+            offset = self._offsets.get(path.name, 0)
+            with open(path, "rb") as f:
+                f.seek(offset)
+                data = f.read()
+            complete = data[: data.rfind(b"\n") + 1]
+            for line in complete.decode().splitlines():
+                tag, started = line.split()
+                self.started[tag] = float(started)
+            self._offsets[path.name] = offset + len(complete)
+        return self.started
+
+    def wait_for(self, tags, cluster: Cluster, timeout: float, interval: float = 0.005) -> None:
+        missing = set(tags)
+        deadline = time.time() + timeout
+        while True:
+            missing.difference_update(self.poll())
+            if not missing:
+                return
+            cluster.check_alive()
+            if time.time() > deadline:
+                raise WorkloadError(f"{len(missing)} tagged jobs never started within {timeout:.0f}s "
+                                    f"(e.g. {sorted(missing)[:3]}); log {cluster.log_path}")
+            time.sleep(interval)
+
+
+class Context:
+    """Everything a workload needs: the system, its adapter, options and a cluster factory."""
+
+    def __init__(self, system: System, engine: str, adapter, options: argparse.Namespace,
+                 log_prefix: Path, marks_dir: Path) -> None:
+        self.system = system
+        self.engine = engine
+        self.adapter = adapter
+        self.options = options
+        self.log_prefix = log_prefix
+        self.marks = Marks(marks_dir)
+        self.cluster_env = {**os.environ, "BENCH_MARKS_DIR": str(marks_dir), "PYTHONUNBUFFERED": "1"}
+        self.cluster_info: dict = {}
+
+    def timeout_for(self, jobs: int) -> float:
+        """Generous deadline: anything slower than 10 jobs/s counts as broken."""
+        return 120 + jobs / 10
+
+    @contextmanager
+    def running_cluster(self):
+        cluster = Cluster(sys.executable, self.system.project_dir, self.cluster_env,
+                          Path(f"{self.log_prefix}.cluster.log"))
+        cluster.start()
+        try:
+            yield cluster
+        finally:
+            self.cluster_info.update(cluster.stop())
+            self.cluster_info["cluster_log"] = str(cluster.log_path)
+
+    def wait_drained(self, cluster: Cluster, total: int, interval: float) -> tuple[float, tuple]:
+        """Poll until no job is pending; return (end time, (first-progress time, pending then)).
+
+        Failures abort at once: django-q2 keeps a failed job in its queue for a later
+        retry, so "pending reaches 0" alone would just wait for the deadline.
+        """
+        adapter = self.adapter
+        deadline = time.time() + self.timeout_for(total)
+        first_progress = None
+        next_check = 0.0
+        while True:
+            pending = adapter.pending()
+            now = time.time()
+            if first_progress is None and pending < total:
+                first_progress = (now, pending)
+            if pending == 0:
+                return now, first_progress or (now, 0)
+            if now >= next_check:
+                cluster.check_alive()
+                failed = adapter.failed()
+                if failed:
+                    raise WorkloadError(f"{failed} jobs failed; log {cluster.log_path}")
+                next_check = now + 1.0
+            if now > deadline:
+                raise WorkloadError(f"{pending} of {total} jobs still pending after "
+                                    f"{self.timeout_for(total):.0f}s; log {cluster.log_path}")
+            time.sleep(interval)
+
+    def warm_up(self, cluster: Cluster) -> None:
+        """Wait until the cluster has run one job, i.e. it is up and consuming."""
+        self.adapter.enqueue(tag="warmup")
+        self.marks.wait_for(["warmup"], cluster, timeout=120)
+
+
+def check_stored(adapter, expected: int) -> None:
+    stored = adapter.pending()
+    if stored != expected:
+        raise WorkloadError(f"expected {expected} queued jobs after enqueueing, found {stored}")
+
+
+# --------------------------------------------------------------------------- workloads
+
+ENQUEUE_WARMUP = 10  # untimed: first-call costs (imports, connection) are not throughput
+
+
+def workload_enqueue(ctx: Context) -> dict:
+    """(1) Enqueue N no-op jobs one ``async_task`` at a time, no cluster running."""
+    n, adapter = ctx.options.n, ctx.adapter
+    for _ in range(ENQUEUE_WARMUP):
+        adapter.enqueue()
+    t0 = time.perf_counter()
+    for _ in range(n):
+        adapter.enqueue()
+    seconds = time.perf_counter() - t0
+    check_stored(adapter, n + ENQUEUE_WARMUP)
+    return {"metrics": {"jobs_per_s": n / seconds}, "details": {"n": n, "seconds": seconds}}
+
+
+def workload_bulk(ctx: Context) -> dict:
+    """(2) Enqueue N no-op jobs with the system's bulk API in one call."""
+    n, adapter = ctx.options.bulk_n, ctx.adapter
+    if not adapter.supports_bulk:
+        return {"metrics": {"jobs_per_s": None},
+                "details": {"n": n, "na": f"{ctx.system.label} has no bulk enqueue"}}
+    adapter.enqueue_bulk(ENQUEUE_WARMUP)
+    t0 = time.perf_counter()
+    adapter.enqueue_bulk(n)
+    seconds = time.perf_counter() - t0
+    check_stored(adapter, n + ENQUEUE_WARMUP)
+    return {"metrics": {"jobs_per_s": n / seconds}, "details": {"n": n, "seconds": seconds}}
+
+
+def workload_drain(ctx: Context) -> dict:
+    """(3) Drain N queued no-op jobs: cluster start to the last job recorded as done."""
+    n, adapter = ctx.options.n, ctx.adapter
+    adapter.prefill([_untagged()] * n)
+    check_stored(adapter, n)
+    with ctx.running_cluster() as cluster:
+        t_end, (t_first, pending_at_first) = ctx.wait_drained(cluster, n, interval=float(os.environ.get("BENCH_POLL", "0.01")))
+    seconds = t_end - cluster.started_at
+    steady_seconds = t_end - t_first
+    return {
+        "metrics": {
+            "jobs_per_s": n / seconds,
+            # After the first job is recorded: throughput without the start-up cost.
+            "steady_jobs_per_s": pending_at_first / steady_seconds if steady_seconds > 0 else None,
+        },
+        "details": {"n": n, "seconds": seconds, "startup_seconds": t_first - cluster.started_at},
+    }
+
+
+def workload_latency(ctx: Context) -> dict:
+    """(4) Idle pickup: enqueue single jobs into an idle cluster, spaced; enqueue -> start."""
+    count, gap = ctx.options.latency_jobs, ctx.options.latency_gap_ms / 1000
+    adapter = ctx.adapter
+    sent: dict[str, tuple[float, float]] = {}
+    with ctx.running_cluster() as cluster:
+        ctx.warm_up(cluster)
+        time.sleep(ctx.options.settle)  # let the cluster go idle (pollers back off, etc.)
+        base = time.time()
+        for i in range(count):
+            sleep_until(base + i * gap)
+            tag = f"lat{i}"
+            t_call = time.time()
+            adapter.enqueue(tag=tag)
+            sent[tag] = (t_call, time.time())
+        ctx.marks.wait_for(sent, cluster, timeout=120)
+    started = ctx.marks.started
+    from_call = summary_ms([started[t] - call for t, (call, _) in sent.items()])
+    from_return = summary_ms([started[t] - ret for t, (_, ret) in sent.items()])
+    enqueue_call = summary_ms([ret - call for call, ret in sent.values()])
+    return {
+        "metrics": {"p50_ms": from_call["p50_ms"], "p95_ms": from_call["p95_ms"]},
+        "details": {"jobs": count, "gap_ms": gap * 1000, "from_enqueue_call": from_call,
+                    "from_enqueue_return": from_return, "enqueue_call": enqueue_call},
+    }
+
+
+PRIORITIES = ("LOW", "NORMAL", "CRITICAL")
+
+
+def workload_mixed(ctx: Context) -> dict:
+    """(5) Mixed priorities on queues a (weight 3) and b (weight 1); per-priority waits.
+
+    A backlog of LOW (10%) and NORMAL jobs is queued first; once the cluster is busy
+    with it, CRITICAL jobs (2%) are enqueued one at a time, so they arrive while the
+    cluster is saturated. Wait = start - max(enqueue, first job start): backlog jobs do
+    not count the cluster's start-up as waiting.
+    """
+    n, adapter, rng = ctx.options.mixed_n, ctx.adapter, random.Random(4)
+    n_critical = max(10, round(n * 0.02))
+    n_low = round(n * 0.10)
+    priorities = ["LOW"] * n_low + ["NORMAL"] * (n - n_low - n_critical)
+    rng.shuffle(priorities)
+    from adapters import JobSpec
+
+    backlog = [JobSpec(f"m{i}", rng.choice("ab"), p) for i, p in enumerate(priorities)]
+    critical = [JobSpec(f"c{i}", rng.choice("ab"), "CRITICAL") for i in range(n_critical)]
+    enqueued_at = {}
+    adapter.prefill(backlog)
+    t_prefilled = time.time()
+    enqueued_at.update((job.tag, t_prefilled) for job in backlog)
+    check_stored(adapter, len(backlog))
+
+    gap = ctx.options.critical_gap_ms / 1000
+    with ctx.running_cluster() as cluster:
+        # Saturated: the cluster is working through the backlog and most of it remains.
+        busy_below = int(len(backlog) * 0.95)
+        deadline = time.time() + ctx.timeout_for(len(backlog))
+        while adapter.pending() > busy_below:
+            cluster.check_alive()
+            if time.time() > deadline:
+                raise WorkloadError(f"cluster never got through 5% of the backlog; log {cluster.log_path}")
+            time.sleep(0.01)
+        base = time.time()
+        for i, job in enumerate(critical):
+            sleep_until(base + i * gap)
+            enqueued_at[job.tag] = time.time()
+            adapter.enqueue(tag=job.tag, queue=job.queue, priority=job.priority)
+        t_last_critical = time.time()
+        t_end, _ = ctx.wait_drained(cluster, n, interval=0.02)
+        ctx.marks.wait_for(enqueued_at, cluster, timeout=30)
+
+    started = ctx.marks.started
+    first_start = min(started[tag] for tag in enqueued_at)
+    jobs = backlog + critical
+    waits = {p: [] for p in PRIORITIES}
+    for job in jobs:
+        waits[job.priority].append(started[job.tag] - max(enqueued_at[job.tag], first_start))
+    per_priority = {p: summary_ms(w) for p, w in waits.items()}
+    metrics = {f"{p.lower()}_p95_ms": per_priority[p]["p95_ms"] for p in PRIORITIES}
+    metrics["critical_p50_ms"] = per_priority["CRITICAL"]["p50_ms"]
+    return {
+        "metrics": {**metrics, "jobs_per_s": n / (t_end - cluster.started_at)},
+        "details": {
+            "n": n, "per_priority": per_priority,
+            "critical_gap_ms": gap * 1000,
+            # > 0 means the cluster still had backlog when the last CRITICAL arrived.
+            "backlog_started_after_last_critical": sum(
+                1 for job in backlog if started[job.tag] > t_last_critical),
+            "queue_a_share_of_normal": _queue_a_share(
+                [job for job in backlog if job.priority == "NORMAL"], started),
+        },
+    }
+
+
+def _queue_a_share(jobs, started: dict[str, float]) -> float | None:
+    """Return queue a's share of NORMAL starts while both queues still had NORMAL work.
+
+    With weights 3:1 a weighted pick gives 0.75; a FIFO over a random a/b mix gives 0.5.
+    """
+    last = {q: max((started[j.tag] for j in jobs if j.queue == q), default=None) for q in "ab"}
+    if None in last.values():
+        return None
+    window_end = min(last.values())
+    in_window = [j for j in jobs if started[j.tag] <= window_end]
+    return sum(1 for j in in_window if j.queue == "a") / len(in_window) if in_window else None
+
+
+def workload_idle_cpu(ctx: Context) -> dict:
+    """(6) CPU of the whole idle cluster (all processes), % of one core."""
+    with ctx.running_cluster() as cluster:
+        ctx.warm_up(cluster)
+        time.sleep(ctx.options.settle)
+        usage = sample_tree_cpu(cluster.pid, ctx.options.idle_seconds)
+        cluster.check_alive()
+    return {"metrics": {"cpu_percent": usage["cpu_percent"]}, "details": usage}
+
+
+def workload_rss(ctx: Context) -> dict:
+    """(7) Memory of the whole cluster process tree after draining many jobs."""
+    n, adapter = ctx.options.rss_n, ctx.adapter
+    adapter.prefill([_untagged()] * n)
+    check_stored(adapter, n)
+    with ctx.running_cluster() as cluster:
+        t_end, _ = ctx.wait_drained(cluster, n, interval=0.25)
+        time.sleep(1.0)  # let the last batch settle (results flushed, buffers freed)
+        memory = tree_memory(cluster.pid)
+    return {
+        "metrics": {"rss_mb": memory["rss_mb"], "pss_mb": memory["pss_mb"]},
+        "details": {**memory, "n": n, "drain_jobs_per_s": n / (t_end - cluster.started_at)},
+    }
+
+
+def _untagged():
+    from adapters import JobSpec
+
+    return JobSpec()
+
+
+WORKLOAD_FUNCTIONS = {
+    "enqueue": workload_enqueue,
+    "bulk": workload_bulk,
+    "drain": workload_drain,
+    "latency": workload_latency,
+    "mixed": workload_mixed,
+    "idle_cpu": workload_idle_cpu,
+    "rss": workload_rss,
+}
+assert set(WORKLOAD_FUNCTIONS) == set(WORKLOADS)
+
+
+# --------------------------------------------------------------------------- entry point
+
+
+def setup_django(system: System, engine: str) -> None:
+    """Point this process at the system's project and its live database, then set up Django."""
+    from databases import database_env
+
+    os.environ.update(system.env)
+    os.environ.update(database_env(system, engine))
+    os.environ["DJANGO_SETTINGS_MODULE"] = system.settings_module
+    sys.path.insert(0, str(system.project_dir))
+    import django
+
+    django.setup()
+
+
+def collect_info(system: System, engine: str) -> dict:
+    """Return versions seen from this venv (Python, Django, the system, the database)."""
+    import platform
+
+    from databases import server_info
+
+    info: dict = {"python": platform.python_version()}
+    try:
+        info.update(server_info(engine))
+    except Exception as exc:  # the report still wants the rest
+        info[engine] = f"unavailable: {exc}"
+    try:
+        setup_django(system, engine)
+        import django
+
+        from adapters import load
+
+        info["django"] = django.get_version()
+        info.update(load(system.adapter).versions())
+    except Exception as exc:
+        info["error"] = f"{type(exc).__name__}: {exc}"
+    return info
+
+
+def parse_args(argv=None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--system", required=True, choices=sorted(SYSTEMS))
+    parser.add_argument("--engine", required=True, choices=("sqlite", "postgresql"))
+    action = parser.add_mutually_exclusive_group(required=True)
+    action.add_argument("--workload", choices=WORKLOADS)
+    action.add_argument("--prepare", action="store_true", help="(re)build the migrated template database")
+    action.add_argument("--info", action="store_true", help="print versions as JSON")
+    parser.add_argument("-n", type=int, default=2000, help="jobs for enqueue and drain")
+    parser.add_argument("--bulk-n", type=int, default=10000)
+    parser.add_argument("--mixed-n", type=int, default=10000)
+    parser.add_argument("--rss-n", type=int, default=100000)
+    parser.add_argument("--latency-jobs", type=int, default=50)
+    parser.add_argument("--latency-gap-ms", type=float, default=100)
+    parser.add_argument("--critical-gap-ms", type=float, default=5)
+    parser.add_argument("--idle-seconds", type=float, default=30)
+    parser.add_argument("--settle", type=float, default=2.0, help="idle seconds before measuring idle things")
+    parser.add_argument("--log-prefix", type=Path, default=None,
+                        help="path prefix of the cluster log (default .work/logs/manual/...)")
+    return parser.parse_args(argv)
+
+
+def emit(result: dict) -> None:
+    sys.stdout.write(RESULT_PREFIX + json.dumps(result) + "\n")
+    sys.stdout.flush()
+
+
+def main(argv=None) -> int:
+    options = parse_args(argv)
+    system = SYSTEMS[options.system]
+    # SIGTERM from run.py's timeout must still run the finally blocks that stop the cluster.
+    import signal
+
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+
+    if options.info:
+        emit(collect_info(system, options.engine))
+        return 0
+    from databases import fresh_database, prepare_template
+
+    if options.prepare:
+        prepare_template(system, options.engine)
+        emit({"ok": True, "prepared": system.project, "engine": options.engine})
+        return 0
+
+    log_prefix = options.log_prefix or (
+        WORK_DIR / "logs" / "manual" / f"{options.engine}-{system.name}-{options.workload}")
+    log_prefix.parent.mkdir(parents=True, exist_ok=True)
+    result = {"system": system.name, "engine": options.engine, "workload": options.workload}
+    marks_dir = Path(tempfile.mkdtemp(prefix="marks-", dir=WORK_DIR))
+    ctx = None
+    try:
+        fresh_database(system, options.engine)
+        setup_django(system, options.engine)
+        from adapters import load
+
+        ctx = Context(system, options.engine, load(system.adapter), options, log_prefix, marks_dir)
+        t0 = time.time()
+        result.update(WORKLOAD_FUNCTIONS[options.workload](ctx))
+        result["ok"] = True
+        result["elapsed_seconds"] = time.time() - t0
+    except BaseException as exc:  # noqa: BLE001 - report every failure as a result line
+        result.update(ok=False, error=f"{type(exc).__name__}: {exc}", traceback=traceback.format_exc())
+    finally:
+        shutil.rmtree(marks_dir, ignore_errors=True)
+    if ctx is not None:
+        result["cluster"] = ctx.cluster_info
+    emit(result)
+    return 0 if result["ok"] else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,38 @@
+"""django_taskmq: a Django task queue with priorities, leases, a dead-letter queue and idempotency keys.
+
+The public names are imported lazily so that ``django_taskmq.policy`` stays usable without Django.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+__version__ = "0.1.0"
+
+_EXPORTS = {
+    "async_task": "api", "enqueue_many": "api", "result": "api", "fetch": "api",
+    "result_group": "api", "count_group": "api",
+    "task": "tasks", "Task": "tasks",
+    "Priority": "policy.priority", "Retry": "policy.backoff",
+    "ConfigError": "exceptions", "TaskMQError": "exceptions", "LeaseLost": "exceptions",
+    "BadPackage": "exceptions", "RetryLater": "exceptions", "Defer": "exceptions", "Reject": "exceptions",
+    "current_job": "execution",
+    "schedule": "scheduler", "Chain": "chains", "async_chain": "chains",
+}
+
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'django_taskmq' has no attribute {name!r}")
+    import importlib
+
+    value = getattr(importlib.import_module(f"django_taskmq.{module}"), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return __all__

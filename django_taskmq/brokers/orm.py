@@ -1,0 +1,522 @@
+"""The ORM broker: the Django database holds the messages (one ``Job`` row each).
+
+Hot paths are a few SQL statements each, not per-job loops: a claim selects the heads of each
+queue (``FOR UPDATE SKIP LOCKED`` on PostgreSQL; SQLite runs the whole claim in one
+``BEGIN IMMEDIATE`` transaction), plans the pick order in Python (``policy.pick``) and updates the
+chosen rows in one statement; acks are one ``executemany`` per batch.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import time
+import uuid
+from collections.abc import Iterable, Iterator, Sequence
+from typing import Any
+
+from django.db import connections, transaction
+from django.db.models import F
+from django.utils import timezone
+
+from ..conf import Settings
+from ..exceptions import ConfigError, LeaseLost
+from ..models import DeadLetter, IdempotencyKey, Job, QueueState, State
+from ..policy import pick
+from ..policy.priority import validate_priority
+from .base import Ack, Broker, Reservation
+
+logger = logging.getLogger(__name__)
+
+JOB = Job._meta.db_table
+QSTATE = QueueState._meta.db_table
+READY_SQL = "('QUEUED', 'RETRYING')"
+CHUNK = 500  # rows per statement: well under SQLite's variable limit
+
+
+def _marks(n: int) -> str:
+    return ", ".join(["%s"] * n)
+
+
+def _chunks(items: Sequence, size: int = CHUNK) -> Iterator[Sequence]:
+    for start in range(0, len(items), size):
+        yield items[start:start + size]
+
+
+class OrmBroker(Broker):
+    """Broker on the Django database ``alias``; see :class:`~.base.Broker` for the contract."""
+
+    reclaim_every = 1.0  # seconds between lease sweeps done inside reserve()
+
+    def __init__(self, settings: Settings, alias: str = "default") -> None:
+        self.settings = settings
+        self.alias = alias
+        self._last_reclaim = 0.0
+        self._known_queues: set[str] = set()
+
+    # -- plumbing ---------------------------------------------------------------------------
+    @property
+    def connection(self):
+        return connections[self.alias]
+
+    @property
+    def is_postgresql(self) -> bool:
+        return self.connection.vendor == "postgresql"
+
+    @contextlib.contextmanager
+    def write_transaction(self) -> Iterator[Any]:
+        """Open a write transaction that holds the write lock from its first statement.
+
+        On SQLite a transaction that reads and then writes can fail at once with "database is
+        locked" when another writer committed in between; taking the write lock first (what
+        ``BEGIN IMMEDIATE`` does) makes it wait for the busy timeout instead.
+        """
+        conn = self.connection
+        outermost = not conn.in_atomic_block
+        with transaction.atomic(using=self.alias):
+            cursor = conn.cursor()
+            if (conn.vendor == "sqlite" and outermost
+                    and conn.settings_dict.get("OPTIONS", {}).get("transaction_mode") != "IMMEDIATE"):
+                cursor.execute(f"UPDATE {QSTATE} SET served = served WHERE 0 = 1")
+            try:
+                yield cursor
+            finally:
+                cursor.close()
+
+    def _ensure_queues(self, queues: Iterable[str]) -> None:
+        missing = set(queues) - self._known_queues
+        if missing:
+            QueueState.objects.using(self.alias).bulk_create(
+                [QueueState(queue=q) for q in sorted(missing)], ignore_conflicts=True
+            )
+            self._known_queues |= missing
+
+    def check_queue(self, queue: str) -> str:
+        if queue not in self.settings.queues:
+            raise ConfigError(f"unknown queue {queue!r}: add it to TASKMQ['queues'] (known: {sorted(self.settings.queues)})")
+        return queue
+
+    # -- enqueue ----------------------------------------------------------------------------
+    def enqueue(self, job: Job, key: str | None = None) -> str:
+        """Insert one job; with ``key``, return the id of the job that key made within the TTL."""
+        if key is None:
+            job.save(force_insert=True, using=self.alias)
+            return job.id
+        now = time.time()
+        with transaction.atomic(using=self.alias):
+            # The primary key on the key table decides races between concurrent callers: the
+            # loser's insert fails (after waiting for the winner's commit on PostgreSQL).
+            try:
+                with transaction.atomic(using=self.alias):
+                    IdempotencyKey.objects.using(self.alias).create(
+                        key=key, job_id=job.id, expires_at=now + self.settings.idempotency_ttl
+                    )
+            except Exception:
+                existing = IdempotencyKey.objects.using(self.alias).filter(key=key).first()
+                if existing is None:
+                    raise
+                if existing.expires_at > now:
+                    return existing.job_id
+                taken = IdempotencyKey.objects.using(self.alias).filter(
+                    key=key, expires_at=existing.expires_at
+                ).update(job_id=job.id, expires_at=now + self.settings.idempotency_ttl)
+                if not taken:  # another caller renewed it first: theirs wins
+                    return IdempotencyKey.objects.using(self.alias).get(key=key).job_id
+            job.save(force_insert=True, using=self.alias)
+        return job.id
+
+    def enqueue_many(self, jobs: Sequence[Job]) -> list[str]:
+        """Insert many jobs with few statements (no idempotency keys)."""
+        Job.objects.using(self.alias).bulk_create(jobs, batch_size=CHUNK)
+        return [job.id for job in jobs]
+
+    # -- reserve ----------------------------------------------------------------------------
+    def reserve(self, queues: Sequence[str], limit: int, lease: float, owner: str) -> list[Reservation]:
+        if limit <= 0 or not queues:
+            return []
+        queues = sorted(set(queues))
+        self._ensure_queues(queues)
+        now = time.time()
+        if now - self._last_reclaim >= self.reclaim_every:
+            self.reclaim_expired()
+            self._last_reclaim = now
+        token = uuid.uuid4().hex
+        with self.write_transaction() as cursor:
+            candidates = self._heads(cursor, queues, limit, now)
+            served = self._served(cursor, queues)
+            chosen, _ = pick.plan(candidates, served, self.settings.weights(), limit)
+            expired = [c for c in chosen if c.expires_at is not None and c.expires_at <= now]
+            poison = [c for c in chosen if c.deliveries >= c.max_deliveries and c not in expired]
+            runnable = [c for c in chosen if c not in expired and c not in poison]
+            if expired:
+                self._mark_expired(cursor, [c.id for c in expired])
+            if poison:
+                self._bury(cursor, [
+                    (c.id, c.queue, c.deliveries,
+                     f"max deliveries exceeded: delivered {c.deliveries} times without an ack")
+                    for c in poison
+                ], None)
+            reservations = self._claim(cursor, runnable, token, owner, now + lease)
+            self._count_served(cursor, reservations, candidates, served)
+        return reservations
+
+    def reserve_job(self, job_id: str, lease: float, owner: str) -> Reservation | None:
+        """Reserve one given job if it is ready (used by sync mode)."""
+        token = uuid.uuid4().hex
+        with self.write_transaction() as cursor:
+            cursor.execute(
+                f"UPDATE {JOB} SET state = 'RUNNING', deliveries = deliveries + 1, lease_owner = %s, "
+                f"lease_token = %s, lease_until = %s WHERE id = %s AND state IN {READY_SQL} "
+                f"RETURNING id, queue, priority, deliveries, yields, max_deliveries, payload",
+                [owner, token, time.time() + lease, job_id],
+            )
+            row = cursor.fetchone()
+        if row is None:
+            return None
+        return Reservation(row[0], row[1], row[2], row[3], row[4], token, owner, row[5], row[6])
+
+    def _heads(self, cursor, queues: Sequence[str], limit: int, now: float) -> dict[str, list]:
+        lock = " FOR UPDATE SKIP LOCKED" if self.is_postgresql else ""
+        heads: dict[str, list] = {}
+        for queue in queues:
+            cursor.execute(
+                f"SELECT id, queue, priority, deliveries, max_deliveries, expires_at FROM {JOB} "
+                f"WHERE state IN {READY_SQL} AND queue = %s AND visible_at <= %s "
+                f"ORDER BY priority DESC, id LIMIT %s{lock}",
+                [queue, now, limit],
+            )
+            heads[queue] = [_Head(*row) for row in cursor.fetchall()]
+        return heads
+
+    def _served(self, cursor, queues: Sequence[str]) -> dict[str, int]:
+        cursor.execute(f"SELECT queue, served FROM {QSTATE} WHERE queue IN ({_marks(len(queues))})", list(queues))
+        return dict(cursor.fetchall())
+
+    def _claim(self, cursor, chosen: list, token: str, owner: str, until: float) -> list[Reservation]:
+        if not chosen:
+            return []
+        rows: dict[str, tuple] = {}
+        for part in _chunks([c.id for c in chosen]):
+            cursor.execute(
+                f"UPDATE {JOB} SET state = 'RUNNING', deliveries = deliveries + 1, lease_owner = %s, "
+                f"lease_token = %s, lease_until = %s WHERE id IN ({_marks(len(part))}) "
+                f"RETURNING id, deliveries, yields, payload",
+                [owner, token, until, *part],
+            )
+            rows.update((r[0], r) for r in cursor.fetchall())
+        return [
+            Reservation(c.id, c.queue, c.priority, rows[c.id][1], rows[c.id][2], token, owner,
+                        c.max_deliveries, rows[c.id][3])
+            for c in chosen if c.id in rows
+        ]
+
+    def _count_served(self, cursor, reservations: list[Reservation], candidates: dict, served: dict) -> None:
+        taken: dict[str, int] = {}
+        for r in reservations:
+            taken[r.queue] = taken.get(r.queue, 0) + 1
+        for queue, n in taken.items():
+            cursor.execute(f"UPDATE {QSTATE} SET served = served + %s WHERE queue = %s", [n, queue])
+        after = {q: served.get(q, 0) + taken.get(q, 0) for q in candidates}
+        busy = [q for q, items in candidates.items() if items]
+        idle = [q for q, items in candidates.items() if not items]
+        greatest = "GREATEST" if self.is_postgresql else "MAX"
+        for queue, value in pick.lift_idle(after, self.settings.weights(), busy, idle).items():
+            cursor.execute(f"UPDATE {QSTATE} SET served = {greatest}(served, %s) WHERE queue = %s", [value, queue])
+
+    def _mark_expired(self, cursor, ids: Sequence[str]) -> None:
+        finished = self._db_now()
+        for part in _chunks(ids):
+            cursor.execute(
+                f"UPDATE {JOB} SET state = 'EXPIRED', finished_at = %s, lease_owner = NULL, lease_token = NULL, "
+                f"lease_until = NULL WHERE id IN ({_marks(len(part))})",
+                [finished, *part],
+            )
+
+    def _bury(self, cursor, jobs: Sequence[tuple[str, str, int, str]], token: str | None,
+              error: str = "", traceback: str = "") -> int:
+        """Dead-letter jobs (id, queue, deliveries, reason): job DEAD plus one DeadLetter row each."""
+        finished = self._db_now()
+        fence = "AND lease_token = %s" if token else ""
+        buried = []
+        for job_id, queue, deliveries, reason in jobs:
+            params = [finished, error, traceback, job_id] + ([token] if token else [])
+            cursor.execute(
+                f"UPDATE {JOB} SET state = 'DEAD', finished_at = %s, error = %s, traceback = %s, "
+                f"lease_owner = NULL, lease_until = NULL WHERE id = %s {fence}",
+                params,
+            )
+            if cursor.rowcount:
+                buried.append(DeadLetter(job_id=job_id, queue=queue, reason=reason,
+                                         error=error, deliveries=deliveries, failed_at=timezone.now()))
+        DeadLetter.objects.using(self.alias).bulk_create(buried)
+        return len(buried)
+
+    def _db_now(self):
+        return self.connection.ops.adapt_datetimefield_value(timezone.now())
+
+    # -- ending a delivery --------------------------------------------------------------------
+    def _fenced(self, reservation: Reservation, sets: str, params: list, extra_where: str = "") -> bool:
+        """Run a token-fenced update; return False for a holder's repeated call, raise LeaseLost."""
+        with self.connection.cursor() as cursor:
+            cursor.execute(
+                f"UPDATE {JOB} SET {sets} WHERE id = %s AND lease_token = %s AND state = 'RUNNING'{extra_where}",
+                [*params, reservation.job_id, reservation.token],
+            )
+            if cursor.rowcount:
+                return True
+        self._raise_if_lost(reservation)
+        return False
+
+    def _raise_if_lost(self, reservation: Reservation) -> None:
+        row = Job.objects.using(self.alias).filter(pk=reservation.job_id).values_list("state", "lease_token").first()
+        if row is None or row[1] != reservation.token:
+            raise LeaseLost(f"job {reservation.job_id}: lease lost (token {reservation.token} no longer holds it)")
+
+    def ack(self, reservation: Reservation, result: Any = None) -> bool:
+        if self._ack_rows([Ack(reservation, result)]):
+            return True
+        self._raise_if_lost(reservation)
+        return False
+
+    def ack_many(self, acks: Iterable[Ack]) -> list[Reservation]:
+        acks = list(acks)
+        if not acks or self._ack_rows(acks) == len(acks):
+            return []
+        return self._lost_among([a.reservation for a in acks])
+
+    def _ack_rows(self, acks: Sequence[Ack]) -> int:
+        """Mark acknowledged rows SUCCEEDED in one transaction; return how many were still held."""
+        now = timezone.now()
+        adapt = self.connection.ops.adapt_datetimefield_value
+        result_field = Job._meta.get_field("result")
+        rows = [
+            (
+                result_field.get_db_prep_value(a.result, self.connection),
+                adapt(a.started_at or now),
+                adapt(a.finished_at or now),
+                a.reservation.job_id,
+                a.reservation.token,
+            )
+            for a in acks
+        ]
+        with transaction.atomic(using=self.alias), self.connection.cursor() as cursor:
+            cursor.executemany(
+                f"UPDATE {JOB} SET state = 'SUCCEEDED', result = %s, started_at = %s, finished_at = %s, "
+                f"attempt = attempt + 1, lease_owner = NULL, lease_until = NULL, error = '', traceback = '' "
+                f"WHERE id = %s AND lease_token = %s AND state = 'RUNNING'",
+                rows,
+            )
+            return cursor.rowcount
+
+    def _lost_among(self, reservations: Sequence[Reservation]) -> list[Reservation]:
+        """Return the reservations whose token no longer holds their job."""
+        tokens = dict(
+            Job.objects.using(self.alias).filter(pk__in=[r.job_id for r in reservations]).values_list("id", "lease_token")
+        )
+        return [r for r in reservations if tokens.get(r.job_id) != r.token]
+
+    def nack(self, reservation: Reservation, requeue: bool = True, delay: float = 0, error: str = "",
+             traceback: str = "") -> bool:
+        if not requeue:
+            return self.dead_letter(reservation, error or "rejected", error, traceback)
+        with transaction.atomic(using=self.alias):
+            deliveries = self._deliveries(reservation)
+            if deliveries is not None and deliveries >= reservation.max_deliveries:
+                return self.dead_letter(
+                    reservation, f"max deliveries exceeded: failed {deliveries} times", error, traceback
+                )
+            return self._fenced(
+                reservation,
+                "state = 'RETRYING', visible_at = %s, attempt = attempt + 1, error = %s, traceback = %s, "
+                "lease_owner = NULL, lease_until = NULL",
+                [time.time() + max(delay, 0), error, traceback],
+            )
+
+    def fail(self, reservation: Reservation, error: str, traceback: str = "", started_at=None,
+             finished_at=None) -> bool:
+        """Acknowledge a failure (``ack_failures``): the job ends FAILED, no redelivery."""
+        adapt = self.connection.ops.adapt_datetimefield_value
+        now = timezone.now()
+        return self._fenced(
+            reservation,
+            "state = 'FAILED', error = %s, traceback = %s, started_at = %s, finished_at = %s, "
+            "attempt = attempt + 1, lease_owner = NULL, lease_until = NULL",
+            [error, traceback, adapt(started_at or now), adapt(finished_at or now)],
+        )
+
+    def _deliveries(self, reservation: Reservation) -> int | None:
+        return (
+            Job.objects.using(self.alias)
+            .filter(pk=reservation.job_id, lease_token=reservation.token, state=State.RUNNING)
+            .values_list("deliveries", flat=True)
+            .first()
+        )
+
+    def defer(self, reservation: Reservation, delay: float = 0) -> bool:
+        # The reservation counted a delivery that never ran: take it back.
+        return self._fenced(
+            reservation,
+            "state = 'QUEUED', visible_at = %s, deliveries = deliveries - 1, lease_owner = NULL, "
+            "lease_token = NULL, lease_until = NULL",
+            [time.time() + max(delay, 0)],
+        )
+
+    def defer_many(self, reservations: Sequence[Reservation]) -> int:
+        """Put many unstarted reservations back at once (a graceful stop); return how many."""
+        done = 0
+        with transaction.atomic(using=self.alias), self.connection.cursor() as cursor:
+            for r in reservations:
+                cursor.execute(
+                    f"UPDATE {JOB} SET state = 'QUEUED', deliveries = deliveries - 1, lease_owner = NULL, "
+                    f"lease_token = NULL, lease_until = NULL WHERE id = %s AND lease_token = %s AND state = 'RUNNING'",
+                    [r.job_id, r.token],
+                )
+                done += cursor.rowcount
+        return done
+
+    def yield_reservation(self, reservation: Reservation, delay: float = 0) -> bool:
+        with self.connection.cursor() as cursor:
+            cursor.execute(
+                f"UPDATE {JOB} SET state = 'QUEUED', visible_at = %s, yields = yields + 1, "
+                f"deliveries = deliveries - 1, lease_owner = NULL, lease_token = NULL, lease_until = NULL "
+                f"WHERE id = %s AND lease_token = %s AND state = 'RUNNING' AND yields < %s",
+                [time.time() + max(delay, 0), reservation.job_id, reservation.token, self.settings.max_yields],
+            )
+            if cursor.rowcount:
+                return True
+        self._raise_if_lost(reservation)
+        return False
+
+    def extend_lease(self, reservation: Reservation, seconds: float) -> None:
+        if not self._fenced(reservation, "lease_until = %s", [time.time() + seconds]):
+            raise LeaseLost(f"job {reservation.job_id}: no longer leased")
+
+    def extend_owner(self, owner: str, seconds: float) -> int:
+        """Renew every lease ``owner`` holds in one statement; return how many."""
+        with self.connection.cursor() as cursor:
+            cursor.execute(
+                f"UPDATE {JOB} SET lease_until = %s WHERE lease_owner = %s AND state = 'RUNNING'",
+                [time.time() + seconds, owner],
+            )
+            return cursor.rowcount
+
+    def dead_letter(self, reservation: Reservation, reason: str, error: str = "", traceback: str = "") -> bool:
+        with self.write_transaction() as cursor:
+            deliveries = self._deliveries(reservation)
+            if deliveries is None:
+                self._raise_if_lost(reservation)
+                return False
+            return bool(self._bury(cursor, [(reservation.job_id, reservation.queue, deliveries, reason)],
+                                   reservation.token, error, traceback))
+
+    def dead_letter_package(self, reservation: Reservation, reason: str) -> bool:
+        """Dead-letter a package that failed to verify or unpickle (never executed)."""
+        return self.dead_letter(reservation, reason, error=reason)
+
+    # -- the DLQ ------------------------------------------------------------------------------
+    def dead_letters(self, queue: str | None = None):
+        qs = DeadLetter.objects.using(self.alias).filter(replayed_at__isnull=True).select_related("job")
+        return qs.filter(queue=queue) if queue else qs
+
+    def replay_dead(self, dead_letter_id: int, queue: str | None = None, priority: int | None = None) -> str:
+        if queue is not None:
+            self.check_queue(queue)
+        if priority is not None:
+            validate_priority(priority, ConfigError)
+        with transaction.atomic(using=self.alias):
+            letter = DeadLetter.objects.using(self.alias).select_for_update().get(pk=dead_letter_id)
+            self._requeue_dead([letter.job_id], queue, priority)
+            DeadLetter.objects.using(self.alias).filter(pk=letter.pk).update(
+                replayed_at=timezone.now(), replay_count=letter.replay_count + 1
+            )
+        return letter.job_id
+
+    def _requeue_dead(self, job_ids: Sequence[str], queue: str | None, priority: int | None) -> int:
+        changes: dict[str, Any] = dict(
+            state=State.QUEUED, deliveries=0, yields=0, visible_at=time.time(), lease_owner=None,
+            lease_token=None, lease_until=None, finished_at=None,
+        )
+        if queue is not None:
+            changes["queue"] = queue
+        if priority is not None:
+            changes["priority"] = priority
+        return Job.objects.using(self.alias).filter(pk__in=job_ids, state__in=[State.DEAD, State.FAILED]).update(**changes)
+
+    def replay_all(self, queue: str | None = None) -> int:
+        with transaction.atomic(using=self.alias):
+            letters = list(self.dead_letters(queue).select_for_update().values_list("pk", "job_id"))
+            if not letters:
+                return 0
+            for part in _chunks(letters):
+                self._requeue_dead([job_id for _, job_id in part], None, None)
+                DeadLetter.objects.using(self.alias).filter(pk__in=[pk for pk, _ in part]).update(
+                    replayed_at=timezone.now(), replay_count=F("replay_count") + 1
+                )
+        return len(letters)
+
+    def purge_dead(self, queue: str | None = None) -> int:
+        with transaction.atomic(using=self.alias):
+            letters = list(self.dead_letters(queue).values_list("pk", "job_id"))
+            for part in _chunks(letters):
+                Job.objects.using(self.alias).filter(pk__in=[j for _, j in part], state=State.DEAD).delete()
+                DeadLetter.objects.using(self.alias).filter(pk__in=[pk for pk, _ in part]).delete()
+        return len(letters)
+
+    # -- upkeep -------------------------------------------------------------------------------
+    def reclaim_expired(self) -> int:
+        # Clearing the token fences the old holder: its ack no longer matches anything.
+        with self.connection.cursor() as cursor:
+            cursor.execute(
+                f"UPDATE {JOB} SET state = 'RETRYING', lease_owner = NULL, lease_token = NULL, lease_until = NULL, "
+                f"error = 'lease expired', visible_at = %s WHERE state = 'RUNNING' AND lease_until < %s",
+                [time.time(), time.time()],
+            )
+            count = cursor.rowcount
+        if count:
+            logger.warning("reclaimed %d message(s) whose lease ran out", count)
+        return count
+
+    def prune(self, keep: int, batch: int = 1000) -> int:
+        """Delete the oldest SUCCEEDED jobs beyond the newest ``keep``, at most ``batch`` per call."""
+        if keep <= 0:
+            return 0
+        ids = list(
+            Job.objects.using(self.alias).filter(state=State.SUCCEEDED).order_by("-finished_at")
+            .values_list("pk", flat=True)[keep:keep + batch]
+        )
+        if not ids:
+            return 0
+        return Job.objects.using(self.alias).filter(pk__in=ids, state=State.SUCCEEDED).delete()[0]
+
+    def stats(self) -> list[dict[str, Any]]:
+        now = time.time()
+        with self.connection.cursor() as cursor:
+            cursor.execute(
+                f"SELECT queue, priority, "
+                f"SUM(CASE WHEN state IN {READY_SQL} AND visible_at <= %s THEN 1 ELSE 0 END), "
+                f"SUM(CASE WHEN state IN {READY_SQL} AND visible_at > %s THEN 1 ELSE 0 END), "
+                f"SUM(CASE WHEN state = 'RUNNING' THEN 1 ELSE 0 END), "
+                f"SUM(CASE WHEN state = 'DEAD' THEN 1 ELSE 0 END) "
+                f"FROM {JOB} WHERE state IN ('QUEUED', 'RETRYING', 'RUNNING', 'DEAD') "
+                f"GROUP BY queue, priority ORDER BY queue, priority DESC",
+                [now, now],
+            )
+            return [
+                dict(queue=q, priority=p, ready=int(r), delayed=int(d), reserved=int(s), dead=int(x))
+                for q, p, r, d, s, x in cursor.fetchall()
+            ]
+
+
+class _Head:
+    """A claim candidate (a ready row's head fields)."""
+
+    __slots__ = ("id", "queue", "priority", "deliveries", "max_deliveries", "expires_at")
+
+    def __init__(self, id, queue, priority, deliveries, max_deliveries, expires_at):
+        self.id = id
+        self.queue = queue
+        self.priority = priority
+        self.deliveries = deliveries
+        self.max_deliveries = max_deliveries
+        self.expires_at = expires_at
+

@@ -1,0 +1,184 @@
+"""The ``TASKMQ`` settings dict, read once into a frozen, validated :class:`Settings`.
+
+Nothing here reads ``django.conf.settings`` at import time; :func:`get_settings` reads it on first
+use and is reset when a test overrides ``TASKMQ``.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, field, fields
+from typing import Any
+
+from .exceptions import ConfigError
+from .policy.backoff import Retry
+
+SETTING = "TASKMQ"
+
+
+@dataclass(frozen=True, kw_only=True)
+class QueueConfig:
+    """One queue's configuration: its weight inside a priority band."""
+
+    weight: int = 1
+
+
+def _default_workers() -> int:
+    return os.cpu_count() or 1
+
+
+@dataclass(frozen=True, kw_only=True)
+class Settings:
+    """Validated ``TASKMQ`` settings. See ``docs/settings.rst`` for each key."""
+
+    name: str = "default"
+    workers: int = field(default_factory=_default_workers)
+    timeout: float | None = None
+    lease: float = 60.0
+    max_deliveries: int = 5
+    ack_failures: bool = False
+    retry: Retry = field(default_factory=Retry)
+    queue_limit: int | None = None
+    max_yields: int = 100
+    idempotency_ttl: float = 86400.0
+    queues: Mapping[str, QueueConfig] = field(default_factory=lambda: {"default": QueueConfig()})
+    default_queue: str = "default"
+    compress: bool = False
+    save_limit: int = 250
+    poll: float = 0.25
+    database: str = "default"
+    sync: bool = False
+    recycle: int = 500
+    max_rss: int | None = None
+    catch_up: bool = True
+    scheduler_interval: float = 10.0
+    guard_interval: float = 0.1
+
+    @property
+    def effective_queue_limit(self) -> int:
+        """Return how many reserved-but-unstarted tasks a cluster may hold."""
+        return self.queue_limit if self.queue_limit is not None else max(50, self.workers * 50)
+
+    def weights(self) -> dict[str, int]:
+        """Return queue name -> weight."""
+        return {name: q.weight for name, q in self.queues.items()}
+
+
+def _fail(key: str, reason: str) -> ConfigError:
+    return ConfigError(f"{SETTING}[{key!r}] {reason}")
+
+
+def _number(key: str, value: Any, *, minimum: float = 0, strict: bool = False, integer: bool = False,
+            optional: bool = False) -> Any:
+    if value is None and optional:
+        return None
+    kinds = (int,) if integer else (int, float)
+    if isinstance(value, bool) or not isinstance(value, kinds):
+        kind = "an integer" if integer else "a number"
+        raise _fail(key, f"must be {kind}, got {value!r}")
+    if value < minimum or (strict and value == minimum):
+        raise _fail(key, f"must be {'>' if strict else '>='} {minimum}, got {value!r}")
+    return value
+
+
+def _flag(key: str, value: Any) -> bool:
+    if not isinstance(value, bool):
+        raise _fail(key, f"must be True or False, got {value!r}")
+    return value
+
+
+def _name(key: str, value: Any) -> str:
+    if not isinstance(value, str) or not value or len(value) > 100:
+        raise _fail(key, f"must be a non-empty string of at most 100 characters, got {value!r}")
+    return value
+
+
+def _queues(value: Any) -> dict[str, QueueConfig]:
+    if not isinstance(value, Mapping) or not value:
+        raise _fail("queues", f"must be a non-empty dict of name -> {{'weight': int}}, got {value!r}")
+    queues = {}
+    for name, conf in value.items():
+        _name(f"queues'][{name!r}", name)
+        if conf is None:
+            conf = {}
+        if not isinstance(conf, Mapping) or set(conf) - {"weight"}:
+            raise _fail("queues", f"entry {name!r} must be a dict with only 'weight', got {conf!r}")
+        weight = conf.get("weight", 1)
+        if isinstance(weight, bool) or not isinstance(weight, int) or weight < 1:
+            raise _fail("queues", f"weight of queue {name!r} must be an integer >= 1, got {weight!r}")
+        queues[name] = QueueConfig(weight=weight)
+    return queues
+
+
+def _retry(value: Any) -> Retry:
+    if isinstance(value, Retry):
+        return value
+    if isinstance(value, Mapping):
+        try:
+            return Retry(**value)
+        except TypeError as exc:
+            raise _fail("retry", f"has an unknown key: {exc}") from None
+        except ConfigError as exc:
+            raise _fail("retry", str(exc)) from None
+    raise _fail("retry", f"must be a Retry or a dict of its arguments, got {value!r}")
+
+
+_VALIDATORS = {
+    "name": _name,
+    "workers": lambda k, v: _number(k, v, minimum=1, integer=True),
+    "timeout": lambda k, v: _number(k, v, strict=True, optional=True),
+    "lease": lambda k, v: _number(k, v, minimum=1),
+    "max_deliveries": lambda k, v: _number(k, v, minimum=1, integer=True),
+    "ack_failures": _flag,
+    "retry": lambda k, v: _retry(v),
+    "queue_limit": lambda k, v: _number(k, v, minimum=1, integer=True, optional=True),
+    "max_yields": lambda k, v: _number(k, v, integer=True),
+    "idempotency_ttl": lambda k, v: _number(k, v, strict=True),
+    "queues": lambda k, v: _queues(v),
+    "default_queue": _name,
+    "compress": _flag,
+    "save_limit": lambda k, v: _number(k, v, integer=True),
+    "poll": lambda k, v: _number(k, v, strict=True),
+    "database": _name,
+    "sync": _flag,
+    "recycle": lambda k, v: _number(k, v, minimum=1, integer=True),
+    "max_rss": lambda k, v: _number(k, v, minimum=1, integer=True, optional=True),
+    "catch_up": _flag,
+    "scheduler_interval": lambda k, v: _number(k, v, strict=True),
+    "guard_interval": lambda k, v: _number(k, v, strict=True),
+}
+assert set(_VALIDATORS) == {f.name for f in fields(Settings)}
+
+
+def from_mapping(mapping: Mapping[str, Any] | None) -> Settings:
+    """Return validated :class:`Settings` for a ``TASKMQ`` dict; raise :class:`ConfigError` naming the key."""
+    if mapping is None:
+        mapping = {}
+    if not isinstance(mapping, Mapping):
+        raise ConfigError(f"{SETTING} must be a dict, got {type(mapping).__name__}")
+    unknown = sorted(set(mapping) - set(_VALIDATORS))
+    if unknown:
+        raise ConfigError(f"{SETTING} has unknown key(s): {', '.join(map(repr, unknown))}")
+    values = {key: _VALIDATORS[key](key, value) for key, value in mapping.items()}
+    result = Settings(**values)
+    if result.default_queue not in result.queues:
+        raise _fail("default_queue", f"{result.default_queue!r} is not one of TASKMQ['queues'] {sorted(result.queues)}")
+    if result.timeout is not None and result.lease < 1:
+        raise _fail("lease", "must be at least 1 second")
+    return result
+
+
+@functools.cache
+def get_settings() -> Settings:
+    """Return the project's validated settings (read once, reset on ``setting_changed``)."""
+    from django.conf import settings
+
+    return from_mapping(getattr(settings, SETTING, None))
+
+
+def reset_settings(**kwargs: Any) -> None:
+    """Forget the cached settings (connected to Django's ``setting_changed``)."""
+    if kwargs.get("setting") in (None, SETTING, "SECRET_KEY", "SECRET_KEY_FALLBACKS"):
+        get_settings.cache_clear()

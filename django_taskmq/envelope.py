@@ -1,0 +1,43 @@
+"""The envelope: what a package carries (task, arguments, options), and its pickling."""
+
+from __future__ import annotations
+
+import pickle
+from dataclasses import dataclass, field
+from typing import Any
+
+from .exceptions import ConfigError
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Envelope:
+    """A task call as it travels: dotted path, arguments and the options that shape its run.
+
+    ``options`` holds what the cluster needs to run and record it: ``timeout``, ``retry``
+    (a dict), ``ack_failure``, ``hook``, ``on_dead``, ``chain`` (the next links), ``task_name``.
+    """
+
+    func: str
+    args: tuple = ()
+    kwargs: dict = field(default_factory=dict)
+    options: dict = field(default_factory=dict)
+
+
+class PickleSerializer:
+    """Serializer for :mod:`django.core.signing` (used only after the signature is verified)."""
+
+    protocol = pickle.HIGHEST_PROTOCOL
+
+    def dumps(self, obj: Any) -> bytes:
+        return pickle.dumps(obj, self.protocol)
+
+    def loads(self, data: bytes) -> Any:
+        return pickle.loads(data)
+
+
+def check_picklable(envelope: Envelope) -> bytes:
+    """Return the pickled envelope or raise :class:`ConfigError` saying what cannot be pickled."""
+    try:
+        return pickle.dumps(envelope, PickleSerializer.protocol)
+    except Exception as exc:  # pickle raises many types: PicklingError, TypeError, AttributeError
+        raise ConfigError(f"the arguments of {envelope.func} cannot be pickled: {exc}") from exc

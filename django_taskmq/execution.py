@@ -1,0 +1,125 @@
+"""Running one task: unpack a reservation, execute it, describe the outcome.
+
+The cluster and sync mode share these functions, so a task runs the same way in both.
+"""
+
+from __future__ import annotations
+
+import contextvars
+import functools
+import importlib
+import time
+import traceback as tb
+from dataclasses import dataclass, field
+from typing import Any
+
+from .brokers.base import Reservation
+from .envelope import Envelope
+from .exceptions import Defer, Reject, RetryLater
+from .signing import verify
+
+SUCCESS = "success"
+FAILURE = "failure"  # the task raised
+RETRY = "retry"  # the task raised RetryLater
+DEFER = "defer"
+REJECT = "reject"
+TIMEOUT = "timeout"
+CRASH = "crash"  # the worker process died
+
+current_job_id: contextvars.ContextVar[str | None] = contextvars.ContextVar("taskmq_current_job", default=None)
+
+
+def current_job() -> str | None:
+    """Return the id of the job the calling code runs in, or None outside a task."""
+    return current_job_id.get()
+
+
+@dataclass(frozen=True, slots=True)
+class TaskMessage:
+    """A verified task ready for a worker."""
+
+    reservation: Reservation
+    envelope: Envelope
+
+
+@dataclass(frozen=True, slots=True)
+class Outcome:
+    """What happened to one delivery; the monitor records it."""
+
+    reservation: Reservation
+    envelope: Envelope | None
+    status: str
+    result: Any = None
+    error: str = ""
+    traceback: str = field(default="", repr=False)
+    started_at: float = 0.0
+    finished_at: float = 0.0
+    delay: float | None = None
+
+
+def unpack(reservation: Reservation, salt: str) -> TaskMessage:
+    """Verify and unpickle a reserved package; raise BadPackage with the reason."""
+    envelope = verify(reservation.payload, salt)
+    # The payload is not needed any more: keep what travels between processes small.
+    bare = Reservation(reservation.job_id, reservation.queue, reservation.priority, reservation.deliveries,
+                       reservation.yields, reservation.token, reservation.owner, reservation.max_deliveries)
+    return TaskMessage(bare, envelope)
+
+
+@functools.lru_cache(maxsize=1024)
+def resolve(path: str) -> Any:
+    """Import ``package.module.attr`` (the longest importable module prefix wins)."""
+    module_path, _, attr = path.rpartition(".")
+    if not module_path:
+        raise ImportError(f"{path!r} is not a dotted path")
+    try:
+        module = importlib.import_module(module_path)
+    except ImportError:
+        owner = resolve(module_path)
+        return getattr(owner, attr)
+    return getattr(module, attr)
+
+
+def callable_for(path: str) -> Any:
+    """Return what to call for a task path: a function, a @task's function or a Task's run()."""
+    from .tasks import Task
+
+    target = resolve(path)
+    if isinstance(target, type) and issubclass(target, Task):
+        return target().run
+    if isinstance(target, Task):
+        return target.run
+    return target
+
+
+def execute(message: TaskMessage) -> Outcome:
+    """Run the task of ``message`` and return its outcome; never raises for the task's errors."""
+    from .signals import pre_execute
+
+    envelope = message.envelope
+    started = time.time()
+    token = current_job_id.set(message.reservation.job_id)
+    try:
+        func = callable_for(envelope.func)
+        if pre_execute.has_listeners():
+            pre_execute.send(sender=Outcome, job_id=message.reservation.job_id, func=envelope.func, envelope=envelope)
+        value = func(*envelope.args, **envelope.kwargs)
+    except RetryLater as exc:
+        return _outcome(message, RETRY, started, exc, delay=exc.delay)
+    except Defer as exc:
+        return Outcome(message.reservation, envelope, DEFER, started_at=started, finished_at=time.time(), delay=exc.delay)
+    except Reject as exc:
+        return _outcome(message, REJECT, started, exc)
+    except Exception as exc:
+        return _outcome(message, FAILURE, started, exc)
+    finally:
+        current_job_id.reset(token)
+    return Outcome(message.reservation, envelope, SUCCESS, value, started_at=started, finished_at=time.time())
+
+
+def _outcome(message: TaskMessage, status: str, started: float, exc: BaseException, delay: float | None = None) -> Outcome:
+    return Outcome(
+        message.reservation, message.envelope, status,
+        error=f"{type(exc).__name__}: {exc}", traceback=tb.format_exc(),
+        started_at=started, finished_at=time.time(), delay=delay,
+    )

@@ -1,0 +1,230 @@
+"""Job, DeadLetter, Schedule and the bookkeeping tables of the ORM broker.
+
+Times the broker compares on its hot path (``visible_at``, ``expires_at``, ``lease_until``) are
+epoch seconds (floats), so the claim compares plain numbers on every engine; times people read
+(``enqueued_at``, ``started_at``, ``finished_at``, ``failed_at``) are Django datetimes.
+"""
+
+from __future__ import annotations
+
+import datetime
+
+from django.db import models
+from django.db.models import Q
+from django.utils import timezone
+from django.utils.translation import gettext_lazy as _
+from picklefield.fields import PickledObjectField
+
+from .policy.cron import ScheduleType
+from .policy.states import JobState
+
+
+class State(models.TextChoices):
+    QUEUED = JobState.QUEUED.value, _("queued")
+    RUNNING = JobState.RUNNING.value, _("running")
+    RETRYING = JobState.RETRYING.value, _("retrying")
+    SUCCEEDED = JobState.SUCCEEDED.value, _("succeeded")
+    FAILED = JobState.FAILED.value, _("failed")
+    DEAD = JobState.DEAD.value, _("dead")
+    EXPIRED = JobState.EXPIRED.value, _("expired")
+    CANCELLED = JobState.CANCELLED.value, _("cancelled")
+
+
+READY_STATES = [State.QUEUED, State.RETRYING]
+FINAL_STATES = [State.SUCCEEDED, State.FAILED, State.DEAD, State.EXPIRED, State.CANCELLED]
+
+
+def _from_epoch(value: float | None) -> datetime.datetime | None:
+    if value is None:
+        return None
+    return datetime.datetime.fromtimestamp(value, tz=datetime.UTC)
+
+
+class JobQuerySet(models.QuerySet):
+    def ready(self) -> JobQuerySet:
+        return self.filter(state__in=READY_STATES)
+
+    def leased(self) -> JobQuerySet:
+        return self.filter(state=State.RUNNING)
+
+    def finished(self) -> JobQuerySet:
+        return self.filter(state__in=FINAL_STATES)
+
+    def dead(self) -> JobQuerySet:
+        return self.filter(state=State.DEAD)
+
+
+class Job(models.Model):
+    """One task: its state record and, with the ORM broker, the message itself."""
+
+    id = models.CharField(primary_key=True, max_length=32, editable=False)
+    func = models.CharField(_("function"), max_length=255)
+    task_name = models.CharField(_("task name"), max_length=255)
+    payload = models.TextField(_("signed package"))
+    queue = models.CharField(max_length=100)
+    priority = models.SmallIntegerField(default=0)
+    state = models.CharField(max_length=10, choices=State.choices, default=State.QUEUED)
+    attempt = models.PositiveIntegerField(_("executions started"), default=0)
+    deliveries = models.PositiveIntegerField(default=0)
+    yields = models.PositiveIntegerField(default=0)
+    max_deliveries = models.PositiveIntegerField(default=5)
+    key = models.CharField(_("idempotency key"), max_length=255, null=True, blank=True)
+    visible_at = models.FloatField(_("visible at (epoch s)"))
+    expires_at = models.FloatField(_("expires at (epoch s)"), null=True, blank=True)
+    lease_owner = models.CharField(max_length=64, null=True, blank=True)
+    lease_token = models.CharField(max_length=32, null=True, blank=True)
+    lease_until = models.FloatField(_("lease until (epoch s)"), null=True, blank=True)
+    enqueued_at = models.DateTimeField(default=timezone.now)
+    started_at = models.DateTimeField(null=True, blank=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+    result = PickledObjectField(null=True, blank=True, editable=False)
+    error = models.TextField(blank=True, default="")
+    traceback = models.TextField(blank=True, default="")
+    group = models.CharField(max_length=100, null=True, blank=True)
+    cluster = models.CharField(max_length=100, null=True, blank=True)
+
+    objects = JobQuerySet.as_manager()
+
+    class Meta:
+        verbose_name = _("job")
+        verbose_name_plural = _("jobs")
+        indexes = [
+            # The claim walks this small index: only ready rows are in it, however many
+            # millions of finished rows the table holds.
+            models.Index(
+                fields=["queue", "-priority", "id"],
+                condition=Q(state__in=READY_STATES),
+                name="taskmq_job_ready",
+            ),
+            models.Index(fields=["lease_until"], condition=Q(state=State.RUNNING), name="taskmq_job_leased"),
+            models.Index(fields=["lease_owner"], condition=Q(state=State.RUNNING), name="taskmq_job_owner"),
+            models.Index(fields=["finished_at"], condition=Q(state=State.SUCCEEDED), name="taskmq_job_succeeded"),
+            models.Index(fields=["group"], condition=Q(group__isnull=False), name="taskmq_job_group"),
+            models.Index(fields=["state", "queue"], name="taskmq_job_state_queue"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.task_name} [{self.id}]"
+
+    @property
+    def success(self) -> bool:
+        return self.state == State.SUCCEEDED
+
+    @property
+    def visible_time(self) -> datetime.datetime | None:
+        return _from_epoch(self.visible_at)
+
+    @property
+    def expires_time(self) -> datetime.datetime | None:
+        return _from_epoch(self.expires_at)
+
+    @property
+    def lease_until_time(self) -> datetime.datetime | None:
+        return _from_epoch(self.lease_until)
+
+
+class DeadLetter(models.Model):
+    """One dead-lettered delivery of a job, with why it died; replayable."""
+
+    job = models.ForeignKey(Job, on_delete=models.CASCADE, related_name="dead_letters")
+    queue = models.CharField(max_length=100)
+    reason = models.TextField()
+    error = models.TextField(_("last error"), blank=True, default="")
+    deliveries = models.PositiveIntegerField(default=0)
+    failed_at = models.DateTimeField(default=timezone.now)
+    replayed_at = models.DateTimeField(null=True, blank=True)
+    replay_count = models.PositiveIntegerField(default=0)
+
+    class Meta:
+        verbose_name = _("dead letter")
+        verbose_name_plural = _("dead letters")
+        ordering = ["-failed_at", "-id"]
+        indexes = [
+            models.Index(fields=["queue"], condition=Q(replayed_at__isnull=True), name="taskmq_dead_pending"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.job_id} in {self.queue}: {self.reason}"
+
+
+class Schedule(models.Model):
+    """A task enqueued repeatedly: an interval type (as django-q2) or a cron expression."""
+
+    Type = models.TextChoices("Type", [(t.name, t.value) for t in ScheduleType])
+    TYPE_CHOICES = [(t.value, t.name.title()) for t in ScheduleType]
+    ONCE = ScheduleType.ONCE.value
+    MINUTES = ScheduleType.MINUTES.value
+    HOURLY = ScheduleType.HOURLY.value
+    DAILY = ScheduleType.DAILY.value
+    WEEKLY = ScheduleType.WEEKLY.value
+    BIWEEKLY = ScheduleType.BIWEEKLY.value
+    MONTHLY = ScheduleType.MONTHLY.value
+    BIMONTHLY = ScheduleType.BIMONTHLY.value
+    QUARTERLY = ScheduleType.QUARTERLY.value
+    YEARLY = ScheduleType.YEARLY.value
+    CRON = ScheduleType.CRON.value
+
+    name = models.CharField(max_length=100, unique=True)
+    func = models.CharField(_("function"), max_length=255)
+    args = models.JSONField(default=list, blank=True)
+    kwargs = models.JSONField(default=dict, blank=True)
+    schedule_type = models.CharField(max_length=2, choices=TYPE_CHOICES, default=ONCE)
+    minutes = models.PositiveIntegerField(null=True, blank=True)
+    cron = models.CharField(max_length=100, null=True, blank=True)
+    repeats = models.IntegerField(default=-1, help_text=_("n = n times, -1 = forever"))
+    next_run = models.DateTimeField(default=timezone.now, db_index=True)
+    queue = models.CharField(max_length=100, null=True, blank=True)
+    priority = models.SmallIntegerField(default=0)
+    catch_up = models.BooleanField(null=True, blank=True, help_text=_("empty = TASKMQ['catch_up']"))
+    last_job = models.CharField(max_length=32, null=True, blank=True)
+
+    class Meta:
+        verbose_name = _("schedule")
+        verbose_name_plural = _("schedules")
+        ordering = ["next_run"]
+
+    def __str__(self) -> str:
+        return self.name
+
+
+class QueueState(models.Model):
+    """Per-queue ``served`` counter of the pick rule, shared by every cluster."""
+
+    queue = models.CharField(primary_key=True, max_length=100)
+    served = models.BigIntegerField(default=0)
+
+    class Meta:
+        verbose_name = _("queue state")
+
+
+class IdempotencyKey(models.Model):
+    """An idempotency key and the job it created, until ``expires_at`` (epoch seconds)."""
+
+    key = models.CharField(primary_key=True, max_length=255)
+    job_id = models.CharField(max_length=32)
+    expires_at = models.FloatField()
+
+    class Meta:
+        verbose_name = _("idempotency key")
+
+
+class Cluster(models.Model):
+    """The heartbeat a running cluster publishes (read by ``qinfo`` and the admin)."""
+
+    id = models.CharField(primary_key=True, max_length=64)
+    name = models.CharField(max_length=100)
+    host = models.CharField(max_length=255)
+    pid = models.IntegerField()
+    state = models.CharField(max_length=20)
+    workers = models.IntegerField(default=0)
+    queues = models.JSONField(default=list)
+    counts = models.JSONField(default=dict)
+    started_at = models.DateTimeField(default=timezone.now)
+    beat_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        verbose_name = _("cluster")
+        ordering = ["name", "host"]
+
+    def __str__(self) -> str:
+        return f"{self.name}@{self.host}:{self.pid}"

@@ -1,0 +1,14 @@
+"""Signals sent by django_taskmq. Sending a signal nobody listens to costs nothing."""
+
+from django.dispatch import Signal
+
+#: Before a job is stored. Arguments: ``job`` (unsaved :class:`~django_taskmq.models.Job`), ``envelope``.
+pre_enqueue = Signal()
+#: In the worker, just before a task runs. Arguments: ``job_id``, ``func``, ``envelope``.
+pre_execute = Signal()
+#: In the monitor, after an outcome was recorded. Arguments: ``job_id``, ``func``, ``status``, ``result``, ``error``.
+post_execute = Signal()
+#: In a cluster process after it started. Arguments: ``proc_name``.
+post_spawn = Signal()
+#: After a job reached the dead-letter queue. Arguments: ``job_id``, ``queue``, ``reason``.
+job_dead = Signal()

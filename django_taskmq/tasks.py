@@ -1,0 +1,85 @@
+"""``@task`` and the ``Task`` class: a function with default options and ``.delay()``."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+OPTION_NAMES = ("queue", "priority", "retry", "timeout", "max_deliveries", "ack_failure", "hook", "on_dead")
+
+
+class Task:
+    """A task: call it to run it here, ``.delay()`` / ``.apply_async()`` to enqueue it.
+
+    Subclass it and define :meth:`run` for the class form; class attributes named like the
+    options (``queue``, ``priority``, ``retry``, ...) are its defaults. ``name`` defaults to the
+    dotted path of the function or class, which is what the worker imports.
+    """
+
+    name: str | None = None
+    queue: str | None = None
+    priority: int | None = None
+    retry: Any = None
+    timeout: float | None = None
+    max_deliveries: int | None = None
+    ack_failure: bool | None = None
+    hook: Any = None
+    on_dead: Any = None
+
+    def __init__(self, func: Callable | None = None, **options: Any) -> None:
+        from .api import validate_options
+
+        self.func = func
+        for key, value in options.items():
+            setattr(self, key, value)
+        if self.name is None:
+            target = func if func is not None else type(self)
+            self.name = f"{target.__module__}.{target.__qualname__}"
+        if func is not None:
+            self.__doc__ = func.__doc__
+            self.__wrapped__ = func
+        validate_options(self.defaults())
+
+    def defaults(self) -> dict[str, Any]:
+        """Return the options this task enqueues with unless a call overrides them."""
+        return {k: getattr(self, k) for k in OPTION_NAMES if getattr(self, k) is not None}
+
+    def run(self, *args: Any, **kwargs: Any) -> Any:
+        """Do the work; the decorated function, or your override in a subclass."""
+        if self.func is None:
+            raise NotImplementedError("subclasses of Task must provide a run() method")
+        return self.func(*args, **kwargs)
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        return self.run(*args, **kwargs)
+
+    def delay(self, *args: Any, **kwargs: Any) -> str:
+        """Enqueue a call with the task's defaults; return the job id."""
+        return self.apply_async(args, kwargs)
+
+    def apply_async(self, args: tuple | list = (), kwargs: dict | None = None, **options: Any) -> str:
+        """Enqueue a call with ``options`` over the task's defaults; return the job id."""
+        from .api import async_task
+
+        return async_task(self.name, *args, q_options={**self.defaults(), **options}, **(kwargs or {}))
+
+    def __repr__(self) -> str:
+        return f"<Task {self.name}>"
+
+
+def task(func: Callable | None = None, /, *, name: str | None = None, **options: Any) -> Any:
+    """Make a function a :class:`Task`: ``@task`` or ``@task(queue=..., priority=..., retry=...)``.
+
+    Options: ``queue``, ``priority``, ``retry``, ``timeout``, ``max_deliveries``, ``ack_failure``,
+    ``hook``, ``on_dead`` and ``name``; a wrong one raises :class:`ConfigError` at decoration.
+    """
+    from .exceptions import ConfigError
+
+    unknown = set(options) - set(OPTION_NAMES)
+    if unknown:
+        raise ConfigError(f"@task got unknown option(s) {sorted(unknown)}; known: {list(OPTION_NAMES)} and name")
+
+    def wrap(f: Callable) -> Task:
+        return Task(f, name=name, **options)
+
+    return wrap(func) if func is not None else wrap

@@ -1,0 +1,35 @@
+"""Test settings on SQLite: a file database so that cluster subprocesses share it."""
+
+import os
+import tempfile
+
+from example.settings import *  # noqa: F401,F403
+
+_db = os.environ.get("TASKMQ_DB_NAME") or os.path.join(tempfile.gettempdir(), f"taskmq-test-{os.getpid()}.sqlite3")
+
+DATABASES = {
+    "default": {
+        "ENGINE": "django.db.backends.sqlite3",
+        "NAME": _db,
+        "OPTIONS": {
+            "transaction_mode": "IMMEDIATE",
+            "timeout": 30,
+            "init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;",
+        },
+        # A file, not the in-memory default, so other processes see the same test database.
+        "TEST": {"NAME": _db},
+    }
+}
+
+INSTALLED_APPS = [*INSTALLED_APPS, "tests"]  # noqa: F405
+
+TASKMQ = {
+    "name": "tests",
+    "workers": 2,
+    "lease": 30,
+    "save_limit": 0,
+    "retry": {"base": 0.05, "max_delay": 0.5, "jitter": False},
+    "queues": {"default": {"weight": 1}, "a": {"weight": 1}, "b": {"weight": 2}, "emails": {"weight": 3},
+               "reports": {"weight": 1}},
+}
+PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]

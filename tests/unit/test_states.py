@@ -1,0 +1,119 @@
+"""Tests of job states and their transitions."""
+
+from __future__ import annotations
+
+import itertools
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from django_taskmq.exceptions import TaskMQError
+from django_taskmq.policy.states import TRANSITIONS, Event, InvalidTransition, JobState, transition
+
+S, E = JobState, Event
+
+# Written out independently of the module's table, from the design.
+LEGAL = {
+    (S.QUEUED, E.RESERVE): S.RUNNING,
+    (S.RETRYING, E.RESERVE): S.RUNNING,
+    (S.QUEUED, E.EXPIRE): S.EXPIRED,
+    (S.RETRYING, E.EXPIRE): S.EXPIRED,
+    (S.QUEUED, E.CANCEL): S.CANCELLED,
+    (S.RETRYING, E.CANCEL): S.CANCELLED,
+    (S.QUEUED, E.DEAD_LETTER): S.DEAD,
+    (S.RETRYING, E.DEAD_LETTER): S.DEAD,
+    (S.RUNNING, E.ACK): S.SUCCEEDED,
+    (S.RUNNING, E.FAIL_RETRY): S.RETRYING,
+    (S.RUNNING, E.FAIL_FINAL): S.FAILED,
+    (S.RUNNING, E.DEAD_LETTER): S.DEAD,
+    (S.RUNNING, E.DEFER): S.QUEUED,
+    (S.RUNNING, E.YIELD): S.QUEUED,
+    (S.RUNNING, E.RECLAIM): S.RETRYING,
+    (S.RUNNING, E.EXPIRE): S.EXPIRED,
+    (S.DEAD, E.REPLAY): S.QUEUED,
+    (S.FAILED, E.REPLAY): S.QUEUED,
+}
+ILLEGAL = [pair for pair in itertools.product(JobState, Event) if pair not in LEGAL]
+
+
+def test_values_are_the_names():
+    assert [s.value for s in JobState] == [
+        "QUEUED", "RUNNING", "RETRYING", "SUCCEEDED", "FAILED", "DEAD", "EXPIRED", "CANCELLED",
+    ]
+    assert [e.value for e in Event] == [
+        "RESERVE", "ACK", "FAIL_RETRY", "FAIL_FINAL", "DEAD_LETTER", "EXPIRE", "CANCEL",
+        "DEFER", "YIELD", "RECLAIM", "REPLAY",
+    ]
+    assert all(s == s.name and str(s) == s.name for s in JobState)
+    assert all(e == e.name and str(e) == e.name for e in Event)
+
+
+def test_groups():
+    assert JobState.READY == {S.QUEUED, S.RETRYING}
+    assert JobState.FINAL == {S.SUCCEEDED, S.FAILED, S.DEAD, S.EXPIRED, S.CANCELLED}
+    assert isinstance(JobState.READY, frozenset) and isinstance(JobState.FINAL, frozenset)
+    # The groups are not members.
+    assert len(JobState) == 8
+    # Every state is ready, running or final, exactly once.
+    assert JobState.READY | {S.RUNNING} | JobState.FINAL == set(JobState)
+    assert not JobState.READY & JobState.FINAL
+
+
+def test_table_is_the_design():
+    assert dict(TRANSITIONS) == LEGAL
+    with pytest.raises(TypeError):
+        TRANSITIONS[S.SUCCEEDED, E.REPLAY] = S.QUEUED  # type: ignore[index]
+
+
+@pytest.mark.parametrize("state, event", list(LEGAL))
+def test_legal(state, event):
+    assert transition(state, event) is LEGAL[state, event]
+    # Strings as stored in the database work as well.
+    assert transition(state.value, event.value) is LEGAL[state, event]
+
+
+@pytest.mark.parametrize("state, event", ILLEGAL)
+def test_illegal(state, event):
+    with pytest.raises(InvalidTransition) as info:
+        transition(state, event)
+    assert info.value.state is state
+    assert info.value.event is event
+    assert state.value in str(info.value) and event.value in str(info.value)
+
+
+def test_invalid_transition_is_a_taskmq_error():
+    assert issubclass(InvalidTransition, TaskMQError)
+
+
+@pytest.mark.parametrize("state, event", [("DONE", "ACK"), ("RUNNING", "FINISH"), (None, None)])
+def test_unknown_names(state, event):
+    with pytest.raises(InvalidTransition, match="unknown"):
+        transition(state, event)
+
+
+@given(st.sampled_from(sorted(JobState.FINAL)), st.sampled_from(list(Event)))
+def test_nothing_leaves_a_final_state_but_replay(state, event):
+    if event is E.REPLAY and state in (S.DEAD, S.FAILED):
+        assert transition(state, event) is S.QUEUED
+    else:
+        with pytest.raises(InvalidTransition):
+            transition(state, event)
+
+
+@given(st.lists(st.sampled_from(list(Event)), max_size=30))
+def test_random_walks(events):
+    """Follow any event sequence from QUEUED, skipping illegal moves; invariants hold."""
+    state = S.QUEUED
+    for event in events:
+        try:
+            new = transition(state, event)
+        except InvalidTransition:
+            continue
+        # Only a reservation starts a run; a run only ends by an event on RUNNING.
+        assert (new is S.RUNNING) == (event is E.RESERVE)
+        if event is E.RESERVE:
+            assert state in JobState.READY
+        if state in JobState.FINAL:
+            assert event is E.REPLAY and new is S.QUEUED
+        state = new
