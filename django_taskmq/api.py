@@ -98,7 +98,7 @@ def validate_options(options: dict[str, Any], settings: Settings | None = None) 
     if out.get("retry") is not None:
         retry = out["retry"]
         if isinstance(retry, dict):
-            retry = Retry(**retry)
+            retry = Retry.from_dict(retry)  # an unknown key is a ConfigError, not a TypeError
         if not isinstance(retry, Retry):
             raise ConfigError(f"retry must be a Retry, got {retry!r}")
         out["retry"] = retry
@@ -160,8 +160,9 @@ def async_task(func: Callable | str, *args: Any, queue: str | None = None, prior
                **kwargs: Any) -> str:
     """Enqueue ``func(*args, **kwargs)``; return the job id.
 
-    ``func`` is a callable, a ``@task`` or a dotted path. Options collide-free with the function's
-    own keyword arguments can go in ``q_options`` (which wins over the keyword form). Inside the
+    ``func`` is a callable, a ``@task`` or a dotted path. Options whose names collide with the
+    function's own keyword arguments go in ``q_options``: as in django-q2, a keyword argument named
+    like an option that ``q_options`` also holds is passed to the function. Inside the
     caller's ``transaction.atomic()`` the job exists only if that transaction commits. With
     ``key``, a second call within ``TASKMQ['idempotency_ttl']`` returns the first job's id and
     enqueues nothing. Bad options raise :class:`~django_taskmq.ConfigError` here, at the call.
@@ -171,11 +172,19 @@ def async_task(func: Callable | str, *args: Any, queue: str | None = None, prior
     given = dict(queue=queue, priority=priority, key=key, delay=delay, eta=eta, expires_at=expires_at,
                  timeout=timeout, max_deliveries=max_deliveries, ack_failure=ack_failure, retry=retry,
                  hook=hook, group=group, task_name=task_name, sync=sync)
-    options = {k: v for k, v in given.items() if v is not None}
-    if q_options:
-        if not isinstance(q_options, dict):
-            raise ConfigError(f"q_options must be a dict, got {q_options!r}")
-        options.update(q_options)
+    if q_options is None:
+        q_options = {}
+    if not isinstance(q_options, dict):
+        raise ConfigError(f"q_options must be a dict, got {q_options!r}")
+    options = {}
+    for name, value in given.items():
+        if name in q_options:
+            if value is not None:  # the function's own argument, not the option
+                kwargs[name] = value
+        elif value is not None:
+            options[name] = value
+    # None means "not given" (Task.apply_async names options this way to keep kwargs for the function).
+    options.update({k: v for k, v in q_options.items() if v is not None or k not in OPTIONS})
     settings = get_settings()
     job = build_job(func, args, kwargs, options, settings)
     if pre_enqueue.has_listeners():

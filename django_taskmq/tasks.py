@@ -59,9 +59,13 @@ class Task:
 
     def apply_async(self, args: tuple | list = (), kwargs: dict | None = None, **options: Any) -> str:
         """Enqueue a call with ``options`` over the task's defaults; return the job id."""
-        from .api import async_task
+        from .api import OPTIONS, async_task
 
-        return async_task(self.name, *args, q_options={**self.defaults(), **options}, **(kwargs or {}))
+        kwargs = kwargs or {}
+        # Every kwarg is the function's: naming same-named options in q_options (None = not given)
+        # keeps async_task from taking them as options.
+        shadowed = {name: None for name in kwargs if name in OPTIONS}
+        return async_task(self.name, *args, q_options={**shadowed, **self.defaults(), **options}, **kwargs)
 
     def __repr__(self) -> str:
         return f"<Task {self.name}>"

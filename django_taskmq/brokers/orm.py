@@ -131,18 +131,22 @@ class OrmBroker(Broker):
         return [job.id for job in jobs]
 
     # -- reserve ----------------------------------------------------------------------------
-    def reserve(self, queues: Sequence[str], limit: int, lease: float, owner: str) -> list[Reservation]:
+    def reserve(self, queues: Sequence[str], limit: int, lease: float, owner: str,
+                above: int | None = None) -> list[Reservation]:
+        """See :meth:`Broker.reserve`; ``above`` limits the claim to priorities greater than it."""
         if limit <= 0 or not queues:
             return []
         queues = sorted(set(queues))
         self._ensure_queues(queues)
-        now = time.time()
-        if now - self._last_reclaim >= self.reclaim_every:
+        if time.time() - self._last_reclaim >= self.reclaim_every:
             self.reclaim_expired()
-            self._last_reclaim = now
+            self._last_reclaim = time.time()
+        # Read the clock after the sweep: reclaimed messages are visible from the sweep's time on,
+        # and this claim must see them.
+        now = time.time()
         token = uuid.uuid4().hex
         with self.write_transaction() as cursor:
-            candidates = self._heads(cursor, queues, limit, now)
+            candidates = self._heads(cursor, queues, limit, now, above)
             served = self._served(cursor, queues)
             chosen, _ = pick.plan(candidates, served, self.settings.weights(), limit)
             expired = [c for c in chosen if c.expires_at is not None and c.expires_at <= now]
@@ -157,7 +161,7 @@ class OrmBroker(Broker):
                     for c in poison
                 ], None)
             reservations = self._claim(cursor, runnable, token, owner, now + lease)
-            self._count_served(cursor, reservations, candidates, served)
+            self._count_served(cursor, reservations, candidates, served, lift=above is None)
         return reservations
 
     def reserve_job(self, job_id: str, lease: float, owner: str) -> Reservation | None:
@@ -175,22 +179,43 @@ class OrmBroker(Broker):
             return None
         return Reservation(row[0], row[1], row[2], row[3], row[4], token, owner, row[5], row[6])
 
-    def _heads(self, cursor, queues: Sequence[str], limit: int, now: float) -> dict[str, list]:
+    def has_ready(self, queues: Sequence[str], above: int | None = None) -> bool:
+        """Return True when a ready message waits in ``queues`` (above a priority); a read only."""
+        floor = "AND priority > %s " if above is not None else ""
+        with self.connection.cursor() as cursor:
+            for queue in queues:
+                cursor.execute(
+                    f"SELECT 1 FROM {JOB} WHERE state IN {READY_SQL} AND queue = %s {floor}AND visible_at <= %s LIMIT 1",
+                    [queue, *([above] if above is not None else []), time.time()],
+                )
+                if cursor.fetchone():
+                    return True
+        return False
+
+    def _heads(self, cursor, queues: Sequence[str], limit: int, now: float, above: int | None = None) -> dict[str, list]:
         lock = " FOR UPDATE SKIP LOCKED" if self.is_postgresql else ""
+        floor = "AND priority > %s " if above is not None else ""
         heads: dict[str, list] = {}
         for queue in queues:
             cursor.execute(
                 f"SELECT id, queue, priority, deliveries, max_deliveries, expires_at FROM {JOB} "
-                f"WHERE state IN {READY_SQL} AND queue = %s AND visible_at <= %s "
+                f"WHERE state IN {READY_SQL} AND queue = %s {floor}AND visible_at <= %s "
                 f"ORDER BY priority DESC, id LIMIT %s{lock}",
-                [queue, now, limit],
+                [queue, *([above] if above is not None else []), now, limit],
             )
             heads[queue] = [_Head(*row) for row in cursor.fetchall()]
         return heads
 
     def _served(self, cursor, queues: Sequence[str]) -> dict[str, int]:
         cursor.execute(f"SELECT queue, served FROM {QSTATE} WHERE queue IN ({_marks(len(queues))})", list(queues))
-        return dict(cursor.fetchall())
+        served = dict(cursor.fetchall())
+        missing = [q for q in queues if q not in served]
+        if missing:
+            # _ensure_queues saw these rows once, but they are gone (created in a transaction that
+            # rolled back, or deleted): without them the served counters would silently stop counting.
+            QueueState.objects.using(self.alias).bulk_create([QueueState(queue=q) for q in missing],
+                                                             ignore_conflicts=True)
+        return served
 
     def _claim(self, cursor, chosen: list, token: str, owner: str, until: float) -> list[Reservation]:
         if not chosen:
@@ -199,9 +224,9 @@ class OrmBroker(Broker):
         for part in _chunks([c.id for c in chosen]):
             cursor.execute(
                 f"UPDATE {JOB} SET state = 'RUNNING', deliveries = deliveries + 1, lease_owner = %s, "
-                f"lease_token = %s, lease_until = %s WHERE id IN ({_marks(len(part))}) "
+                f"lease_token = %s, lease_until = %s, cluster = %s WHERE id IN ({_marks(len(part))}) "
                 f"RETURNING id, deliveries, yields, payload",
-                [owner, token, until, *part],
+                [owner, token, until, owner.split(":", 1)[0], *part],
             )
             rows.update((r[0], r) for r in cursor.fetchall())
         return [
@@ -210,18 +235,26 @@ class OrmBroker(Broker):
             for c in chosen if c.id in rows
         ]
 
-    def _count_served(self, cursor, reservations: list[Reservation], candidates: dict, served: dict) -> None:
+    def _count_served(self, cursor, reservations: list[Reservation], candidates: dict, served: dict,
+                      lift: bool = True) -> None:
         taken: dict[str, int] = {}
         for r in reservations:
             taken[r.queue] = taken.get(r.queue, 0) + 1
-        for queue, n in taken.items():
-            cursor.execute(f"UPDATE {QSTATE} SET served = served + %s WHERE queue = %s", [n, queue])
-        after = {q: served.get(q, 0) + taken.get(q, 0) for q in candidates}
-        busy = [q for q, items in candidates.items() if items]
-        idle = [q for q, items in candidates.items() if not items]
+        lifted: dict[str, int] = {}
+        if lift:  # a claim limited to high priorities says nothing about which queues are idle
+            after = {q: served.get(q, 0) + taken.get(q, 0) for q in candidates}
+            busy = [q for q, items in candidates.items() if items]
+            idle = [q for q, items in candidates.items() if not items]
+            lifted = pick.lift_idle(after, self.settings.weights(), busy, idle)
         greatest = "GREATEST" if self.is_postgresql else "MAX"
-        for queue, value in pick.lift_idle(after, self.settings.weights(), busy, idle).items():
-            cursor.execute(f"UPDATE {QSTATE} SET served = {greatest}(served, %s) WHERE queue = %s", [value, queue])
+        # Lock the counter rows in one global order (by queue name): concurrent claims that update
+        # the same queues in different orders deadlock on PostgreSQL.
+        for queue in sorted(set(taken) | set(lifted)):
+            if queue in taken:
+                cursor.execute(f"UPDATE {QSTATE} SET served = served + %s WHERE queue = %s", [taken[queue], queue])
+            else:
+                cursor.execute(f"UPDATE {QSTATE} SET served = {greatest}(served, %s) WHERE queue = %s",
+                               [lifted[queue], queue])
 
     def _mark_expired(self, cursor, ids: Sequence[str]) -> None:
         finished = self._db_now()

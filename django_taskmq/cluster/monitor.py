@@ -1,0 +1,59 @@
+"""The monitor process: record outcomes in batches, one transaction for many results."""
+
+from __future__ import annotations
+
+import logging
+import os
+import queue as queue_module
+import signal
+import time
+
+from ..conf import Settings
+
+logger = logging.getLogger(__name__)
+
+BATCH = 500
+PRUNE_EVERY = 5.0  # seconds
+
+
+def run(results, settings: Settings) -> None:
+    """Record outcomes from ``results`` until a ``None`` arrives; prune old successes on the side."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    from .. import recorder
+    from ..brokers import get_broker
+    from ..signals import post_spawn
+
+    broker = get_broker()
+    post_spawn.send(sender=run, proc_name="monitor")
+    last_prune = time.monotonic()
+    parent = os.getppid()
+    stopping = False
+    while not stopping:
+        if os.getppid() != parent:  # the sentinel was killed: its leases bring the work back
+            return
+        try:
+            first = results.get(timeout=1.0)
+        except queue_module.Empty:
+            first = ()
+        batch = [first] if first != () else []
+        while len(batch) < BATCH:
+            try:
+                batch.append(results.get_nowait())
+            except queue_module.Empty:
+                break
+        if None in batch:
+            stopping = True
+            batch = [o for o in batch if o is not None]
+        if batch:
+            try:
+                recorder.record(batch, broker, settings)
+            except Exception:
+                # The leases bring these messages back; the monitor must keep going.
+                logger.exception("could not record %d outcome(s)", len(batch))
+        if settings.save_limit > 0 and time.monotonic() - last_prune > PRUNE_EVERY:
+            last_prune = time.monotonic()
+            try:
+                broker.prune(settings.save_limit)
+            except Exception:
+                logger.exception("pruning old successes failed")

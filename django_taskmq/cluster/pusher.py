@@ -1,0 +1,76 @@
+"""The pusher process: reserve from the broker, verify and unpickle, hand tasks to the sentinel.
+
+It answers each :class:`~.messages.Want` from the sentinel with one :class:`~.messages.Batch`.
+A package that fails to verify or unpickle never reaches a worker: it is dead-lettered here.
+"""
+
+from __future__ import annotations
+
+import logging
+import signal
+from multiprocessing.connection import Connection
+
+from ..conf import Settings
+from ..exceptions import BadPackage
+from .messages import Batch, Stop, Want
+
+logger = logging.getLogger(__name__)
+
+
+def run(pipe: Connection, settings: Settings, queues: list[str], owner: str, burst: bool = False) -> None:
+    """Serve the sentinel's wants until it sends :class:`Stop` or the pipe closes."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    from ..brokers import get_broker
+    from ..signals import post_spawn
+    from .wakeup import Waker
+
+    broker = get_broker()
+    waker = Waker(broker.connection)
+    post_spawn.send(sender=run, proc_name="pusher")
+    found_last_time = True
+    while True:
+        try:
+            message = pipe.recv()
+        except (EOFError, OSError):
+            return
+        if isinstance(message, Stop):
+            return
+        assert isinstance(message, Want)
+        tasks = claim(broker, settings, queues, owner, message, check_first=not found_last_time)
+        if not tasks:
+            # In burst mode the sentinel decides soon whether all is done; a short nap is enough.
+            waker.wait(min(settings.poll, 0.05) if burst else settings.poll, pipe)
+            if not pipe.poll(0):
+                tasks = claim(broker, settings, queues, owner, message, check_first=True)
+        found_last_time = bool(tasks)
+        try:
+            pipe.send(Batch(tuple(tasks), drained=not tasks and message.count > 0))
+        except (BrokenPipeError, OSError):
+            return
+
+
+def claim(broker, settings: Settings, queues: list[str], owner: str, want: Want, check_first: bool) -> list:
+    """Reserve what ``want`` asks for and return the verified task messages."""
+    from .. import execution as ex
+
+    if want.count > 0:
+        if check_first and not broker.has_ready(queues):
+            return []
+        reservations = broker.reserve(queues, want.count, settings.lease, owner)
+    elif want.floor is not None and broker.has_ready(queues, above=want.floor):
+        # The buffer is full of lower-priority work: take the urgent ones; the sentinel yields.
+        reservations = broker.reserve(queues, settings.workers, settings.lease, owner, above=want.floor)
+    else:
+        return []
+    tasks = []
+    for reservation in reservations:
+        try:
+            tasks.append(ex.unpack(reservation, settings.name))
+        except BadPackage as exc:
+            logger.error("job %s: %s; dead-lettered, not executed", reservation.job_id, exc)
+            try:
+                broker.dead_letter_package(reservation, str(exc))
+            except Exception:
+                logger.exception("could not dead-letter job %s", reservation.job_id)
+    return tasks

@@ -1,0 +1,439 @@
+"""The sentinel: spawns the pusher, the workers and the monitor, and guards them.
+
+It owns the cluster's reserved-but-unstarted tasks (so it can reorder them and yield them back),
+feeds each idle worker through that worker's own pipe, enforces timeouts from the workers'
+shared timers, reincarnates dead processes, renews every lease the cluster holds with one
+statement, runs the scheduler and publishes the heartbeat. Signal handlers only set a flag.
+"""
+
+from __future__ import annotations
+
+import bisect
+import datetime
+import itertools
+import logging
+import multiprocessing
+import os
+import signal
+import socket
+import time
+import uuid
+from dataclasses import dataclass, field
+from multiprocessing.connection import Connection, wait
+
+from django.db import connections
+from django.utils import timezone
+
+from .. import execution as ex
+from ..conf import Settings
+from ..policy.lease import renew_interval
+from . import monitor, pusher, worker
+from .messages import Batch, Stop, Want
+
+logger = logging.getLogger(__name__)
+
+HEARTBEAT_EVERY = 2.0
+BURST_CHECK_EVERY = 0.2
+
+
+@dataclass
+class Slot:
+    """One worker process and the task it runs."""
+
+    index: int
+    process: multiprocessing.process.BaseProcess
+    pipe: Connection
+    task: ex.TaskMessage | None = None
+    done: int = 0
+    retiring: bool = False
+
+
+@dataclass(order=True)
+class Waiting:
+    """A reserved task waiting in the sentinel, ordered by priority then arrival."""
+
+    sort_key: tuple[int, int]
+    task: ex.TaskMessage = field(compare=False)
+
+
+class Sentinel:
+    """One cluster: ``Sentinel(settings).start()`` runs until stopped (or drained, with ``burst``)."""
+
+    def __init__(self, settings: Settings, queues: list[str] | None = None, burst: bool = False,
+                 workers: int | None = None) -> None:
+        from ..brokers import get_broker
+
+        self.settings = settings
+        self.queues = sorted(queues or settings.queues)
+        self.burst = burst
+        self.workers = workers or settings.workers
+        self.limit = max(settings.effective_queue_limit, self.workers)
+        self.host = socket.gethostname()
+        self.owner = f"{settings.name}:{self.host}:{os.getpid()}:{uuid.uuid4().hex[:8]}"[:64]
+        self.broker = get_broker()
+        self.ctx = multiprocessing.get_context("fork")
+        self.timers = self.ctx.RawArray("d", self.workers)
+        self.slots: list[Slot] = []
+        self.waiting: list[Waiting] = []
+        self.sequence = itertools.count()
+        self.want_pending = False
+        self.drained = False
+        self.signals = 0
+        self.state = "starting"
+        self.counts = {"succeeded": 0, "failed": 0, "timeouts": 0, "crashes": 0, "yields": 0, "reincarnations": 0}
+        self.started = time.time()
+        self._next = {"renew": 0.0, "heartbeat": 0.0, "scheduler": 0.0, "burst": 0.0}
+
+    # -- life cycle -------------------------------------------------------------------------
+    def start(self) -> int:
+        """Run the cluster; return the exit status (0 after a graceful stop)."""
+        signal.signal(signal.SIGTERM, self._on_signal)
+        signal.signal(signal.SIGINT, self._on_signal)
+        self._spawn_all()
+        self.state = "running"
+        logger.info("cluster %s started: %d workers, queues %s", self.owner, self.workers, ", ".join(self.queues))
+        try:
+            while not self.signals:
+                self.step()
+                if self.burst and self._burst_done():
+                    break
+            if self.signals < 2:
+                self.stop()
+        finally:
+            if self.signals >= 2:
+                self._kill_all()
+            self._publish(final=True)
+        return 0 if self.signals < 2 else 1
+
+    def _on_signal(self, signum, frame) -> None:
+        self.signals += 1
+
+    def _spawn_all(self) -> None:
+        connections.close_all()  # a forked child must not share the parent's database socket
+        self.results = self.ctx.Queue()
+        self.monitor = self._spawn(monitor.run, (self.results, self.settings), "taskmq-monitor")
+        self._spawn_pusher()
+        self.slots = [self._spawn_worker(i) for i in range(self.workers)]
+
+    def _spawn(self, target, args, name, own_parent_end: Connection | None = None):
+        # A forked child inherits every pipe end the sentinel holds; it closes the ones that are
+        # not its own, so a pipe reports EOF as soon as its real peer dies.
+        foreign = [self.pusher_pipe] if getattr(self, "pusher_pipe", None) else []
+        foreign += [slot.pipe for slot in self.slots]
+        if own_parent_end is not None:
+            foreign.append(own_parent_end)
+        process = self.ctx.Process(target=_child, args=(target, args, foreign), name=name, daemon=False)
+        process.start()
+        return process
+
+    def _spawn_pusher(self) -> None:
+        connections.close_all()
+        self.pusher_pipe, child = self.ctx.Pipe()
+        self.pusher = self._spawn(pusher.run, (child, self.settings, self.queues, self.owner, self.burst),
+                                  "taskmq-pusher")
+        child.close()
+        self.want_pending = False
+
+    def _spawn_worker(self, index: int) -> Slot:
+        connections.close_all()
+        self.timers[index] = 0.0
+        parent, child = self.ctx.Pipe()
+        process = self._spawn(worker.run, (index, child, self.timers, self.settings.max_rss),
+                              f"taskmq-worker-{index}", own_parent_end=parent)
+        child.close()
+        return Slot(index, process, parent)
+
+    # -- the guard loop -----------------------------------------------------------------------
+    def step(self) -> None:
+        """One turn of the guard loop: read pipes, guard, dispatch, ask for work, upkeep."""
+        handles = [self.pusher_pipe, *(s.pipe for s in self.slots if s.task is not None or s.retiring)]
+        handles += [s.process.sentinel for s in self.slots] + [self.pusher.sentinel, self.monitor.sentinel]
+        for handle in wait(handles, timeout=self.settings.guard_interval):
+            if handle is self.pusher_pipe:
+                self._from_pusher()
+            else:
+                slot = next((s for s in self.slots if s.pipe is handle), None)
+                if slot is not None:
+                    self._from_worker(slot)
+        self._guard()
+        self._dispatch()
+        self._ask_pusher()
+        self._upkeep()
+
+    def _from_pusher(self) -> None:
+        try:
+            batch = self.pusher_pipe.recv()
+        except (EOFError, OSError):
+            return  # the guard sees the dead pusher and replaces it
+        if not isinstance(batch, Batch):
+            return
+        self.want_pending = False
+        self.drained = batch.drained
+        for task in batch.tasks:
+            bisect.insort(self.waiting, Waiting((-task.reservation.priority, next(self.sequence)), task))
+        if len(self.waiting) > self.limit:
+            self._yield_overflow()
+
+    def _yield_overflow(self) -> None:
+        """Hand the lowest-priority unstarted tasks back so the urgent ones fit the limit."""
+        kept = []
+        while len(self.waiting) > self.limit:
+            item = self.waiting.pop()
+            try:
+                given_back = self.broker.yield_reservation(item.task.reservation)
+            except Exception:
+                logger.exception("yield of job %s failed", item.task.reservation.job_id)
+                given_back = False
+            if given_back:
+                self.counts["yields"] += 1
+            else:  # yielded max_yields times already: it keeps its place so nothing starves
+                kept.append(item)
+        for item in kept:
+            bisect.insort(self.waiting, item)
+
+    def _from_worker(self, slot: Slot) -> None:
+        try:
+            outcome = slot.pipe.recv()
+        except (EOFError, OSError):
+            self._replace_worker(slot, crashed=True)
+            return
+        slot.task = None
+        slot.done += 1
+        self.counts["succeeded" if outcome.status == ex.SUCCESS else "failed"] += 1
+        self.results.put(outcome)
+        if slot.done >= self.settings.recycle and not slot.retiring:
+            slot.retiring = True
+            self._send(slot, None)
+
+    def _guard(self) -> None:
+        now = time.monotonic()
+        for slot in list(self.slots):
+            if not slot.process.is_alive():
+                self._replace_worker(slot, crashed=slot.task is not None)
+                continue
+            started = self.timers[slot.index]
+            timeout = slot.task.envelope.options.get("timeout") if slot.task else None
+            if started and timeout and now - started > timeout:
+                logger.warning("job %s ran past its timeout of %ss: killing worker %s",
+                               slot.task.reservation.job_id, timeout, slot.process.pid)
+                self.counts["timeouts"] += 1
+                self._record_lost(slot.task, ex.TIMEOUT, f"TaskTimeout: ran past its timeout of {timeout}s")
+                slot.task = None
+                _kill(slot.process)
+                self._replace_worker(slot, crashed=False)
+        if not self.pusher.is_alive() and self.state == "running":
+            logger.error("pusher died (exit code %s): reincarnating", self.pusher.exitcode)
+            self.counts["reincarnations"] += 1
+            self._spawn_pusher()
+        if not self.monitor.is_alive() and self.state == "running":
+            # Outcomes still in the old queue are lost with it; their leases bring the jobs back.
+            logger.error("monitor died (exit code %s): reincarnating", self.monitor.exitcode)
+            self.counts["reincarnations"] += 1
+            connections.close_all()
+            self.results = self.ctx.Queue()
+            self.monitor = self._spawn(monitor.run, (self.results, self.settings), "taskmq-monitor")
+
+    def _replace_worker(self, slot: Slot, crashed: bool) -> None:
+        slot.process.join(timeout=1)
+        if crashed and slot.task is not None:
+            code = slot.process.exitcode
+            logger.error("worker %s died (exit code %s) running job %s", slot.process.pid, code,
+                         slot.task.reservation.job_id)
+            self.counts["crashes"] += 1
+            self._record_lost(slot.task, ex.CRASH, f"WorkerDied: the worker exited with code {code} while running it")
+        slot.pipe.close()
+        index = self.slots.index(slot)
+        if self.state == "running":
+            if not slot.retiring:
+                self.counts["reincarnations"] += 1
+            self.slots[index] = self._spawn_worker(slot.index)
+        else:
+            del self.slots[index]
+
+    def _record_lost(self, task: ex.TaskMessage, status: str, error: str) -> None:
+        now = time.time()
+        self.results.put(ex.Outcome(task.reservation, task.envelope, status, error=error, started_at=now, finished_at=now))
+
+    def _dispatch(self) -> None:
+        for slot in self.slots:
+            if not self.waiting:
+                return
+            if slot.task is None and not slot.retiring and slot.process.is_alive():
+                task = self.waiting.pop(0).task
+                if self._send(slot, task):
+                    slot.task = task
+                else:
+                    bisect.insort(self.waiting, Waiting((-task.reservation.priority, next(self.sequence)), task))
+
+    def _send(self, slot: Slot, message) -> bool:
+        try:
+            slot.pipe.send(message)
+            return True
+        except (BrokenPipeError, OSError):
+            return False
+
+    def _ask_pusher(self) -> None:
+        if self.want_pending or self.state != "running" or not self.pusher.is_alive():
+            return
+        room = self.limit - len(self.waiting)
+        busy = sum(1 for s in self.slots if s.task is not None)
+        starving = len(self.waiting) < self.workers - busy + 1
+        if room > 0 and (starving or room >= max(1, self.limit // 2)):
+            want = Want(room, None)
+        elif self.waiting:
+            want = Want(0, -self.waiting[-1].sort_key[0])
+        else:
+            return
+        try:
+            self.pusher_pipe.send(want)
+            self.want_pending = True
+        except (BrokenPipeError, OSError):
+            pass
+
+    # -- upkeep -------------------------------------------------------------------------------
+    def _due(self, what: str, every: float) -> bool:
+        now = time.monotonic()
+        if now < self._next[what]:
+            return False
+        self._next[what] = now + every
+        return True
+
+    def _upkeep(self) -> None:
+        from .. import scheduler
+
+        try:
+            if self._due("renew", renew_interval(self.settings.lease)):
+                self.broker.extend_owner(self.owner, self.settings.lease)
+            if self._due("scheduler", self.settings.scheduler_interval) and not self.burst:
+                scheduler.tick(self.settings)
+            if self._due("heartbeat", HEARTBEAT_EVERY):
+                self._publish()
+        except Exception:
+            # The database may be restarting: keep the processes alive, reconnect next time.
+            logger.exception("sentinel upkeep failed; retrying")
+            connections[self.broker.alias].close()
+
+    def _publish(self, final: bool = False) -> None:
+        from ..models import Cluster
+
+        try:
+            Cluster.objects.using(self.broker.alias).update_or_create(
+                id=self.owner,
+                defaults=dict(
+                    name=self.settings.name, host=self.host, pid=os.getpid(),
+                    state="stopped" if final else self.state, workers=len(self.slots), queues=self.queues,
+                    counts={**self.counts, "waiting": len(self.waiting),
+                            "running": sum(1 for s in self.slots if s.task is not None),
+                            "uptime": round(time.time() - self.started, 1)},
+                    started_at=datetime.datetime.fromtimestamp(self.started, tz=datetime.UTC),
+                    beat_at=timezone.now(),
+                ),
+            )
+        except Exception:
+            logger.exception("could not publish the heartbeat")
+
+    def _burst_done(self) -> bool:
+        if not self.drained or self.waiting or any(s.task for s in self.slots):
+            return False
+        if not self._due("burst", BURST_CHECK_EVERY):
+            return False
+        from ..models import Job, State
+
+        pending = Job.objects.using(self.broker.alias).filter(queue__in=self.queues).filter(
+            state__in=[State.QUEUED, State.RETRYING, State.RUNNING]
+        )
+        now = time.time()
+        # Jobs queued for later (eta/delay) do not keep a burst alive; retries do.
+        return not (pending.filter(state=State.RETRYING).exists() or pending.filter(state=State.RUNNING).exists()
+                    or pending.filter(state=State.QUEUED, visible_at__lte=now).exists())
+
+    # -- the stop procedure -------------------------------------------------------------------
+    def stop(self) -> None:
+        """Stop the pusher, give back unstarted work, let workers finish, let the monitor drain."""
+        self.state = "stopping"
+        logger.info("cluster %s stopping", self.owner)
+        self._publish()
+        # 1. The pusher reserves nothing more; a batch it sends meanwhile joins the waiting list.
+        try:
+            self.pusher_pipe.send(Stop())
+        except (BrokenPipeError, OSError):
+            pass
+        while self.pusher.is_alive() and self.signals < 2:
+            if self.pusher_pipe.poll(0.05):
+                self._from_pusher()
+        self.pusher.join(timeout=1)
+        # 2. Reservations that never started go back without counting a delivery.
+        if self.waiting:
+            returned = self.broker.defer_many([w.task.reservation for w in self.waiting])
+            logger.info("returned %d unstarted reservation(s) to the broker", returned)
+            self.waiting.clear()
+        # 3. Poison pills: idle workers get one now, busy ones after their task.
+        for slot in self.slots:
+            if slot.task is None and not slot.retiring:
+                slot.retiring = True
+                self._send(slot, None)
+        while self.slots and self.signals < 2:
+            handles = [s.pipe for s in self.slots] + [s.process.sentinel for s in self.slots]
+            for handle in wait(handles, timeout=self.settings.guard_interval):
+                slot = next((s for s in self.slots if s.pipe is handle), None)
+                if slot is not None:
+                    self._from_worker(slot)
+                    if not slot.retiring:
+                        slot.retiring = True
+                        self._send(slot, None)
+            self._guard()
+            self._renew_quietly()
+        # 4. The monitor records what is left, then exits.
+        self.results.put(None)
+        while self.monitor.is_alive() and self.signals < 2:
+            self.monitor.join(timeout=0.1)
+            self._renew_quietly()
+        self.state = "stopped"
+        logger.info("cluster %s stopped", self.owner)
+
+    def _renew_quietly(self) -> None:
+        try:
+            if self._due("renew", renew_interval(self.settings.lease)):
+                self.broker.extend_owner(self.owner, self.settings.lease)
+        except Exception:
+            logger.exception("lease renewal failed")
+
+    def _kill_all(self) -> None:
+        for process in [self.pusher, self.monitor, *(s.process for s in self.slots)]:
+            _kill(process)
+
+
+def _kill(process) -> None:
+    if process.is_alive():
+        try:
+            os.kill(process.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    process.join(timeout=1)
+
+
+def _child(target, args, foreign: list[Connection]) -> None:
+    """Entry point of every child process: die with the sentinel, drop foreign pipes, run ``target``."""
+    _die_with_parent()
+    for pipe in foreign:
+        try:
+            pipe.close()
+        except OSError:
+            pass
+    target(*args)
+
+
+def _die_with_parent() -> None:
+    """Ask Linux to SIGKILL this process when the sentinel dies (no orphans after a kill -9).
+
+    The leases of whatever the cluster held bring that work back. Elsewhere this is a no-op and
+    the pipes' EOF ends the children instead.
+    """
+    try:
+        import ctypes
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        pr_set_pdeathsig = 1
+        libc.prctl(pr_set_pdeathsig, signal.SIGKILL, 0, 0, 0)
+    except (OSError, AttributeError):
+        pass

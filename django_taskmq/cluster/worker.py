@@ -1,0 +1,53 @@
+"""A worker process: run one task at a time, fed by the sentinel through the worker's own pipe.
+
+Each worker has a private pipe, so a worker killed at any instant (SIGKILL included) can only
+break its own pipe, never a lock another process needs; the sentinel replaces it.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import pickle
+import resource
+import signal
+import time
+from dataclasses import replace
+from multiprocessing.connection import Connection
+
+from .. import execution as ex
+
+logger = logging.getLogger(__name__)
+
+
+def run(index: int, conn: Connection, timers, max_rss: int | None) -> None:
+    """Serve tasks from ``conn`` until a ``None`` (poison pill) arrives or the pipe closes.
+
+    ``timers[index]`` holds the monotonic start time of the running task (0 when idle): the
+    sentinel reads it to enforce timeouts.
+    """
+    # The sentinel decides when workers stop: ignore the terminal's Ctrl-C, which reaches the
+    # whole process group, so a running task can finish during a graceful stop.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    from ..signals import post_spawn
+
+    post_spawn.send(sender=run, proc_name=f"worker-{index}")
+    while True:
+        try:
+            message = conn.recv()
+        except (EOFError, OSError):
+            return
+        if message is None:
+            return
+        timers[index] = time.monotonic()
+        outcome = ex.execute(message)
+        timers[index] = 0.0
+        try:
+            conn.send(outcome)
+        except (pickle.PicklingError, TypeError, AttributeError) as exc:
+            conn.send(replace(outcome, status=ex.FAILURE, result=None,
+                              error=f"result cannot be pickled: {exc}", traceback=""))
+        if max_rss and resource.getrusage(resource.RUSAGE_SELF).ru_maxrss > max_rss:
+            logger.info("worker %s (pid %s) above max_rss, recycling", index, os.getpid())
+            return
