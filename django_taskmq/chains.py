@@ -18,7 +18,9 @@ class Chain:
         self.group = group
         self.options = options
         for link in chain or []:
-            func, args, kwargs = (list(link) + [(), {}])[:3] if isinstance(link, (tuple, list)) else (link, (), {})
+            if not isinstance(link, (tuple, list)):
+                link = (link,)
+            func, args, kwargs = (*link, (), {})[:3] if len(link) == 1 else (*link, {})[:3]
             self.append(func, *args, **kwargs)
 
     def append(self, func: Any, *args: Any, q_options: dict | None = None, **kwargs: Any) -> Chain:
