@@ -9,6 +9,7 @@ chosen rows in one statement; acks are one ``executemany`` per batch.
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
 import time
 import uuid
@@ -100,7 +101,7 @@ class OrmBroker(Broker):
     def enqueue(self, job: Job, key: str | None = None) -> str:
         """Insert one job; with ``key``, return the id of the job that key made within the TTL."""
         if key is None:
-            job.save(force_insert=True, using=self.alias)
+            self._insert([job])
             return job.id
         now = time.time()
         with transaction.atomic(using=self.alias):
@@ -122,13 +123,29 @@ class OrmBroker(Broker):
                 ).update(job_id=job.id, expires_at=now + self.settings.idempotency_ttl)
                 if not taken:  # another caller renewed it first: theirs wins
                     return IdempotencyKey.objects.using(self.alias).get(key=key).job_id
-            job.save(force_insert=True, using=self.alias)
+            self._insert([job])
         return job.id
 
     def enqueue_many(self, jobs: Sequence[Job]) -> list[str]:
         """Insert many jobs with few statements (no idempotency keys)."""
-        Job.objects.using(self.alias).bulk_create(jobs, batch_size=CHUNK)
+        with transaction.atomic(using=self.alias):
+            for part in _chunks(jobs, 100):
+                self._insert(part)
         return [job.id for job in jobs]
+
+    def _insert(self, jobs: Sequence[Job]) -> None:
+        """INSERT rows for unsaved jobs in one statement.
+
+        The same values ``Model.save()`` would write, without its per-call query compilation,
+        which costs more than the insert itself on the enqueue hot path.
+        """
+        conn = self.connection
+        fields = _insert_fields()
+        columns = ", ".join(conn.ops.quote_name(f.column) for f in fields)
+        row = f"({_marks(len(fields))})"
+        params = [f.get_db_prep_save(getattr(job, f.attname), conn) for job in jobs for f in fields]
+        with conn.cursor() as cursor:
+            cursor.execute(f"INSERT INTO {JOB} ({columns}) VALUES {', '.join([row] * len(jobs))}", params)
 
     # -- reserve ----------------------------------------------------------------------------
     def reserve(self, queues: Sequence[str], limit: int, lease: float, owner: str,
@@ -487,9 +504,13 @@ class OrmBroker(Broker):
                 )
         return len(letters)
 
-    def purge_dead(self, queue: str | None = None) -> int:
+    def purge_dead(self, queue: str | None = None, ids: Sequence[int] | None = None) -> int:
+        """See :meth:`Broker.purge_dead`; ``ids`` limits the purge to these dead letters."""
         with transaction.atomic(using=self.alias):
-            letters = list(self.dead_letters(queue).values_list("pk", "job_id"))
+            letters = self.dead_letters(queue)
+            if ids is not None:
+                letters = letters.filter(pk__in=ids)
+            letters = list(letters.values_list("pk", "job_id"))
             for part in _chunks(letters):
                 Job.objects.using(self.alias).filter(pk__in=[j for _, j in part], state=State.DEAD).delete()
                 DeadLetter.objects.using(self.alias).filter(pk__in=[pk for pk, _ in part]).delete()
@@ -538,6 +559,11 @@ class OrmBroker(Broker):
                 dict(queue=q, priority=p, ready=int(r), delayed=int(d), reserved=int(s), dead=int(x))
                 for q, p, r, d, s, x in cursor.fetchall()
             ]
+
+
+@functools.cache
+def _insert_fields() -> list:
+    return [f for f in Job._meta.concrete_fields]
 
 
 class _Head:

@@ -1,0 +1,36 @@
+from django.core.management.base import BaseCommand, CommandError
+
+from django_taskmq.brokers import get_broker
+from django_taskmq.exceptions import ConfigError
+
+
+class Command(BaseCommand):
+    help = "The dead-letter queue: list, replay (one or all) or purge, optionally for one queue."
+
+    def add_arguments(self, parser):
+        parser.add_argument("action", choices=["list", "replay", "purge"])
+        parser.add_argument("ids", nargs="*", type=int, help="dead letter ids to replay")
+        parser.add_argument("-Q", "--queue", help="only this queue")
+        parser.add_argument("--all", action="store_true", help="replay every pending dead letter")
+        parser.add_argument("--to-queue", help="replay into this queue")
+        parser.add_argument("--priority", type=int, help="replay with this priority")
+
+    def handle(self, *args, action, ids, queue, all, to_queue, priority, **options):
+        broker = get_broker()
+        try:
+            if action == "list":
+                for letter in broker.dead_letters(queue):
+                    self.stdout.write(f"{letter.pk:>6} {letter.queue:<12} {letter.job_id} {letter.job.task_name} "
+                                      f"deliveries={letter.deliveries} {letter.failed_at:%Y-%m-%d %H:%M:%S} {letter.reason}")
+            elif action == "replay":
+                if all:
+                    self.stdout.write(f"replayed {broker.replay_all(queue)}")
+                elif ids:
+                    for pk in ids:
+                        self.stdout.write(f"replayed {broker.replay_dead(pk, queue=to_queue, priority=priority)}")
+                else:
+                    raise CommandError("give dead letter ids or --all")
+            else:
+                self.stdout.write(f"purged {broker.purge_dead(queue)}")
+        except ConfigError as exc:
+            raise CommandError(str(exc)) from exc
