@@ -9,7 +9,7 @@ from typing import Any
 from .exceptions import ConfigError
 
 
-@dataclass(frozen=True, kw_only=True, slots=True)
+@dataclass(frozen=True, kw_only=True)
 class Envelope:
     """A task call as it travels: dotted path, arguments and the options that shape its run.
 

@@ -10,8 +10,7 @@ import functools
 import importlib
 import time
 import traceback as tb
-from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 from .brokers.base import Reservation
 from .envelope import Envelope
@@ -34,16 +33,14 @@ def current_job() -> str | None:
     return current_job_id.get()
 
 
-@dataclass(frozen=True, slots=True)
-class TaskMessage:
+class TaskMessage(NamedTuple):
     """A verified task ready for a worker."""
 
     reservation: Reservation
     envelope: Envelope
 
 
-@dataclass(frozen=True, slots=True)
-class Outcome:
+class Outcome(NamedTuple):
     """What happened to one delivery; the monitor records it."""
 
     reservation: Reservation
@@ -51,7 +48,7 @@ class Outcome:
     status: str
     result: Any = None
     error: str = ""
-    traceback: str = field(default="", repr=False)
+    traceback: str = ""
     started_at: float = 0.0
     finished_at: float = 0.0
     delay: float | None = None
@@ -61,9 +58,7 @@ def unpack(reservation: Reservation, salt: str) -> TaskMessage:
     """Verify and unpickle a reserved package; raise BadPackage with the reason."""
     envelope = verify(reservation.payload, salt)
     # The payload is not needed any more: keep what travels between processes small.
-    bare = Reservation(reservation.job_id, reservation.queue, reservation.priority, reservation.deliveries,
-                       reservation.yields, reservation.token, reservation.owner, reservation.max_deliveries)
-    return TaskMessage(bare, envelope)
+    return TaskMessage(reservation._replace(payload=""), envelope)
 
 
 @functools.lru_cache(maxsize=1024)

@@ -1,14 +1,13 @@
-"""What the cluster's processes say to each other (frozen values, never bare tuples)."""
+"""What the cluster's processes say to each other: named tuples (immutable, fast to pickle)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from typing import NamedTuple
 
 from ..execution import TaskMessage
 
 
-@dataclass(frozen=True, slots=True)
-class Want:
+class Want(NamedTuple):
     """Sentinel -> pusher: room for ``count`` more tasks; ``floor`` is the lowest waiting priority.
 
     With ``count == 0`` the pusher only looks for work above ``floor`` (to make the cluster yield).
@@ -18,14 +17,12 @@ class Want:
     floor: int | None
 
 
-@dataclass(frozen=True, slots=True)
-class Batch:
+class Batch(NamedTuple):
     """Pusher -> sentinel: verified tasks in pick order; ``drained`` when nothing was ready."""
 
-    tasks: tuple[TaskMessage, ...] = field(default_factory=tuple)
+    tasks: tuple[TaskMessage, ...] = ()
     drained: bool = False
 
 
-@dataclass(frozen=True, slots=True)
-class Stop:
+class Stop(NamedTuple):
     """Sentinel -> pusher: reserve nothing more and exit."""

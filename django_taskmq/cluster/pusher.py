@@ -16,6 +16,8 @@ from .messages import Batch, Stop, Want
 
 logger = logging.getLogger(__name__)
 
+URGENT_CHECK = 0.02  # seconds between looks for work above the buffer's lowest priority
+
 
 def run(pipe: Connection, settings: Settings, queues: list[str], owner: str, burst: bool = False) -> None:
     """Serve the sentinel's wants until it sends :class:`Stop` or the pipe closes."""
@@ -38,7 +40,11 @@ def run(pipe: Connection, settings: Settings, queues: list[str], owner: str, bur
             return
         assert isinstance(message, Want)
         tasks = claim(broker, settings, queues, owner, message, check_first=not found_last_time)
-        if not tasks:
+        if not tasks and message.count == 0:
+            # Only looking for urgent work while the sentinel's buffer is full: a short fixed nap,
+            # not the wake-up channel, which fires on every commit while the cluster is busy.
+            pipe.poll(URGENT_CHECK)
+        elif not tasks:
             # In burst mode the sentinel decides soon whether all is done; a short nap is enough.
             waker.wait(min(settings.poll, 0.05) if burst else settings.poll, pipe)
             if not pipe.poll(0):

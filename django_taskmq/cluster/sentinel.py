@@ -82,7 +82,7 @@ class Sentinel:
         self.state = "starting"
         self.counts = {"succeeded": 0, "failed": 0, "timeouts": 0, "crashes": 0, "yields": 0, "reincarnations": 0}
         self.started = time.time()
-        self._next = {"renew": 0.0, "heartbeat": 0.0, "scheduler": 0.0, "burst": 0.0}
+        self._next = {"guard": 0.0, "renew": 0.0, "heartbeat": 0.0, "scheduler": 0.0, "burst": 0.0}
 
     # -- life cycle -------------------------------------------------------------------------
     def start(self) -> int:
@@ -155,7 +155,8 @@ class Sentinel:
                 slot = next((s for s in self.slots if s.pipe is handle), None)
                 if slot is not None:
                     self._from_worker(slot)
-        self._guard()
+        if self._due("guard", self.settings.guard_interval):
+            self._guard()
         self._dispatch()
         self._ask_pusher()
         self._upkeep()
@@ -278,7 +279,7 @@ class Sentinel:
         room = self.limit - len(self.waiting)
         busy = sum(1 for s in self.slots if s.task is not None)
         starving = len(self.waiting) < self.workers - busy + 1
-        if room > 0 and (starving or room >= max(1, self.limit // 2)):
+        if room > 0 and (starving or room >= max(1, self.limit // 4)):
             want = Want(room, None)
         elif self.waiting:
             want = Want(0, -self.waiting[-1].sort_key[0])
