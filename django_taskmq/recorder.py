@@ -65,16 +65,26 @@ def record(outcomes: Sequence[ex.Outcome], broker, settings: Settings) -> list[t
                 continue
             if state:
                 finals.append((o, state))
+    # Everything below runs after the outcomes are committed; its failures are logged, never
+    # raised, so a caller retrying a failed batch cannot queue a chain link twice.
     for o, state in finals:
-        if state == "SUCCEEDED" and o.envelope and o.envelope.options.get("chain"):
-            _next_link(o)
-        if state == "DEAD" and job_dead.has_listeners():
-            job_dead.send(sender=record, job_id=o.reservation.job_id, queue=o.reservation.queue, reason=o.error)
+        try:
+            if state == "SUCCEEDED" and o.envelope and o.envelope.options.get("chain"):
+                _next_link(o)
+            if state == "DEAD" and job_dead.has_listeners():
+                job_dead.send_robust(sender=record, job_id=o.reservation.job_id, queue=o.reservation.queue,
+                                     reason=o.error)
+        except Exception:
+            logger.exception("after-run step of job %s failed", o.reservation.job_id)
     if post_execute.has_listeners():
         for o in outcomes:
-            post_execute.send(sender=record, job_id=o.reservation.job_id, func=o.envelope.func if o.envelope else None,
-                              status=o.status, result=o.result, error=o.error)
-    _run_hooks(finals, broker)
+            post_execute.send_robust(sender=record, job_id=o.reservation.job_id,
+                                     func=o.envelope.func if o.envelope else None, status=o.status,
+                                     result=o.result, error=o.error)
+    try:
+        _run_hooks(finals, broker)
+    except Exception:
+        logger.exception("running hooks failed")
     return finals
 
 

@@ -441,14 +441,23 @@ class OrmBroker(Broker):
         if not self._fenced(reservation, "lease_until = %s", [time.time() + seconds]):
             raise LeaseLost(f"job {reservation.job_id}: no longer leased")
 
-    def extend_owner(self, owner: str, seconds: float) -> int:
-        """Renew every lease ``owner`` holds in one statement; return how many."""
+    def extend_leases(self, owner: str, job_ids: Sequence[str], seconds: float) -> int:
+        """Renew the leases ``owner`` holds on ``job_ids`` (one statement per 500); return how many.
+
+        Only jobs the caller knows it still holds are renewed: a reservation lost with a crashed
+        process must run out and come back, not be kept alive by the survivors.
+        """
+        until = time.time() + seconds
+        renewed = 0
         with self.connection.cursor() as cursor:
-            cursor.execute(
-                f"UPDATE {JOB} SET lease_until = %s WHERE lease_owner = %s AND state = 'RUNNING'",
-                [time.time() + seconds, owner],
-            )
-            return cursor.rowcount
+            for part in _chunks(list(job_ids)):
+                cursor.execute(
+                    f"UPDATE {JOB} SET lease_until = %s WHERE lease_owner = %s AND state = 'RUNNING' "
+                    f"AND id IN ({_marks(len(part))})",
+                    [until, owner, *part],
+                )
+                renewed += cursor.rowcount
+        return renewed
 
     def dead_letter(self, reservation: Reservation, reason: str, error: str = "", traceback: str = "") -> bool:
         with self.write_transaction() as cursor:

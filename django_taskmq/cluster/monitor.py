@@ -20,7 +20,6 @@ def run(results, settings: Settings) -> None:
     """Record outcomes from ``results`` until a ``None`` arrives; prune old successes on the side."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
-    from .. import recorder
     from ..brokers import get_broker
     from ..signals import post_spawn
 
@@ -46,14 +45,33 @@ def run(results, settings: Settings) -> None:
             stopping = True
             batch = [o for o in batch if o is not None]
         if batch:
-            try:
-                recorder.record(batch, broker, settings)
-            except Exception:
-                # The leases bring these messages back; the monitor must keep going.
-                logger.exception("could not record %d outcome(s)", len(batch))
+            _record(batch, broker, settings)
         if settings.save_limit > 0 and time.monotonic() - last_prune > PRUNE_EVERY:
             last_prune = time.monotonic()
             try:
                 broker.prune(settings.save_limit)
             except Exception:
                 logger.exception("pruning old successes failed")
+
+
+def _record(batch: list, broker, settings: Settings) -> None:
+    """Record a batch, retrying while the database is away (a restart); then give up on it.
+
+    Giving up loses nothing: the leases of these jobs run out and the jobs are delivered again.
+    """
+    from django.db import connections
+
+    from .. import recorder
+
+    deadline = time.monotonic() + settings.lease / 2
+    while True:
+        try:
+            recorder.record(batch, broker, settings)
+            return
+        except Exception:
+            connections[broker.alias].close()
+            if time.monotonic() > deadline:
+                logger.exception("could not record %d outcome(s); their leases will bring them back", len(batch))
+                return
+            logger.warning("recording %d outcome(s) failed; retrying", len(batch), exc_info=True)
+            time.sleep(0.5)

@@ -2,8 +2,8 @@
 
 It owns the cluster's reserved-but-unstarted tasks (so it can reorder them and yield them back),
 feeds each idle worker through that worker's own pipe, enforces timeouts from the workers'
-shared timers, reincarnates dead processes, renews every lease the cluster holds with one
-statement, runs the scheduler and publishes the heartbeat. Signal handlers only set a flag.
+shared timers, reincarnates dead processes, renews the leases of the tasks it holds (waiting or
+running) with one statement, runs the scheduler and publishes the heartbeat. Signal handlers only set a flag.
 """
 
 from __future__ import annotations
@@ -304,7 +304,7 @@ class Sentinel:
 
         try:
             if self._due("renew", renew_interval(self.settings.lease)):
-                self.broker.extend_owner(self.owner, self.settings.lease)
+                self._renew()
             if self._due("scheduler", self.settings.scheduler_interval) and not self.burst:
                 scheduler.tick(self.settings)
             if self._due("heartbeat", HEARTBEAT_EVERY):
@@ -392,12 +392,20 @@ class Sentinel:
         self.state = "stopped"
         logger.info("cluster %s stopped", self.owner)
 
+    def _renew(self) -> None:
+        """Renew the leases of what the cluster holds: waiting and running tasks, one statement."""
+        held = [w.task.reservation.job_id for w in self.waiting]
+        held += [s.task.reservation.job_id for s in self.slots if s.task is not None]
+        if held:
+            self.broker.extend_leases(self.owner, held, self.settings.lease)
+
     def _renew_quietly(self) -> None:
         try:
             if self._due("renew", renew_interval(self.settings.lease)):
-                self.broker.extend_owner(self.owner, self.settings.lease)
+                self._renew()
         except Exception:
             logger.exception("lease renewal failed")
+            connections[self.broker.alias].close()
 
     def _kill_all(self) -> None:
         for process in [self.pusher, self.monitor, *(s.process for s in self.slots)]:
