@@ -39,8 +39,11 @@ def run(pipe: Connection, settings: Settings, queues: list[str], owner: str, bur
         if isinstance(message, Stop):
             return
         assert isinstance(message, Want)
-        tasks = claim(broker, settings, queues, owner, message, check_first=not found_last_time)
-        if not tasks and message.count == 0:
+        tasks = _claim_safely(broker, settings, queues, owner, message, check_first=not found_last_time)
+        if tasks is None:
+            pipe.poll(1.0)  # the database is away: do not hammer it
+            tasks = []
+        elif not tasks and message.count == 0:
             # Only looking for urgent work while the sentinel's buffer is full: a short fixed nap,
             # not the wake-up channel, which fires on every commit while the cluster is busy.
             pipe.poll(URGENT_CHECK)
@@ -48,12 +51,26 @@ def run(pipe: Connection, settings: Settings, queues: list[str], owner: str, bur
             # In burst mode the sentinel decides soon whether all is done; a short nap is enough.
             waker.wait(min(settings.poll, 0.05) if burst else settings.poll, pipe)
             if not pipe.poll(0):
-                tasks = claim(broker, settings, queues, owner, message, check_first=True)
+                tasks = _claim_safely(broker, settings, queues, owner, message, check_first=True) or []
         found_last_time = bool(tasks)
         try:
             pipe.send(Batch(tuple(tasks), drained=not tasks and message.count > 0))
         except (BrokenPipeError, OSError):
             return
+
+
+def _claim_safely(broker, settings: Settings, queues: list[str], owner: str, want: Want,
+                  check_first: bool) -> list | None:
+    """Return :func:`claim`'s tasks, or None when the database failed (a restart, a lost connection).
+
+    Whatever a failed claim reserved was never handed over, so its lease runs out and it returns.
+    """
+    try:
+        return claim(broker, settings, queues, owner, want, check_first)
+    except Exception:
+        logger.warning("reserve failed; retrying", exc_info=True)
+        broker.connection.close()
+        return None
 
 
 def claim(broker, settings: Settings, queues: list[str], owner: str, want: Want, check_first: bool) -> list:
