@@ -235,7 +235,7 @@ def run_sync(job_id: str) -> None:
     except BadPackage as exc:
         broker.dead_letter_package(reservation, str(exc))
         return
-    recorder.record([execution.execute(message)], broker, settings)
+    recorder.record([execution.checked(execution.execute(message))], broker, settings)
 
 
 def fetch(job_id: str, wait: float = 0) -> Job | None:

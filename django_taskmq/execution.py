@@ -8,6 +8,7 @@ from __future__ import annotations
 import contextvars
 import functools
 import importlib
+import pickle
 import time
 import traceback as tb
 from typing import Any, NamedTuple
@@ -105,7 +106,7 @@ def execute(message: TaskMessage) -> Outcome:
         return Outcome(message.reservation, envelope, DEFER, started_at=started, finished_at=time.time(), delay=exc.delay)
     except Reject as exc:
         return _outcome(message, REJECT, started, exc)
-    except Exception as exc:
+    except (Exception, SystemExit, KeyboardInterrupt) as exc:  # sys.exit() in a task is its failure
         return _outcome(message, FAILURE, started, exc)
     finally:
         current_job_id.reset(token)
@@ -118,3 +119,18 @@ def _outcome(message: TaskMessage, status: str, started: float, exc: BaseExcepti
         error=f"{type(exc).__name__}: {exc}", traceback=tb.format_exc(),
         started_at=started, finished_at=time.time(), delay=delay,
     )
+
+
+def unpicklable(outcome: Outcome, exc: BaseException) -> Outcome:
+    """Return ``outcome`` turned into a failure because its result cannot be pickled."""
+    return outcome._replace(status=FAILURE, result=None, error=f"result cannot be pickled: {exc}", traceback="")
+
+
+def checked(outcome: Outcome) -> Outcome:
+    """Return ``outcome``, or a failure when its result cannot be stored (pickled)."""
+    if outcome.status == SUCCESS and outcome.result is not None:
+        try:
+            pickle.dumps(outcome.result)
+        except Exception as exc:
+            return unpicklable(outcome, exc)
+    return outcome

@@ -182,14 +182,23 @@ class OrmBroker(Broker):
         return reservations
 
     def reserve_job(self, job_id: str, lease: float, owner: str) -> Reservation | None:
-        """Reserve one given job if it is ready (used by sync mode)."""
+        """Reserve one given job if it is ready (used by sync mode); an expired one becomes EXPIRED."""
         token = uuid.uuid4().hex
+        now = time.time()
         with self.write_transaction() as cursor:
+            cursor.execute(
+                f"SELECT expires_at FROM {JOB} WHERE id = %s AND state IN {READY_SQL} AND expires_at <= %s",
+                [job_id, now],
+            )
+            if cursor.fetchone():
+                self._mark_expired(cursor, [job_id])
+                return None
             cursor.execute(
                 f"UPDATE {JOB} SET state = 'RUNNING', deliveries = deliveries + 1, lease_owner = %s, "
                 f"lease_token = %s, lease_until = %s WHERE id = %s AND state IN {READY_SQL} "
+                f"AND deliveries < max_deliveries "
                 f"RETURNING id, queue, priority, deliveries, yields, max_deliveries, payload",
-                [owner, token, time.time() + lease, job_id],
+                [owner, token, now + lease, job_id],
             )
             row = cursor.fetchone()
         if row is None:
@@ -483,7 +492,11 @@ class OrmBroker(Broker):
         if priority is not None:
             validate_priority(priority, ConfigError)
         with transaction.atomic(using=self.alias):
-            letter = DeadLetter.objects.using(self.alias).select_for_update().get(pk=dead_letter_id)
+            letter = DeadLetter.objects.using(self.alias).select_for_update().filter(pk=dead_letter_id).first()
+            if letter is None:
+                raise ConfigError(f"there is no dead letter {dead_letter_id}")
+            if letter.replayed_at is not None:
+                raise ConfigError(f"dead letter {dead_letter_id} was already replayed at {letter.replayed_at}")
             self._requeue_dead([letter.job_id], queue, priority)
             DeadLetter.objects.using(self.alias).filter(pk=letter.pk).update(
                 replayed_at=timezone.now(), replay_count=letter.replay_count + 1

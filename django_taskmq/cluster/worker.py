@@ -45,8 +45,7 @@ def run(index: int, conn: Connection, timers, max_rss: int | None) -> None:
         try:
             conn.send(outcome)
         except (pickle.PicklingError, TypeError, AttributeError) as exc:
-            conn.send(outcome._replace(status=ex.FAILURE, result=None,
-                                       error=f"result cannot be pickled: {exc}", traceback=""))
+            conn.send(ex.unpicklable(outcome, exc))
         if max_rss and resource.getrusage(resource.RUSAGE_SELF).ru_maxrss > max_rss:
             logger.info("worker %s (pid %s) above max_rss, recycling", index, os.getpid())
             return

@@ -1,0 +1,85 @@
+"""Settings: one ``TASKMQ`` dict validated by a system check and by ``conf.from_mapping``; a
+wrong value is an error whose message names the setting.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from django_taskmq import ConfigError
+from django_taskmq.checks import check_settings
+from django_taskmq.conf import Settings, from_mapping, get_settings
+
+BASE = {"queues": {"default": {"weight": 1}, "mail": {"weight": 2}}}
+
+BAD = {
+    "workers 0": ({"workers": 0}, "workers"),
+    "workers float": ({"workers": 2.5}, "workers"),
+    "workers bool": ({"workers": True}, "workers"),
+    "queue weight 0": ({"queues": {"default": {"weight": 0}}}, "weight"),
+    "queue weight float": ({"queues": {"default": {"weight": 1.5}}}, "weight"),
+    "queue entry with an unknown key": ({"queues": {"default": {"weight": 1, "speed": 3}}}, "queues"),
+    "no queues": ({"queues": {}}, "queues"),
+    "unknown key": ({"wokers": 4}, "wokers"),
+    "lease 0": ({"lease": 0}, "lease"),
+    "negative timeout": ({"timeout": -1}, "timeout"),
+    "max_deliveries string": ({"max_deliveries": "5"}, "max_deliveries"),
+    "ack_failures not bool": ({"ack_failures": "yes"}, "ack_failures"),
+    "retry with an unknown key": ({"retry": {"tries": 3}}, "retry"),
+    "retry of a wrong type": ({"retry": 3}, "retry"),
+    "idempotency_ttl 0": ({"idempotency_ttl": 0}, "idempotency_ttl"),
+    "default_queue not a queue": ({"default_queue": "mail2"}, "default_queue"),
+    "empty name": ({"name": ""}, "name"),
+    "compress not bool": ({"compress": 1}, "compress"),
+    "poll 0": ({"poll": 0}, "poll"),
+}
+
+
+@pytest.mark.parametrize("change,named", BAD.values(), ids=BAD.keys())
+def test_from_mapping_raises_config_error_naming_the_key(change, named):
+    """conf.from_mapping refuses a wrong value with a ConfigError that names the setting."""
+    with pytest.raises(ConfigError, match=named):
+        from_mapping({**BASE, **change})
+
+
+@pytest.mark.parametrize("change,named", BAD.values(), ids=BAD.keys())
+def test_system_check_reports_the_wrong_setting(settings, change, named):
+    """check_settings returns one Error (taskmq.E001) whose message names the setting."""
+    settings.TASKMQ = {**BASE, **change}
+    errors = check_settings()
+    assert len(errors) == 1
+    assert errors[0].id == "taskmq.E001"
+    assert errors[0].is_serious()
+    assert named in errors[0].msg
+
+
+def test_system_check_passes_valid_settings(settings):
+    """A valid TASKMQ gives no check message."""
+    settings.TASKMQ = {**BASE, "workers": 3, "lease": 10, "retry": {"max_attempts": 3}}
+    assert check_settings() == []
+
+
+def test_system_check_reports_an_unknown_database_alias(settings):
+    """TASKMQ['database'] must name a configured database (taskmq.E002)."""
+    settings.TASKMQ = {**BASE, "database": "elsewhere"}
+    (error,) = check_settings()
+    assert error.id == "taskmq.E002" and "database" in error.msg
+
+
+def test_defaults_follow_the_documented_values():
+    """Without TASKMQ the documented defaults apply."""
+    conf = from_mapping(None)
+    assert (conf.name, conf.lease, conf.max_deliveries, conf.ack_failures, conf.max_yields,
+            conf.idempotency_ttl, conf.default_queue, conf.compress, conf.database, conf.sync) == (
+        "default", 60, 5, False, 100, 86400, "default", False, "default", False)
+    assert conf.weights() == {"default": 1}
+    assert conf.workers >= 1
+
+
+def test_overriding_taskmq_resets_the_cached_settings(settings):
+    """get_settings() reflects a changed TASKMQ at once (setting_changed resets the cache)."""
+    settings.TASKMQ = {**BASE, "max_yields": 7}
+    first = get_settings()
+    settings.TASKMQ = {**BASE, "max_yields": 9}
+    assert (first.max_yields, get_settings().max_yields) == (7, 9)
+    assert isinstance(get_settings(), Settings)

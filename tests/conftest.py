@@ -1,0 +1,188 @@
+"""Shared fixtures and helpers of the test suites.
+
+Fixtures
+--------
+``broker``           the configured broker on a clean database (``db``; mark a test
+                     ``pytest.mark.django_db(transaction=True)`` when other processes must see its rows)
+``taskmq_settings``  ``taskmq_settings(max_yields=2, ...)`` overrides ``TASKMQ`` keys for one test
+``enqueue``          ``enqueue(n, func="tests.tasks.noop", **options) -> [job ids]`` (one ``async_task`` each)
+``run_log``          a fresh path for ``tests.tasks.record_run``, also set as ``TASKMQ_RUN_LOG`` here
+
+Helpers other suites import (``from tests.conftest import db_env, start_script``)
+---------------------------------------------------------------------------
+``db_env()``         environment for a subprocess that must use this test run's database
+``start_script()``   start ``python -c <code>`` with ``db_env()`` (the code runs after ``django.setup()``)
+
+PostgreSQL: the database tests skip only when nothing listens at the configured host and port
+and ``CI`` is not ``"true"``; in CI a missing server fails the run.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import textwrap
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+# -- database selection --------------------------------------------------------------------------
+
+def _default_db() -> dict[str, Any]:
+    from django.conf import settings
+
+    return settings.DATABASES["default"]
+
+
+def _is_postgresql() -> bool:
+    try:
+        return _default_db()["ENGINE"].endswith("postgresql")
+    except Exception:  # settings not configured: no database tests to guard
+        return False
+
+
+def _postgresql_absent() -> bool:
+    """Return True when nothing accepts a TCP connection at the configured server."""
+    db = _default_db()
+    host, port = db.get("HOST") or "127.0.0.1", int(db.get("PORT") or 5432)
+    if host.startswith("/"):
+        return not Path(host, f".s.PGSQL.{port}").exists()
+    try:
+        with socket.create_connection((host, port), timeout=3):
+            return False
+    except OSError:
+        return True
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    if not _is_postgresql() or not _postgresql_absent():
+        return
+    if os.environ.get("CI") == "true":
+        raise pytest.UsageError("PostgreSQL is not reachable and CI=true: the PostgreSQL suite must run in CI")
+    skip = pytest.mark.skip(reason="PostgreSQL server not reachable (set CI=true to make this an error)")
+    for item in items:
+        if item.get_closest_marker("django_db") or {"db", "transactional_db", "broker"} & set(item.fixturenames):
+            item.add_marker(skip)
+
+
+@pytest.fixture(scope="session")
+def django_db_modify_db_settings(django_db_modify_db_settings_parallel_suffix: None) -> None:
+    """Give each PostgreSQL test run its own database, so concurrent runs never share one.
+
+    (SQLite runs already get their own file.) An explicit ``TASKMQ_DB_NAME`` is kept as is.
+    """
+    if _is_postgresql() and not os.environ.get("TASKMQ_DB_NAME"):
+        db = _default_db()
+        base = db.get("TEST", {}).get("NAME") or f"test_{db['NAME']}"
+        db.setdefault("TEST", {})["NAME"] = f"{base}_{os.getpid()}"
+
+
+# -- helpers for subprocesses ---------------------------------------------------------------------
+
+def db_env(extra: Mapping[str, str] | None = None) -> dict[str, str]:
+    """Return an environment for a subprocess that uses this test run's database and settings.
+
+    ``TASKMQ_DB_NAME`` is the *test* database of connection "default" (a file for SQLite, a
+    database name for PostgreSQL), ``DJANGO_SETTINGS_MODULE`` the settings module of this run,
+    and the repository root leads ``PYTHONPATH`` so ``tests.*`` and ``django_taskmq`` import.
+    Call it from a test that holds the database (after the test database was created).
+    """
+    from django.conf import settings
+    from django.db import connections
+
+    env = dict(os.environ)
+    env["TASKMQ_DB_NAME"] = str(connections["default"].settings_dict["NAME"])
+    env["DJANGO_SETTINGS_MODULE"] = os.environ.get("DJANGO_SETTINGS_MODULE") or settings.SETTINGS_MODULE
+    env["PYTHONPATH"] = os.pathsep.join(p for p in [str(ROOT), env.get("PYTHONPATH", "")] if p)
+    if extra:
+        env.update(extra)
+    return env
+
+
+SCRIPT_PRELUDE = "import django\ndjango.setup()\n"
+
+
+def start_script(code: str, *args: str, env: Mapping[str, str] | None = None, **popen: Any) -> subprocess.Popen:
+    """Start ``python -c code args...`` on this run's test database; return the Popen.
+
+    ``code`` is dedented and runs after ``django.setup()``; ``sys.argv[1:]`` holds ``args``.
+    stdout and stderr are pipes (text) unless ``popen`` says otherwise.
+    """
+    popen.setdefault("stdout", subprocess.PIPE)
+    popen.setdefault("stderr", subprocess.PIPE)
+    popen.setdefault("text", True)
+    return subprocess.Popen(
+        [sys.executable, "-c", SCRIPT_PRELUDE + textwrap.dedent(code), *args],
+        env=dict(env) if env is not None else db_env(), cwd=str(ROOT), **popen,
+    )
+
+
+def finish(proc: subprocess.Popen, timeout: float = 120) -> str:
+    """Wait for ``proc``; return its stdout, or fail the test with its stderr if it did not exit 0."""
+    try:
+        out, err = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        out, err = proc.communicate()
+        pytest.fail(f"subprocess {proc.args[:2]} did not finish within {timeout} s:\n{err}")
+    if proc.returncode != 0:
+        pytest.fail(f"subprocess exited with {proc.returncode}:\n{err}")
+    return out
+
+
+# -- fixtures --------------------------------------------------------------------------------------
+
+@pytest.fixture
+def taskmq_settings(settings) -> Callable[..., dict]:
+    """Return ``override(**keys)``: replace ``TASKMQ`` keys for this test; return the new dict.
+
+    Assigning ``settings.TASKMQ`` sends ``setting_changed``, which resets the cached settings
+    (and the broker built from them); pytest-django restores the original after the test.
+    """
+    def override(**changes: Any) -> dict:
+        settings.TASKMQ = {**settings.TASKMQ, **changes}
+        return settings.TASKMQ
+
+    return override
+
+
+@pytest.fixture
+def broker(db):
+    """Return the configured broker (``get_broker()``) on a clean database.
+
+    The broker cache is cleared first, so no state of an earlier test's broker object carries over.
+    """
+    from django_taskmq import brokers
+
+    brokers._brokers.clear()
+    yield brokers.get_broker()
+    brokers._brokers.clear()
+
+
+@pytest.fixture
+def enqueue(db) -> Callable[..., list[str]]:
+    """Return ``enqueue(n, func="tests.tasks.noop", **options)``: ``n`` async_task calls, ids in order.
+
+    Each call gets its index as its only argument.
+    """
+    from django_taskmq import async_task
+
+    def enqueue_n(n: int, func: Any = "tests.tasks.noop", **options: Any) -> list[str]:
+        return [async_task(func, i, **options) for i in range(n)]
+
+    return enqueue_n
+
+
+@pytest.fixture
+def run_log(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """Return a fresh run-log path, set as ``TASKMQ_RUN_LOG`` for this process (and ``db_env()``)."""
+    path = tmp_path / "runs.log"
+    monkeypatch.setenv("TASKMQ_RUN_LOG", str(path))
+    return path

@@ -1,0 +1,236 @@
+"""Leases: a reservation is owned for ``lease`` seconds; one that runs out is reclaimed and
+redelivered with ``deliveries + 1``, and the old holder's writes are refused (fenced by the token).
+``defer`` and ``yield_reservation`` hand a message back without counting a delivery.
+"""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from django_taskmq import LeaseLost, async_task
+from django_taskmq.models import DeadLetter, Job, State
+
+pytestmark = pytest.mark.django_db
+
+SHORT = 0.2  # seconds: a lease that runs out during the test
+LONG = 300
+
+
+def expire_leases() -> None:
+    """Wait until a lease of SHORT seconds taken before this call has run out."""
+    time.sleep(SHORT + 0.15)
+
+
+def job(job_id: str) -> Job:
+    return Job.objects.get(pk=job_id)
+
+
+def reserve_one(broker, lease=LONG, owner="t"):
+    got = broker.reserve(["default"], limit=1, lease=lease, owner=owner)
+    assert len(got) == 1
+    return got[0]
+
+
+def test_reclaim_expired_redelivers_with_one_more_delivery(broker):
+    """reclaim_expired() puts a message whose lease ran out back; the next reserve counts delivery 2."""
+    job_id = async_task("tests.tasks.noop")
+    first = reserve_one(broker, lease=SHORT, owner="old")
+    expire_leases()
+    assert broker.reclaim_expired() == 1
+    assert job(job_id).state in (State.QUEUED, State.RETRYING)
+    second = reserve_one(broker, owner="new")
+    assert (second.job_id, first.deliveries, second.deliveries) == (job_id, 1, 2)
+    assert second.token != first.token
+    assert job(job_id).deliveries == 2
+
+
+def test_reclaim_leaves_live_leases_alone(broker):
+    """reclaim_expired() takes back only leases that ran out."""
+    async_task("tests.tasks.noop")
+    live = reserve_one(broker, lease=LONG)
+    assert broker.reclaim_expired() == 0
+    assert job(live.job_id).state == State.RUNNING
+    assert broker.ack(live) is True
+
+
+def test_reserve_itself_reclaims_expired_leases(broker):
+    """reserve() reclaims leases that ran out before it claims: no separate sweep is needed."""
+    broker.reclaim_every = 0  # sweep on every reserve, not at most once a second
+    job_id = async_task("tests.tasks.noop")
+    reserve_one(broker, lease=SHORT, owner="old")
+    expire_leases()
+    again = reserve_one(broker, owner="new")
+    assert (again.job_id, again.deliveries) == (job_id, 2)
+
+
+def test_unexpired_lease_is_not_handed_out_twice(broker):
+    """While a lease holds, the message is not reserved again."""
+    async_task("tests.tasks.noop")
+    reserve_one(broker, lease=LONG)
+    broker.reclaim_every = 0
+    assert broker.reserve(["default"], limit=5, lease=LONG, owner="other") == []
+
+
+def test_old_holder_ack_after_reclaim_raises_lease_lost_and_changes_nothing(broker):
+    """The old holder's ack raises LeaseLost and leaves the new delivery untouched."""
+    job_id = async_task("tests.tasks.add", 1, 2)
+    old = reserve_one(broker, lease=SHORT, owner="old")
+    expire_leases()
+    broker.reclaim_expired()
+    new = reserve_one(broker, owner="new")
+    before = Job.objects.filter(pk=job_id).values().get()
+    with pytest.raises(LeaseLost):
+        broker.ack(old, result=3)
+    assert Job.objects.filter(pk=job_id).values().get() == before
+    assert broker.ack(new, result=3) is True
+    assert job(job_id).state == State.SUCCEEDED
+
+
+def test_old_holder_ack_before_redelivery_raises_lease_lost(broker):
+    """After a reclaim and before anyone reserves again, the old holder's ack is refused too."""
+    job_id = async_task("tests.tasks.noop")
+    old = reserve_one(broker, lease=SHORT)
+    expire_leases()
+    broker.reclaim_expired()
+    state = job(job_id).state
+    with pytest.raises(LeaseLost):
+        broker.ack(old)
+    assert job(job_id).state == state != State.SUCCEEDED
+
+
+def test_old_holder_nack_after_reclaim_raises_lease_lost_and_changes_nothing(broker):
+    """The old holder's nack (requeue or not) raises LeaseLost and changes nothing."""
+    job_id = async_task("tests.tasks.noop")
+    old = reserve_one(broker, lease=SHORT, owner="old")
+    expire_leases()
+    broker.reclaim_expired()
+    reserve_one(broker, owner="new")
+    before = Job.objects.filter(pk=job_id).values().get()
+    with pytest.raises(LeaseLost):
+        broker.nack(old, requeue=True, error="late failure")
+    with pytest.raises(LeaseLost):
+        broker.nack(old, requeue=False, error="late failure")
+    assert Job.objects.filter(pk=job_id).values().get() == before
+    assert not DeadLetter.objects.exists()
+
+
+def test_old_holder_defer_yield_extend_and_dead_letter_raise_lease_lost(broker):
+    """Every write that ends or changes a delivery is fenced: defer, yield, extend_lease, dead_letter."""
+    job_id = async_task("tests.tasks.noop")
+    old = reserve_one(broker, lease=SHORT, owner="old")
+    expire_leases()
+    broker.reclaim_expired()
+    reserve_one(broker, owner="new")
+    before = Job.objects.filter(pk=job_id).values().get()
+    for write in (lambda: broker.defer(old), lambda: broker.yield_reservation(old),
+                  lambda: broker.extend_lease(old, 60), lambda: broker.dead_letter(old, "late")):
+        with pytest.raises(LeaseLost):
+            write()
+    assert Job.objects.filter(pk=job_id).values().get() == before
+    assert not DeadLetter.objects.exists()
+
+
+def test_second_ack_by_the_holder_is_a_no_op(broker):
+    """A repeated ack by the same holder returns False, raises nothing and keeps the first result."""
+    job_id = async_task("tests.tasks.add", 1, 2)
+    r = reserve_one(broker)
+    assert broker.ack(r, result=3) is True
+    assert broker.ack(r, result=99) is False
+    j = job(job_id)
+    assert (j.state, j.result) == (State.SUCCEEDED, 3)
+
+
+def test_extend_lease_keeps_the_message_from_being_reclaimed(broker):
+    """A renewed lease outlives its original length: the reclaim sweep leaves it alone."""
+    job_id = async_task("tests.tasks.noop")
+    r = reserve_one(broker, lease=SHORT)
+    broker.extend_lease(r, LONG)
+    expire_leases()
+    assert broker.reclaim_expired() == 0
+    assert broker.ack(r) is True
+    assert job(job_id).state == State.SUCCEEDED
+
+
+def test_defer_does_not_count_a_delivery(broker):
+    """defer() puts the message back; the next reservation is still delivery 1."""
+    job_id = async_task("tests.tasks.noop")
+    for _ in range(3):
+        r = reserve_one(broker)
+        assert r.deliveries == 1
+        assert broker.defer(r) is True
+    assert job(job_id).deliveries == 0
+    assert reserve_one(broker).deliveries == 1
+
+
+def test_defer_with_delay_hides_the_message(broker):
+    """defer(delay) makes the message invisible until the delay passed."""
+    async_task("tests.tasks.noop")
+    broker.defer(reserve_one(broker), delay=LONG)
+    assert broker.reserve(["default"], limit=1, lease=LONG, owner="t") == []
+
+
+def test_yield_does_not_count_a_delivery_but_counts_a_yield(broker):
+    """yield_reservation() hands the message back: deliveries unchanged, yields + 1."""
+    job_id = async_task("tests.tasks.noop")
+    r = reserve_one(broker)
+    assert broker.yield_reservation(r) is True
+    again = reserve_one(broker)
+    assert (again.deliveries, again.yields) == (1, 1)
+    j = job(job_id)
+    assert (j.deliveries, j.yields) == (1, 1)
+
+
+def test_yield_returns_false_once_max_yields_is_reached(broker, taskmq_settings):
+    """After max_yields yields, yield_reservation returns False and the holder keeps the message."""
+    taskmq_settings(max_yields=2)
+    from django_taskmq.brokers import get_broker
+
+    broker = get_broker()
+    job_id = async_task("tests.tasks.noop")
+    results = []
+    for _ in range(3):
+        r = reserve_one(broker)
+        results.append(broker.yield_reservation(r))
+    assert results == [True, True, False]
+    j = job(job_id)
+    assert (j.state, j.yields, j.deliveries, j.lease_token) == (State.RUNNING, 2, 1, r.token)
+    assert broker.ack(r) is True
+
+
+def test_nack_with_delay_hides_the_redelivery(broker):
+    """nack(delay) counts the failed delivery and hides the message until the delay passed."""
+    job_id = async_task("tests.tasks.noop")
+    broker.nack(reserve_one(broker), delay=LONG, error="later")
+    assert broker.reserve(["default"], limit=1, lease=LONG, owner="t") == []
+    j = job(job_id)
+    assert (j.state, j.deliveries, j.error) == (State.RETRYING, 1, "later")
+
+
+def test_extend_leases_renews_only_the_named_jobs_of_one_owner(broker):
+    """extend_leases(owner, ids) renews just those held leases; others, and other owners', run out."""
+    broker.reclaim_every = float("inf")  # only the explicit sweep below reclaims
+    mine = [async_task("tests.tasks.noop", i) for i in range(3)]
+    got_mine = broker.reserve(["default"], limit=3, lease=SHORT, owner="mine")
+    theirs = async_task("tests.tasks.noop")
+    broker.reserve(["default"], limit=1, lease=SHORT, owner="theirs")
+    assert broker.extend_leases("mine", [*mine[:2], theirs], LONG) == 2
+    expire_leases()
+    assert broker.reclaim_expired() == 2
+    assert job(theirs).state == State.RETRYING
+    assert job(mine[2]).state == State.RETRYING
+    assert {job(i).state for i in mine[:2]} == {State.RUNNING}
+    assert all(broker.ack(r) for r in got_mine if r.job_id in mine[:2])
+
+
+def test_defer_many_puts_unstarted_reservations_back_without_a_delivery(broker):
+    """defer_many (a graceful stop) hands back held reservations uncounted and skips lost ones."""
+    ids = [async_task("tests.tasks.noop", i) for i in range(3)]
+    held = broker.reserve(["default"], limit=2, lease=LONG, owner="t")
+    lost = broker.reserve(["default"], limit=1, lease=SHORT, owner="t")
+    expire_leases()
+    broker.reclaim_expired()
+    assert broker.defer_many(held + lost) == 2
+    assert {(job(i).state, job(i).deliveries) for i in ids[:2]} == {(State.QUEUED, 0)}
+    assert job(ids[2]).deliveries == 1  # the reclaimed one keeps its counted delivery
