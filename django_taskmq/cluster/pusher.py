@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import logging
 import signal
+import time
 from multiprocessing.connection import Connection
 
 from ..conf import Settings
@@ -77,6 +78,10 @@ def claim(broker, settings: Settings, queues: list[str], owner: str, want: Want,
     """Reserve what ``want`` asks for and return the verified task messages."""
     from .. import execution as ex
 
+    if check_first or want.count == 0:
+        # reserve() sweeps expired leases itself, but these paths may skip it for a long time:
+        # an idle cluster must still bring back what a killed cluster held.
+        _sweep_expired(broker)
     if want.count > 0:
         if check_first and not broker.has_ready(queues):
             return []
@@ -97,3 +102,16 @@ def claim(broker, settings: Settings, queues: list[str], owner: str, want: Want,
             except Exception:
                 logger.exception("could not dead-letter job %s", reservation.job_id)
     return tasks
+
+
+SWEEP_EVERY = 1.0  # seconds between lease sweeps when no claim runs
+_last_sweep = 0.0
+
+
+def _sweep_expired(broker) -> None:
+    """Reclaim the messages whose lease ran out, at most every ``SWEEP_EVERY`` seconds."""
+    global _last_sweep
+    now = time.monotonic()
+    if now - _last_sweep >= SWEEP_EVERY:
+        _last_sweep = now
+        broker.reclaim_expired()

@@ -33,6 +33,7 @@ from .messages import Batch, Stop, Want
 logger = logging.getLogger(__name__)
 
 HEARTBEAT_EVERY = 2.0
+IDLE_WAIT = 0.5  # seconds the guard loop may sleep while no task waits or runs
 BURST_CHECK_EVERY = 0.2
 
 
@@ -148,7 +149,9 @@ class Sentinel:
         """One turn of the guard loop: read pipes, guard, dispatch, ask for work, upkeep."""
         handles = [self.pusher_pipe, *(s.pipe for s in self.slots if s.task is not None or s.retiring)]
         handles += [s.process.sentinel for s in self.slots] + [self.pusher.sentinel, self.monitor.sentinel]
-        for handle in wait(handles, timeout=self.settings.guard_interval):
+        # Idle, nothing can time out: sleep longer (pipes and process deaths still wake the wait).
+        busy = self.waiting or any(s.task is not None for s in self.slots)
+        for handle in wait(handles, timeout=self.settings.guard_interval if busy else IDLE_WAIT):
             if handle is self.pusher_pipe:
                 self._from_pusher()
             else:
