@@ -65,12 +65,20 @@ def record(outcomes: Sequence[ex.Outcome], broker, settings: Settings) -> list[t
                 continue
             if state:
                 finals.append((o, state))
-    # Everything below runs after the outcomes are committed; its failures are logged, never
-    # raised, so a caller retrying a failed batch cannot queue a chain link twice.
+        # A chain's next link is queued in the transaction that acknowledges its predecessor:
+        # a monitor killed in between cannot lose the rest of the chain, and nobody (a burst
+        # cluster deciding whether it is done) sees the ack without the next link. A link that
+        # cannot be queued rolls back only its savepoint and is logged.
+        for o, state in finals:
+            if state == "SUCCEEDED" and o.envelope and o.envelope.options.get("chain"):
+                try:
+                    with transaction.atomic(using=broker.alias):
+                        _next_link(o)
+                except Exception:
+                    logger.exception("could not queue the next link of job %s", o.reservation.job_id)
+    # Everything below runs after the outcomes are committed; its failures are logged, never raised.
     for o, state in finals:
         try:
-            if state == "SUCCEEDED" and o.envelope and o.envelope.options.get("chain"):
-                _next_link(o)
             if state == "DEAD" and job_dead.has_listeners():
                 job_dead.send_robust(sender=record, job_id=o.reservation.job_id, queue=o.reservation.queue,
                                      reason=o.error)

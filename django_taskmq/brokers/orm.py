@@ -65,12 +65,16 @@ class OrmBroker(Broker):
         return self.connection.vendor == "postgresql"
 
     @contextlib.contextmanager
-    def write_transaction(self) -> Iterator[Any]:
+    def write_transaction(self, durable: bool = True) -> Iterator[Any]:
         """Open a write transaction that holds the write lock from its first statement.
 
         On SQLite a transaction that reads and then writes can fail at once with "database is
         locked" when another writer committed in between; taking the write lock first (what
         ``BEGIN IMMEDIATE`` does) makes it wait for the busy timeout instead.
+
+        ``durable=False`` lets PostgreSQL commit without waiting for the disk flush. Only claims
+        use it: a claim lost in a server crash leaves its job ready to be claimed again, and any
+        later durable commit (an ack) flushes the claim before itself.
         """
         conn = self.connection
         outermost = not conn.in_atomic_block
@@ -79,6 +83,8 @@ class OrmBroker(Broker):
             if (conn.vendor == "sqlite" and outermost
                     and conn.settings_dict.get("OPTIONS", {}).get("transaction_mode") != "IMMEDIATE"):
                 cursor.execute(f"UPDATE {QSTATE} SET served = served WHERE 0 = 1")
+            if not durable and outermost and conn.vendor == "postgresql":
+                cursor.execute("SET LOCAL synchronous_commit TO OFF")
             try:
                 yield cursor
             finally:
@@ -162,7 +168,7 @@ class OrmBroker(Broker):
         # and this claim must see them.
         now = time.time()
         token = uuid.uuid4().hex
-        with self.write_transaction() as cursor:
+        with self.write_transaction(durable=False) as cursor:
             candidates = self._heads(cursor, queues, limit, now, above)
             served = self._served(cursor, queues)
             chosen, _ = pick.plan(candidates, served, self.settings.weights(), limit)
@@ -209,25 +215,38 @@ class OrmBroker(Broker):
         """Return True when a ready message waits in ``queues`` (above a priority); a read only."""
         floor = "AND priority > %s " if above is not None else ""
         with self.connection.cursor() as cursor:
-            for queue in queues:
-                cursor.execute(
-                    f"SELECT 1 FROM {JOB} WHERE state IN {READY_SQL} AND queue = %s {floor}AND visible_at <= %s LIMIT 1",
-                    [queue, *([above] if above is not None else []), time.time()],
-                )
-                if cursor.fetchone():
-                    return True
-        return False
+            cursor.execute(
+                f"SELECT 1 FROM {JOB} WHERE state IN {READY_SQL} AND queue IN ({_marks(len(queues))}) "
+                f"{floor}AND visible_at <= %s LIMIT 1",
+                [*queues, *([above] if above is not None else []), time.time()],
+            )
+            return cursor.fetchone() is not None
 
     def _heads(self, cursor, queues: Sequence[str], limit: int, now: float, above: int | None = None) -> dict[str, list]:
-        lock = " FOR UPDATE SKIP LOCKED" if self.is_postgresql else ""
+        """Return each queue's first ``limit`` ready messages, head first (locked on PostgreSQL)."""
         floor = "AND priority > %s " if above is not None else ""
-        heads: dict[str, list] = {}
-        for queue in queues:
+        floor_params = [above] if above is not None else []
+        columns = "id, queue, priority, deliveries, max_deliveries, expires_at"
+        heads: dict[str, list] = {queue: [] for queue in queues}
+        if self.is_postgresql:
+            # One round trip for every queue: a LATERAL subquery per queue, each locking its rows
+            # with SKIP LOCKED so concurrent clusters claim disjoint sets.
             cursor.execute(
-                f"SELECT id, queue, priority, deliveries, max_deliveries, expires_at FROM {JOB} "
-                f"WHERE state IN {READY_SQL} AND queue = %s {floor}AND visible_at <= %s "
-                f"ORDER BY priority DESC, id LIMIT %s{lock}",
-                [queue, *([above] if above is not None else []), now, limit],
+                f"SELECT j.* FROM unnest(%s::text[]) AS q(name) CROSS JOIN LATERAL ("
+                f"SELECT {columns} FROM {JOB} WHERE state IN {READY_SQL} AND queue = q.name {floor}"
+                f"AND visible_at <= %s ORDER BY priority DESC, id LIMIT %s FOR UPDATE SKIP LOCKED) AS j",
+                [list(queues), *floor_params, now, limit],
+            )
+            for row in cursor.fetchall():
+                heads[row[1]].append(_Head(*row))
+            for items in heads.values():
+                items.sort(key=lambda h: (-h.priority, h.id))
+            return heads
+        for queue in queues:  # SQLite: in-process calls under the write lock, cheap one by one
+            cursor.execute(
+                f"SELECT {columns} FROM {JOB} WHERE state IN {READY_SQL} AND queue = %s {floor}"
+                f"AND visible_at <= %s ORDER BY priority DESC, id LIMIT %s",
+                [queue, *floor_params, now, limit],
             )
             heads[queue] = [_Head(*row) for row in cursor.fetchall()]
         return heads

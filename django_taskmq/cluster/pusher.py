@@ -52,7 +52,8 @@ def run(pipe: Connection, settings: Settings, queues: list[str], owner: str, bur
             # In burst mode the sentinel decides soon whether all is done; a short nap is enough.
             waker.wait(min(settings.poll, 0.05) if burst else settings.poll, pipe)
             if not pipe.poll(0):
-                tasks = _claim_safely(broker, settings, queues, owner, message, check_first=True) or []
+                # Woken early: work very likely arrived, claim without asking first.
+                tasks = _claim_safely(broker, settings, queues, owner, message, check_first=not waker.woken) or []
         found_last_time = bool(tasks)
         try:
             pipe.send(Batch(tuple(tasks), drained=not tasks and message.count > 0))

@@ -21,7 +21,6 @@ logger = logging.getLogger(__name__)
 
 CHANNEL = "taskmq_job"
 SQLITE_CHECK = 0.01  # seconds between data_version reads (each costs a few microseconds)
-PIPE_CHECK = 0.05  # seconds between looks at the sentinel's pipe while listening
 
 
 class Waker:
@@ -32,8 +31,12 @@ class Waker:
         self._listening = False
         self._version = None
         self._watch: FileWatch | None = None
+        self._notified = False
+        self.woken = False
 
     def wait(self, timeout: float, pipe: Connection | None = None) -> None:
+        """Sleep; afterwards ``woken`` tells whether the database signalled a change."""
+        self.woken = False
         try:
             if self.connection.vendor == "postgresql":
                 self._wait_notify(timeout, pipe)
@@ -59,6 +62,7 @@ class Waker:
             version = raw.execute("PRAGMA data_version").fetchone()[0]
             if version != self._version:
                 self._version = version
+                self.woken = True
                 return
             remaining = deadline - time.monotonic()
             if remaining <= 0 or (pipe is not None and pipe.poll(0)):
@@ -69,24 +73,31 @@ class Waker:
                 time.sleep(min(SQLITE_CHECK, remaining))
 
     def _wait_notify(self, timeout: float, pipe: Connection | None) -> None:
-        if not self._listening or self.connection.connection is None:
+        raw = self.connection.connection
+        if not self._listening or raw is None or raw.closed:
             self.connection.ensure_connection()
+            raw = self.connection.connection
+            # Notifications that arrive while the pusher runs queries are dispatched to this
+            # handler by psycopg; the select below only covers the idle time in between.
+            raw.add_notify_handler(self._on_notify)
             with self.connection.cursor() as cursor:
                 cursor.execute(f"LISTEN {CHANNEL}")
             self._listening = True
-        raw = self.connection.connection
-        deadline = time.monotonic() + timeout
-        while True:
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
-                return
-            for _ in raw.notifies(timeout=min(PIPE_CHECK, remaining), stop_after=1):
-                # Drain the rest without waiting: one wake-up is enough for many inserts.
-                for _ in raw.notifies(timeout=0):
-                    pass
-                return
-            if pipe is not None and pipe.poll(0):
-                return
+        if self._notified:
+            self._notified = False
+            self.woken = True
+            return
+        readers = [raw.fileno()] + ([pipe.fileno()] if pipe is not None else [])
+        ready, _, _ = select.select(readers, [], [], timeout)
+        if raw.fileno() in ready:
+            # Read what arrived and drain the libpq queue: one wake-up covers many inserts.
+            raw.pgconn.consume_input()
+            while raw.pgconn.notifies() is not None:
+                self.woken = True
+        self._notified = False
+
+    def _on_notify(self, notification) -> None:
+        self._notified = True
 
 
 def _sleep(timeout: float, pipe: Connection | None) -> None:
