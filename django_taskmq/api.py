@@ -115,6 +115,8 @@ def build_job(func: Any, args: tuple, kwargs: dict, options: dict[str, Any], set
     """Return an unsaved Job (with its signed package) for a call; raise ConfigError on bad input."""
     from .tasks import Task
 
+    if isinstance(func, type) and issubclass(func, Task):
+        func = func()  # the class form: its attributes are the defaults
     if isinstance(func, Task):
         options = {**func.defaults(), **options}
     path = func_path(func)
@@ -122,9 +124,11 @@ def build_job(func: Any, args: tuple, kwargs: dict, options: dict[str, Any], set
     now = time.time()
     visible = options.get("eta") or now + (options.get("delay") or 0)
     retry: Retry | None = options.get("retry")
+    # A per-call max_deliveries replaces the setting; the Retry policy in force can only lower it.
     max_deliveries = options.get("max_deliveries") or settings.max_deliveries
-    if retry is not None and retry.max_attempts is not None:
-        max_deliveries = min(max_deliveries, retry.max_attempts)
+    effective_retry = retry if retry is not None else settings.retry
+    if effective_retry.max_attempts is not None:
+        max_deliveries = min(max_deliveries, effective_retry.max_attempts)
     run_options = {
         "timeout": options.get("timeout", settings.timeout),
         "retry": retry.to_dict() if retry is not None else None,
@@ -155,7 +159,8 @@ def build_job(func: Any, args: tuple, kwargs: dict, options: dict[str, Any], set
 def async_task(func: Callable | str, *args: Any, queue: str | None = None, priority: int | None = None,
                key: str | None = None, delay: float | None = None, eta: Any = None, expires_at: Any = None,
                timeout: float | None = None, max_deliveries: int | None = None, ack_failure: bool | None = None,
-               retry: Retry | None = None, hook: Callable | str | None = None, group: str | None = None,
+               retry: Retry | None = None, hook: Callable | str | None = None,
+               on_dead: Callable | str | None = None, group: str | None = None,
                task_name: str | None = None, sync: bool | None = None, q_options: dict | None = None,
                **kwargs: Any) -> str:
     """Enqueue ``func(*args, **kwargs)``; return the job id.
@@ -171,7 +176,7 @@ def async_task(func: Callable | str, *args: Any, queue: str | None = None, prior
 
     given = dict(queue=queue, priority=priority, key=key, delay=delay, eta=eta, expires_at=expires_at,
                  timeout=timeout, max_deliveries=max_deliveries, ack_failure=ack_failure, retry=retry,
-                 hook=hook, group=group, task_name=task_name, sync=sync)
+                 hook=hook, on_dead=on_dead, group=group, task_name=task_name, sync=sync)
     if q_options is None:
         q_options = {}
     if not isinstance(q_options, dict):
@@ -217,7 +222,11 @@ def enqueue_many(func: Callable | str, calls: Iterable[Any], **options: Any) -> 
         else:
             args, kwargs = (call,), {}
         jobs.append(build_job(func, args, kwargs, options, settings))
-    return get_broker().enqueue_many(jobs)
+    ids = get_broker().enqueue_many(jobs)
+    if options.get("sync", settings.sync):
+        for job_id in ids:
+            run_sync(job_id)
+    return ids
 
 
 def run_sync(job_id: str) -> None:

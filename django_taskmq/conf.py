@@ -100,7 +100,8 @@ def _queues(value: Any) -> dict[str, QueueConfig]:
         raise _fail("queues", f"must be a non-empty dict of name -> {{'weight': int}}, got {value!r}")
     queues = {}
     for name, conf in value.items():
-        _name(f"queues'][{name!r}", name)
+        if not isinstance(name, str) or not name or len(name) > 100:
+            raise _fail("queues", f"queue names must be non-empty strings of at most 100 characters, got {name!r}")
         if conf is None:
             conf = {}
         if not isinstance(conf, Mapping) or set(conf) - {"weight"}:
@@ -117,9 +118,7 @@ def _retry(value: Any) -> Retry:
         return value
     if isinstance(value, Mapping):
         try:
-            return Retry(**value)
-        except TypeError as exc:
-            raise _fail("retry", f"has an unknown key: {exc}") from None
+            return Retry.from_dict(value)
         except ConfigError as exc:
             raise _fail("retry", str(exc)) from None
     raise _fail("retry", f"must be a Retry or a dict of its arguments, got {value!r}")
@@ -165,8 +164,6 @@ def from_mapping(mapping: Mapping[str, Any] | None) -> Settings:
     result = Settings(**values)
     if result.default_queue not in result.queues:
         raise _fail("default_queue", f"{result.default_queue!r} is not one of TASKMQ['queues'] {sorted(result.queues)}")
-    if result.timeout is not None and result.lease < 1:
-        raise _fail("lease", "must be at least 1 second")
     return result
 
 

@@ -41,7 +41,7 @@ def record(outcomes: Sequence[ex.Outcome], broker, settings: Settings) -> list[t
     Final states are "SUCCEEDED", "FAILED" and "DEAD"; a lost lease is logged and skipped (the
     message belongs to another delivery now).
     """
-    from .signals import job_dead, post_execute
+    from .signals import post_execute
 
     finals: list[tuple[ex.Outcome, str]] = []
     successes = [o for o in outcomes if o.status == ex.SUCCESS]
@@ -77,13 +77,7 @@ def record(outcomes: Sequence[ex.Outcome], broker, settings: Settings) -> list[t
                 except Exception:
                     logger.exception("could not queue the next link of job %s", o.reservation.job_id)
     # Everything below runs after the outcomes are committed; its failures are logged, never raised.
-    for o, state in finals:
-        try:
-            if state == "DEAD" and job_dead.has_listeners():
-                job_dead.send_robust(sender=record, job_id=o.reservation.job_id, queue=o.reservation.queue,
-                                     reason=o.error)
-        except Exception:
-            logger.exception("after-run step of job %s failed", o.reservation.job_id)
+    # (job_dead is sent by the broker for every path into the DLQ.)
     if post_execute.has_listeners():
         for o in outcomes:
             post_execute.send_robust(sender=record, job_id=o.reservation.job_id,

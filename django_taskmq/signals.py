@@ -2,7 +2,7 @@
 
 from django.dispatch import Signal
 
-#: Before a job is stored. Arguments: ``job`` (unsaved :class:`~django_taskmq.models.Job`), ``envelope``.
+#: Before a job is stored by ``async_task``. Arguments: ``job`` (the unsaved :class:`~django_taskmq.models.Job`).
 pre_enqueue = Signal()
 #: In the worker, just before a task runs. Arguments: ``job_id``, ``func``, ``envelope``.
 pre_execute = Signal()
@@ -10,5 +10,6 @@ pre_execute = Signal()
 post_execute = Signal()
 #: In a cluster process after it started. Arguments: ``proc_name``.
 post_spawn = Signal()
-#: After a job reached the dead-letter queue. Arguments: ``job_id``, ``queue``, ``reason``.
+#: After a job reached the dead-letter queue, on every path (failures, crash loops, bad packages,
+#: rejects), once its transaction committed. Arguments: ``job_id``, ``queue``, ``reason``.
 job_dead = Signal()

@@ -25,6 +25,7 @@ from ..exceptions import ConfigError, LeaseLost
 from ..models import DeadLetter, IdempotencyKey, Job, QueueState, State
 from ..policy import pick
 from ..policy.priority import validate_priority
+from ..signals import job_dead
 from .base import Ack, Broker, Reservation
 
 logger = logging.getLogger(__name__)
@@ -327,6 +328,10 @@ class OrmBroker(Broker):
                 buried.append(DeadLetter(job_id=job_id, queue=queue, reason=reason,
                                          error=error, deliveries=deliveries, failed_at=timezone.now()))
         DeadLetter.objects.using(self.alias).bulk_create(buried)
+        if buried and job_dead.has_listeners():
+            transaction.on_commit(lambda: [
+                job_dead.send_robust(sender=Job, job_id=d.job_id, queue=d.queue, reason=d.reason) for d in buried
+            ], using=self.alias)
         return len(buried)
 
     def _db_now(self):
@@ -570,6 +575,12 @@ class OrmBroker(Broker):
         if count:
             logger.warning("reclaimed %d message(s) whose lease ran out", count)
         return count
+
+    def prune_keys(self, batch: int = 1000) -> int:
+        """Delete idempotency keys whose TTL ran out, at most ``batch`` per call."""
+        keys = IdempotencyKey.objects.using(self.alias)
+        expired = list(keys.filter(expires_at__lt=time.time()).values_list("pk", flat=True)[:batch])
+        return keys.filter(pk__in=expired, expires_at__lt=time.time()).delete()[0] if expired else 0
 
     def prune(self, keep: int, batch: int = 1000) -> int:
         """Delete the oldest SUCCEEDED jobs beyond the newest ``keep``, at most ``batch`` per call."""

@@ -46,12 +46,13 @@ def run(results, settings: Settings) -> None:
             batch = [o for o in batch if o is not None]
         if batch:
             _record(batch, broker, settings)
-        if settings.save_limit > 0 and time.monotonic() - last_prune > PRUNE_EVERY:
+        if time.monotonic() - last_prune > PRUNE_EVERY:
             last_prune = time.monotonic()
             try:
                 broker.prune(settings.save_limit)
+                broker.prune_keys()
             except Exception:
-                logger.exception("pruning old successes failed")
+                logger.exception("pruning old successes or expired keys failed")
 
 
 def _record(batch: list, broker, settings: Settings) -> None:

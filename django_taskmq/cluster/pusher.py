@@ -20,7 +20,8 @@ logger = logging.getLogger(__name__)
 URGENT_CHECK = 0.02  # seconds between looks for work above the buffer's lowest priority
 
 
-def run(pipe: Connection, settings: Settings, queues: list[str], owner: str, burst: bool = False) -> None:
+def run(pipe: Connection, settings: Settings, queues: list[str], owner: str, burst: bool = False,
+        workers: int | None = None) -> None:
     """Serve the sentinel's wants until it sends :class:`Stop` or the pipe closes."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
@@ -40,7 +41,7 @@ def run(pipe: Connection, settings: Settings, queues: list[str], owner: str, bur
         if isinstance(message, Stop):
             return
         assert isinstance(message, Want)
-        tasks = _claim_safely(broker, settings, queues, owner, message, check_first=not found_last_time)
+        tasks = _claim_safely(broker, settings, queues, owner, message, not found_last_time, workers)
         if tasks is None:
             pipe.poll(1.0)  # the database is away: do not hammer it
             tasks = []
@@ -53,7 +54,7 @@ def run(pipe: Connection, settings: Settings, queues: list[str], owner: str, bur
             waker.wait(min(settings.poll, 0.05) if burst else settings.poll, pipe)
             if not pipe.poll(0):
                 # Woken early: work very likely arrived, claim without asking first.
-                tasks = _claim_safely(broker, settings, queues, owner, message, check_first=not waker.woken) or []
+                tasks = _claim_safely(broker, settings, queues, owner, message, not waker.woken, workers) or []
         found_last_time = bool(tasks)
         try:
             pipe.send(Batch(tuple(tasks), drained=not tasks and message.count > 0))
@@ -62,20 +63,21 @@ def run(pipe: Connection, settings: Settings, queues: list[str], owner: str, bur
 
 
 def _claim_safely(broker, settings: Settings, queues: list[str], owner: str, want: Want,
-                  check_first: bool) -> list | None:
+                  check_first: bool, workers: int | None = None) -> list | None:
     """Return :func:`claim`'s tasks, or None when the database failed (a restart, a lost connection).
 
     Whatever a failed claim reserved was never handed over, so its lease runs out and it returns.
     """
     try:
-        return claim(broker, settings, queues, owner, want, check_first)
+        return claim(broker, settings, queues, owner, want, check_first, workers)
     except Exception:
         logger.warning("reserve failed; retrying", exc_info=True)
         broker.connection.close()
         return None
 
 
-def claim(broker, settings: Settings, queues: list[str], owner: str, want: Want, check_first: bool) -> list:
+def claim(broker, settings: Settings, queues: list[str], owner: str, want: Want, check_first: bool,
+          workers: int | None = None) -> list:
     """Reserve what ``want`` asks for and return the verified task messages."""
     from .. import execution as ex
 
@@ -89,7 +91,7 @@ def claim(broker, settings: Settings, queues: list[str], owner: str, want: Want,
         reservations = broker.reserve(queues, want.count, settings.lease, owner)
     elif want.floor is not None and broker.has_ready(queues, above=want.floor):
         # The buffer is full of lower-priority work: take the urgent ones; the sentinel yields.
-        reservations = broker.reserve(queues, settings.workers, settings.lease, owner, above=want.floor)
+        reservations = broker.reserve(queues, workers or settings.workers, settings.lease, owner, above=want.floor)
     else:
         return []
     tasks = []

@@ -61,7 +61,7 @@ class Sentinel:
     """One cluster: ``Sentinel(settings).start()`` runs until stopped (or drained, with ``burst``)."""
 
     def __init__(self, settings: Settings, queues: list[str] | None = None, burst: bool = False,
-                 workers: int | None = None) -> None:
+                 workers: int | None = None, name: str | None = None) -> None:
         from ..brokers import get_broker
 
         self.settings = settings
@@ -70,7 +70,10 @@ class Sentinel:
         self.workers = workers or settings.workers
         self.limit = max(settings.effective_queue_limit, self.workers)
         self.host = socket.gethostname()
-        self.owner = f"{settings.name}:{self.host}:{os.getpid()}:{uuid.uuid4().hex[:8]}"[:64]
+        # The name labels this cluster (heartbeat, lease owner, Job.cluster); packages are still
+        # signed and verified with TASKMQ['name'], the salt every producer uses.
+        self.name = name or settings.name
+        self.owner = f"{self.name}:{self.host}:{os.getpid()}:{uuid.uuid4().hex[:8]}"[:64]
         self.broker = get_broker()
         self.ctx = multiprocessing.get_context("fork")
         self.timers = self.ctx.RawArray("d", self.workers)
@@ -130,7 +133,7 @@ class Sentinel:
     def _spawn_pusher(self) -> None:
         connections.close_all()
         self.pusher_pipe, child = self.ctx.Pipe()
-        self.pusher = self._spawn(pusher.run, (child, self.settings, self.queues, self.owner, self.burst),
+        self.pusher = self._spawn(pusher.run, (child, self.settings, self.queues, self.owner, self.burst, self.workers),
                                   "taskmq-pusher")
         child.close()
         self.want_pending = False
@@ -324,7 +327,7 @@ class Sentinel:
             Cluster.objects.using(self.broker.alias).update_or_create(
                 id=self.owner,
                 defaults=dict(
-                    name=self.settings.name, host=self.host, pid=os.getpid(),
+                    name=self.name, host=self.host, pid=os.getpid(),
                     state="stopped" if final else self.state, workers=len(self.slots), queues=self.queues,
                     counts={**self.counts, "waiting": len(self.waiting),
                             "running": sum(1 for s in self.slots if s.task is not None),

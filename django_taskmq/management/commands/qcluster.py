@@ -8,22 +8,19 @@ class Command(BaseCommand):
     help = "Run a django_taskmq cluster: a sentinel with a pusher, workers and a monitor."
 
     def add_arguments(self, parser):
-        parser.add_argument("-n", "--name", help="cluster name (also the signing salt); default TASKMQ['name']")
+        parser.add_argument("-n", "--name", help="label of this cluster (heartbeat, Job.cluster); default TASKMQ['name']; "
+                            "packages are always verified with TASKMQ['name']")
         parser.add_argument("-Q", "--queues", help="comma-separated queues to serve; default all")
         parser.add_argument("-w", "--workers", type=int, help="number of workers; default TASKMQ['workers']")
         parser.add_argument("--burst", action="store_true", help="drain what is ready, then stop")
 
     def handle(self, *args, **options):
-        import dataclasses
-
         from django_taskmq.cluster.sentinel import Sentinel
 
         try:
             settings = get_settings()
         except ConfigError as exc:
             raise CommandError(str(exc)) from exc
-        if options["name"]:
-            settings = dataclasses.replace(settings, name=options["name"])
         queues = None
         if options["queues"]:
             queues = [q.strip() for q in options["queues"].split(",") if q.strip()]
@@ -32,6 +29,7 @@ class Command(BaseCommand):
                 raise CommandError(f"unknown queue(s) {unknown}; TASKMQ['queues'] has {sorted(settings.queues)}")
         if options["workers"] is not None and options["workers"] < 1:
             raise CommandError("--workers must be at least 1")
-        status = Sentinel(settings, queues=queues, burst=options["burst"], workers=options["workers"]).start()
+        status = Sentinel(settings, queues=queues, burst=options["burst"], workers=options["workers"],
+                          name=options["name"]).start()
         if status:
             raise SystemExit(status)
