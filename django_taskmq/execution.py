@@ -85,6 +85,8 @@ def callable_for(path: str) -> Any:
         return target().run
     if isinstance(target, Task):
         return target.run
+    if hasattr(target, "call") and hasattr(target, "get_backend"):  # a django.tasks Task
+        return target.call
     return target
 
 
@@ -114,9 +116,11 @@ def execute(message: TaskMessage) -> Outcome:
 
 
 def _outcome(message: TaskMessage, status: str, started: float, exc: BaseException, delay: float | None = None) -> Outcome:
+    kind = type(exc)
+    name = kind.__qualname__ if kind.__module__ == "builtins" else f"{kind.__module__}.{kind.__qualname__}"
     return Outcome(
         message.reservation, message.envelope, status,
-        error=f"{type(exc).__name__}: {exc}", traceback=tb.format_exc(),
+        error=f"{name}: {exc}", traceback=tb.format_exc(),
         started_at=started, finished_at=time.time(), delay=delay,
     )
 

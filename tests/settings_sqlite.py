@@ -32,4 +32,14 @@ TASKMQ = {
     "queues": {"default": {"weight": 1}, "a": {"weight": 1}, "b": {"weight": 2}, "emails": {"weight": 3},
                "reports": {"weight": 1}},
 }
+# Cluster tests start qcluster subprocesses with some TASKMQ keys changed (lease, timeout, ...):
+# TASKMQ_OVERRIDES holds a JSON object merged into TASKMQ.
+if os.environ.get("TASKMQ_OVERRIDES"):
+    import json
+
+    TASKMQ = {**TASKMQ, **json.loads(os.environ["TASKMQ_OVERRIDES"])}
+
 PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
+
+# Django 6.0+: django.tasks enqueues through django_taskmq (ignored by Django 5.2).
+TASKS = {"default": {"BACKEND": "django_taskmq.backends.tasks.TaskMQBackend"}}
