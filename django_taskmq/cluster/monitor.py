@@ -13,7 +13,8 @@ from ..conf import Settings
 logger = logging.getLogger(__name__)
 
 BATCH = 500
-PRUNE_EVERY = 5.0  # seconds
+PRUNE_EVERY = 1.0  # seconds between pruning rounds
+PRUNE_BUDGET = 0.1  # seconds a round may spend deleting (short deletes keep SQLite's write lock free)
 
 
 def run(results, settings: Settings) -> None:
@@ -49,7 +50,9 @@ def run(results, settings: Settings) -> None:
         if time.monotonic() - last_prune > PRUNE_EVERY:
             last_prune = time.monotonic()
             try:
-                broker.prune(settings.save_limit)
+                deadline = time.monotonic() + PRUNE_BUDGET
+                while broker.prune(settings.save_limit) and time.monotonic() < deadline:
+                    pass
                 broker.prune_keys()
             except Exception:
                 logger.exception("pruning old successes or expired keys failed")

@@ -33,6 +33,7 @@ from .messages import Batch, Stop, Want
 logger = logging.getLogger(__name__)
 
 HEARTBEAT_EVERY = 2.0
+ANALYZE_EVERY = 600.0  # seconds between planner statistics refreshes (PostgreSQL)
 IDLE_WAIT = 0.5  # seconds the guard loop may sleep while no task waits or runs
 BURST_CHECK_EVERY = 0.2
 
@@ -86,7 +87,7 @@ class Sentinel:
         self.state = "starting"
         self.counts = {"succeeded": 0, "failed": 0, "timeouts": 0, "crashes": 0, "yields": 0, "reincarnations": 0}
         self.started = time.time()
-        self._next = {"guard": 0.0, "renew": 0.0, "heartbeat": 0.0, "scheduler": 0.0, "burst": 0.0}
+        self._next = {"analyze": 0.0, "guard": 0.0, "renew": 0.0, "heartbeat": 0.0, "scheduler": 0.0, "burst": 0.0}
 
     # -- life cycle -------------------------------------------------------------------------
     def start(self) -> int:
@@ -315,6 +316,8 @@ class Sentinel:
                 scheduler.tick(self.settings)
             if self._due("heartbeat", HEARTBEAT_EVERY):
                 self._publish()
+            if self._due("analyze", ANALYZE_EVERY):
+                self.broker.analyze()
         except Exception:
             # The database may be restarting: keep the processes alive, reconnect next time.
             logger.exception("sentinel upkeep failed; retrying")
