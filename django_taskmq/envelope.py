@@ -22,6 +22,15 @@ class Envelope:
     kwargs: dict = field(default_factory=dict)
     options: dict = field(default_factory=dict)
 
+    def __reduce__(self):
+        # Pickle through a stable constructor, not the class layout, so packages already queued
+        # still load after the class changes (fields added, slots on or off).
+        return (_rebuild, (self.func, self.args, self.kwargs, self.options))
+
+
+def _rebuild(func: str, args: tuple, kwargs: dict, options: dict) -> Envelope:
+    return Envelope(func=func, args=args, kwargs=kwargs, options=options)
+
 
 class PickleSerializer:
     """Serializer for :mod:`django.core.signing` (used only after the signature is verified)."""

@@ -25,10 +25,11 @@ def run(index: int, conn: Connection, timers, max_rss: int | None) -> None:
     ``timers[index]`` holds the monotonic start time of the running task (0 when idle): the
     sentinel reads it to enforce timeouts.
     """
-    # The sentinel decides when workers stop: ignore the terminal's Ctrl-C, which reaches the
-    # whole process group, so a running task can finish during a graceful stop.
+    # The sentinel decides when workers stop: ignore Ctrl-C and a SIGTERM sent to the whole
+    # process group (a terminal, systemd), so a running task can finish during a graceful stop.
+    # A hard stop or a timeout uses SIGKILL.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
-    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
     from ..signals import post_spawn
 
     post_spawn.send(sender=run, proc_name=f"worker-{index}")

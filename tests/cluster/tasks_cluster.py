@@ -1,0 +1,100 @@
+"""Tasks of the cluster suite (imported by qcluster workers as ``tests.cluster.tasks_cluster``).
+
+They write to the same run log as :func:`tests.tasks.record_run` (the file named by
+``TASKMQ_RUN_LOG``, one ``"<job id> <tag>"`` line per event, one ``write`` per line) so
+:func:`tests.tasks.read_run_log` reads them back. Tasks that must stay running until the test says
+so wait for a *gate* file to exist instead of sleeping a guessed time.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+from django_taskmq import current_job
+
+RUN_LOG_ENV = "TASKMQ_RUN_LOG"
+
+
+def log(tag: str, job_id: str | None = None) -> None:
+    """Append ``"<job id> <tag>"`` to the run log (nothing without ``TASKMQ_RUN_LOG``)."""
+    path = os.environ.get(RUN_LOG_ENV)
+    if not path:
+        return
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    try:
+        os.write(fd, f"{job_id or current_job()} {tag}\n".encode())
+    finally:
+        os.close(fd)
+
+
+def wait_for(path: str, cap: float) -> bool:
+    """Wait until ``path`` exists, at most ``cap`` seconds; return whether it appeared."""
+    deadline = time.monotonic() + cap
+    while not os.path.exists(path):
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(0.02)
+    return True
+
+
+def gated(tag: str, gate: str, cap: float = 60.0) -> str:
+    """Log ``start:<tag>``, wait for the file ``gate`` (at most ``cap`` s), log ``end:<tag>``."""
+    log(f"start:{tag} {os.getpid()}")
+    wait_for(gate, cap)
+    log(f"end:{tag}")
+    return tag
+
+
+def slow(tag: str, seconds: float) -> str:
+    """Log ``start:<tag>``, sleep ``seconds``, log ``end:<tag>``."""
+    log(f"start:{tag} {os.getpid()}")
+    time.sleep(seconds)
+    log(f"end:{tag}")
+    return tag
+
+
+def victim(pid_file: str, cap: float = 60.0) -> int:
+    """First delivery: write this worker's pid to ``pid_file`` and hang (the test kills it).
+
+    Later deliveries (``pid_file`` exists) log ``end:victim`` and return at once.
+    """
+    log(f"start:victim {os.getpid()}")
+    if not os.path.exists(pid_file):
+        tmp = f"{pid_file}.tmp"
+        Path(tmp).write_text(str(os.getpid()))
+        os.replace(tmp, pid_file)
+        time.sleep(cap)
+    log("end:victim")
+    return os.getpid()
+
+
+def crash_logged(code: int = 3) -> None:
+    """Log ``start:crash``, then kill the worker process with ``os._exit(code)``."""
+    log(f"start:crash {os.getpid()}")
+    os._exit(code)
+
+
+def sleeper(seconds: float) -> float:
+    """Log ``start:sleep``, sleep ``seconds`` (longer than its timeout, in the tests)."""
+    log(f"start:sleep {os.getpid()}")
+    time.sleep(seconds)
+    log("end:sleep")
+    return seconds
+
+
+class Boom(Exception):
+    """Raised by :func:`boom`."""
+
+
+def boom(tag: str = "boom") -> None:
+    """Log ``start:<tag>`` and raise :class:`Boom`."""
+    log(f"start:{tag}")
+    raise Boom(tag)
+
+
+def hook(job: Any) -> None:
+    """A hook: log ``hook:<state>`` for the finished job (runs in the monitor)."""
+    log(f"hook:{job.state}", job_id=job.id)

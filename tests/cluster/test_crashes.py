@@ -1,0 +1,172 @@
+"""Killed workers, a killed cluster, crash loops and timeouts: nothing is lost, nothing loops forever."""
+
+from __future__ import annotations
+
+import collections
+import os
+import random
+import signal
+import time
+
+import pytest
+
+from django_taskmq import async_task, enqueue_many
+from django_taskmq.models import Cluster, DeadLetter, Job
+
+from .conftest import is_alive, job_states, jobs
+
+pytestmark = [pytest.mark.cluster, pytest.mark.django_db(transaction=True)]
+
+TASKS = "tests.cluster.tasks_cluster"
+
+
+def starts(log, job_id: str | None = None) -> collections.Counter:
+    """Count the ``start:...`` lines per job (one per execution that began)."""
+    return collections.Counter(j for j, tag in log if tag.startswith("start:") and (job_id is None or j == job_id))
+
+
+def stop(cluster, qc) -> None:
+    """SIGTERM the cluster and check the stop procedure ends with exit status 0."""
+    qc.send(signal.SIGTERM)
+    code = qc.wait()
+    assert code == 0, f"qcluster exited {code} after SIGTERM:\n{qc.output()}"
+
+
+def test_sigkill_of_a_busy_worker_redelivers_its_task_and_the_pool_recovers(cluster, tmp_path):
+    pid_file = tmp_path / "victim.pid"
+    victim = async_task(f"{TASKS}.victim", str(pid_file))
+    qc = cluster.start("-w", "2")
+    pool = cluster.wait_pool(qc, 2)
+    cluster.wait_until(pid_file.exists, "the victim task to start in a worker", alive=[qc])
+    worker = int(pid_file.read_text())
+    assert worker in pool, f"the task ran in pid {worker}, not a child of the sentinel {pool}"
+
+    others = enqueue_many("tests.tasks.record_run", [() for _ in range(300)])
+    cluster.wait_until(lambda: len(cluster.log()) >= 30, "other jobs to run beside the victim", alive=[qc])
+    os.kill(worker, signal.SIGKILL)
+
+    cluster.wait_final([victim, *others], alive=[qc])
+    cluster.wait_pool(qc, 2)
+    assert worker not in qc.children() and not is_alive(worker)
+    stop(cluster, qc)
+
+    job = Job.objects.get(pk=victim)
+    assert (job.state, job.deliveries) == ("SUCCEEDED", 2), (job.state, job.deliveries, job.error)
+    log = cluster.log()
+    assert [tag.split()[0] for j, tag in log if j == victim] == ["start:victim", "start:victim", "end:victim"]
+    # Nothing else was disturbed: every other job ran once, on its first delivery.
+    assert job_states(others) == {"SUCCEEDED": len(others)}
+    assert {j.deliveries for j in jobs(others).values()} == {1}
+    runs = collections.Counter(j for j, _ in log if j != victim)
+    assert set(runs) == set(others) and set(runs.values()) == {1}
+    counts = Cluster.objects.get(pid=qc.pid).counts
+    assert counts["crashes"] == 1 and counts["reincarnations"] >= 1, counts
+
+
+def test_sigkill_of_the_whole_cluster_loses_no_job(cluster):
+    # A short lease so the new cluster reclaims the dead cluster's reservations quickly.
+    cluster.configure(lease=4, queue_limit=700)
+    ids = enqueue_many(f"{TASKS}.slow", [("j", 0.02) for _ in range(600)])
+    first = cluster.start("-w", "2")
+    cluster.wait_until(lambda: sum(1 for _, t in cluster.log() if t.startswith("end:")) >= 20,
+                       "the first cluster to finish 20 jobs", alive=[first])
+    tree = first.tree()
+    assert len(tree) == 1 + 2 + 2, f"sentinel, pusher, monitor and 2 workers expected: {tree}"
+    first.kill_all()
+    assert not any(is_alive(p) for p in tree), "a process of the killed cluster survived"
+
+    # What the database and the run log held at the kill.
+    at_kill = jobs(ids)
+    reserved = [j for j, job in at_kill.items() if job.state == "RUNNING"]
+    succeeded = {j for j, job in at_kill.items() if job.state == "SUCCEEDED"}
+    assert len(reserved) >= 500, f"only {len(reserved)} jobs were reserved or running at the kill"
+    assert len(reserved) + len(succeeded) == len(ids), collections.Counter(j.state for j in at_kill.values())
+    started = set(starts(cluster.log()))
+    # Started but not recorded: running at the kill (or just finished, its outcome not yet saved).
+    in_flight = started - succeeded
+
+    second = cluster.burst("-w", "2")
+
+    assert job_states(ids) == {"SUCCEEDED": len(ids)}, f"{job_states(ids)}\n{second.output()}"
+    runs = starts(cluster.log())
+    assert set(runs) == set(ids), "some job never ran"
+    twice = {j for j, n in runs.items() if n > 1}
+    assert max(runs.values()) <= 2
+    assert twice <= in_flight, f"jobs ran twice without being in flight at the kill: {sorted(twice - in_flight)[:5]}"
+    after = jobs(ids)
+    assert {after[j].deliveries for j in succeeded} == {1}
+    assert {after[j].deliveries for j in reserved} == {2}, "a reclaimed reservation counts one more delivery"
+
+
+def test_a_task_that_always_crashes_its_worker_reaches_the_dlq(cluster):
+    crasher = async_task(f"{TASKS}.crash_logged", max_deliveries=3)
+    qc = cluster.start("-w", "2")
+    cluster.wait_final([crasher], alive=[qc])
+
+    job = Job.objects.get(pk=crasher)
+    assert (job.state, job.deliveries) == ("DEAD", 3), (job.state, job.deliveries, job.error)
+    assert "WorkerDied" in job.error
+    letters = list(DeadLetter.objects.filter(job_id=crasher))
+    assert len(letters) == 1 and letters[0].deliveries == 3, [(d.reason, d.deliveries) for d in letters]
+    cluster.wait_pool(qc, 2)
+    # The cluster is healthy and the crash loop is over: later work runs, the crasher does not.
+    after = async_task("tests.tasks.record_run")
+    cluster.wait_final([after], alive=[qc])
+    stop(cluster, qc)
+    assert Job.objects.get(pk=after).state == "SUCCEEDED"
+    assert starts(cluster.log(), crasher)[crasher] == 3
+    assert Job.objects.get(pk=crasher).state == "DEAD"
+    assert Cluster.objects.get(pid=qc.pid).counts["crashes"] == 3
+
+
+def test_a_task_past_its_timeout_is_killed_retried_then_dead(cluster):
+    sleeper = async_task(f"{TASKS}.sleeper", 30, timeout=1, max_deliveries=2)
+    qc = cluster.start("-w", "2")
+    cluster.wait_final([sleeper], alive=[qc])
+
+    job = Job.objects.get(pk=sleeper)
+    assert (job.state, job.deliveries) == ("DEAD", 2), (job.state, job.deliveries, job.error)
+    assert "TaskTimeout" in job.error and "timeout" in job.error
+    letter = DeadLetter.objects.get(job_id=sleeper)
+    assert letter.deliveries == 2 and "TaskTimeout" in letter.error
+    log = cluster.log()
+    ran_in = [int(tag.split()[1]) for j, tag in log if j == sleeper and tag.startswith("start:")]
+    assert len(ran_in) == 2 and not any(tag.startswith("end:") for _, tag in log), log
+    # The killed workers are gone and the pool is back to full size.
+    pool = cluster.wait_pool(qc, 2)
+    assert not set(ran_in) & set(pool) and not any(is_alive(p) for p in ran_in)
+    stop(cluster, qc)
+    assert Cluster.objects.get(pid=qc.pid).counts["timeouts"] == 2
+
+
+def test_workers_killed_at_random_instants_never_stall_the_cluster(cluster):
+    ids = enqueue_many(f"{TASKS}.slow", [("r", 0.01) for _ in range(1000)])
+    qc = cluster.start("-w", "2")
+    cluster.wait_pool(qc, 2)
+    killed: list[int] = []
+    rng = random.Random(1234)
+    while len(killed) < 8:
+        cluster.wait_until(lambda: len(cluster.log()) >= 150 * (len(killed) + 1),
+                           lambda: f"progress after {len(killed)} kills; {dict(job_states(ids))}", alive=[qc])
+        # A worker is a pid that logged a task run and is still a child of the sentinel.
+        workers = sorted({int(tag.split()[1]) for _, tag in cluster.log()[-20:] if tag.startswith("start:")}
+                         & set(qc.children()))
+        if workers:
+            victim = rng.choice(workers)
+            os.kill(victim, signal.SIGKILL)
+            killed.append(victim)
+        time.sleep(rng.random() * 0.05)
+
+    cluster.wait_final(ids, alive=[qc])
+    cluster.wait_pool(qc, 2)
+    stop(cluster, qc)
+
+    assert job_states(ids) == {"SUCCEEDED": 1000}
+    runs = starts(cluster.log())
+    assert set(runs) == set(ids)
+    deliveries = {j: job.deliveries for j, job in jobs(ids).items()}
+    # Only a killed worker's task is delivered again (once per kill), and a task runs at most
+    # once per delivery (the same task may be hit by two kills in a row).
+    assert sum(d - 1 for d in deliveries.values()) <= len(killed), collections.Counter(deliveries.values())
+    assert [j for j in ids if runs[j] > deliveries[j]] == []
+    assert Cluster.objects.get(pid=qc.pid).counts["crashes"] <= len(killed)
