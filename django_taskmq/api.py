@@ -111,49 +111,70 @@ def validate_options(options: dict[str, Any], settings: Settings | None = None) 
     return out
 
 
+class JobTemplate:
+    """The validated options of one enqueue call, ready to stamp out jobs for many argument sets.
+
+    Validation and option arithmetic happen once here, not once per job (``enqueue_many``).
+    """
+
+    def __init__(self, func: Any, options: dict[str, Any], settings: Settings) -> None:
+        from .tasks import Task
+
+        if isinstance(func, type) and issubclass(func, Task):
+            func = func()  # the class form: its attributes are the defaults
+        if isinstance(func, Task):
+            options = {**func.defaults(), **options}
+        self.path = func_path(func)
+        self.options = options = validate_options(options, settings)
+        self.settings = settings
+        retry: Retry | None = options.get("retry")
+        # A per-call max_deliveries replaces the setting; the Retry policy in force can only lower it.
+        max_deliveries = options.get("max_deliveries") or settings.max_deliveries
+        effective_retry = retry if retry is not None else settings.retry
+        if effective_retry.max_attempts is not None:
+            max_deliveries = min(max_deliveries, effective_retry.max_attempts)
+        run_options = {
+            "timeout": options.get("timeout", settings.timeout),
+            "retry": retry.to_dict() if retry is not None else None,
+            "ack_failure": options.get("ack_failure"),
+            "hook": options.get("hook"),
+            "on_dead": options.get("on_dead"),
+            "chain": options.get("chain"),
+        }
+        self.run_options = {k: v for k, v in run_options.items() if v is not None}
+        self.expires_at = options.get("expires_at")
+        self.common = dict(
+            func=self.path,
+            task_name=options.get("task_name") or self.path,
+            queue=options.get("queue") or settings.default_queue,
+            priority=options.get("priority") or 0,
+            max_deliveries=max_deliveries,
+            key=options.get("key"),
+            expires_at=self.expires_at,
+            group=options.get("group"),
+        )
+
+    def values(self, args: tuple, kwargs: dict) -> dict[str, Any]:
+        """Return the column values (by attribute name) of a new job for one call."""
+        now = time.time()
+        envelope = Envelope(func=self.path, args=tuple(args), kwargs=dict(kwargs), options=self.run_options)
+        expired = self.expires_at is not None and self.expires_at <= now
+        return dict(
+            self.common,
+            id=new_id(),
+            payload=sign(envelope, self.settings.name, self.settings.compress),
+            state=State.EXPIRED if expired else State.QUEUED,
+            visible_at=self.options.get("eta") or now + (self.options.get("delay") or 0),
+        )
+
+    def job(self, args: tuple, kwargs: dict) -> Job:
+        """Return an unsaved Job for one call."""
+        return Job(**self.values(args, kwargs))
+
+
 def build_job(func: Any, args: tuple, kwargs: dict, options: dict[str, Any], settings: Settings) -> Job:
     """Return an unsaved Job (with its signed package) for a call; raise ConfigError on bad input."""
-    from .tasks import Task
-
-    if isinstance(func, type) and issubclass(func, Task):
-        func = func()  # the class form: its attributes are the defaults
-    if isinstance(func, Task):
-        options = {**func.defaults(), **options}
-    path = func_path(func)
-    options = validate_options(options, settings)
-    now = time.time()
-    visible = options.get("eta") or now + (options.get("delay") or 0)
-    retry: Retry | None = options.get("retry")
-    # A per-call max_deliveries replaces the setting; the Retry policy in force can only lower it.
-    max_deliveries = options.get("max_deliveries") or settings.max_deliveries
-    effective_retry = retry if retry is not None else settings.retry
-    if effective_retry.max_attempts is not None:
-        max_deliveries = min(max_deliveries, effective_retry.max_attempts)
-    run_options = {
-        "timeout": options.get("timeout", settings.timeout),
-        "retry": retry.to_dict() if retry is not None else None,
-        "ack_failure": options.get("ack_failure"),
-        "hook": options.get("hook"),
-        "on_dead": options.get("on_dead"),
-        "chain": options.get("chain"),
-    }
-    envelope = Envelope(func=path, args=tuple(args), kwargs=dict(kwargs),
-                        options={k: v for k, v in run_options.items() if v is not None})
-    expires_at = options.get("expires_at")
-    return Job(
-        id=new_id(),
-        func=path,
-        task_name=options.get("task_name") or path,
-        payload=sign(envelope, settings.name, settings.compress),
-        queue=options.get("queue") or settings.default_queue,
-        priority=options.get("priority") or 0,
-        state=State.EXPIRED if expires_at is not None and expires_at <= now else State.QUEUED,
-        max_deliveries=max_deliveries,
-        key=options.get("key"),
-        visible_at=visible,
-        expires_at=expires_at,
-        group=options.get("group"),
-    )
+    return JobTemplate(func, options, settings).job(args, kwargs)
 
 
 def async_task(func: Callable | str, *args: Any, queue: str | None = None, priority: int | None = None,
@@ -213,7 +234,8 @@ def enqueue_many(func: Callable | str, calls: Iterable[Any], **options: Any) -> 
     if options.get("key") is not None:
         raise ConfigError("enqueue_many does not take key: idempotency keys are per call, use async_task")
     settings = get_settings()
-    jobs = []
+    template = JobTemplate(func, options, settings)
+    rows = []
     for call in calls:
         if isinstance(call, dict):
             args, kwargs = tuple(call.get("args", ())), dict(call.get("kwargs", {}))
@@ -221,8 +243,8 @@ def enqueue_many(func: Callable | str, calls: Iterable[Any], **options: Any) -> 
             args, kwargs = tuple(call), {}
         else:
             args, kwargs = (call,), {}
-        jobs.append(build_job(func, args, kwargs, options, settings))
-    ids = get_broker().enqueue_many(jobs)
+        rows.append(template.values(args, kwargs))
+    ids = get_broker().enqueue_values(rows)
     if options.get("sync", settings.sync):
         for job_id in ids:
             run_sync(job_id)
