@@ -24,7 +24,7 @@ import traceback
 from contextlib import contextmanager
 from pathlib import Path
 
-from cluster import Cluster, sample_tree_cpu, tree_memory
+from cluster import Cluster, sample_tree_cpu, trim_log, tree_memory
 from systems import SYSTEMS, WORK_DIR, WORKLOADS, System
 
 RESULT_PREFIX = "BENCH-RESULT "
@@ -211,7 +211,7 @@ def workload_drain(ctx: Context) -> dict:
     adapter.prefill([_untagged()] * n)
     check_stored(adapter, n)
     with ctx.running_cluster() as cluster:
-        t_end, (t_first, pending_at_first) = ctx.wait_drained(cluster, n, interval=float(os.environ.get("BENCH_POLL", "0.01")))
+        t_end, (t_first, pending_at_first) = ctx.wait_drained(cluster, n, interval=0.01)
     seconds = t_end - cluster.started_at
     steady_seconds = t_end - t_first
     return {
@@ -305,6 +305,7 @@ def workload_mixed(ctx: Context) -> dict:
     per_priority = {p: summary_ms(w) for p, w in waits.items()}
     metrics = {f"{p.lower()}_p95_ms": per_priority[p]["p95_ms"] for p in PRIORITIES}
     metrics["critical_p50_ms"] = per_priority["CRITICAL"]["p50_ms"]
+    metrics["queue_a_share"] = _queue_a_share([j for j in backlog if j.priority == "NORMAL"], started)
     return {
         "metrics": {**metrics, "jobs_per_s": n / (t_end - cluster.started_at)},
         "details": {
@@ -313,8 +314,6 @@ def workload_mixed(ctx: Context) -> dict:
             # > 0 means the cluster still had backlog when the last CRITICAL arrived.
             "backlog_started_after_last_critical": sum(
                 1 for job in backlog if started[job.tag] > t_last_critical),
-            "queue_a_share_of_normal": _queue_a_share(
-                [job for job in backlog if job.priority == "NORMAL"], started),
         },
     }
 
@@ -463,6 +462,7 @@ def main(argv=None) -> int:
     log_prefix = options.log_prefix or (
         WORK_DIR / "logs" / "manual" / f"{options.engine}-{system.name}-{options.workload}")
     log_prefix.parent.mkdir(parents=True, exist_ok=True)
+    WORK_DIR.mkdir(parents=True, exist_ok=True)
     result = {"system": system.name, "engine": options.engine, "workload": options.workload}
     marks_dir = Path(tempfile.mkdtemp(prefix="marks-", dir=WORK_DIR))
     ctx = None
@@ -482,6 +482,8 @@ def main(argv=None) -> int:
         shutil.rmtree(marks_dir, ignore_errors=True)
     if ctx is not None:
         result["cluster"] = ctx.cluster_info
+        if result["ok"] and "cluster_log" in ctx.cluster_info:
+            trim_log(Path(ctx.cluster_info["cluster_log"]))
     emit(result)
     return 0 if result["ok"] else 1
 

@@ -150,7 +150,8 @@ class Sentinel:
 
     # -- the guard loop -----------------------------------------------------------------------
     def step(self) -> None:
-        """One turn of the guard loop: read pipes, guard, dispatch, ask for work, upkeep."""
+        """One turn of the guard loop: ask for work, read pipes, guard, dispatch, upkeep."""
+        self._ask_pusher()  # before sleeping, so a fresh cluster does not idle through its first wait
         handles = [self.pusher_pipe, *(s.pipe for s in self.slots if s.task is not None or s.retiring)]
         handles += [s.process.sentinel for s in self.slots] + [self.pusher.sentinel, self.monitor.sentinel]
         # Idle, nothing can time out: sleep longer (pipes and process deaths still wake the wait).
