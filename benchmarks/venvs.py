@@ -1,0 +1,56 @@
+"""Create and refresh the virtual environments under ``.work/`` (stdlib only)."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import subprocess
+import sys
+from collections import deque
+from pathlib import Path
+
+from systems import WORK_DIR, VenvSpec
+
+MARKER = ".bench-fingerprint.json"
+
+
+def fingerprint(spec: VenvSpec, python: str) -> dict:
+    """Return what decides a venv's content; a change means reinstall."""
+    files = {}
+    for path in spec.fingerprint_files:
+        files[str(path)] = hashlib.sha256(path.read_bytes()).hexdigest() if path.exists() else None
+    return {"python": python, "requirements": list(spec.requirements), "files": files}
+
+
+def ensure(spec: VenvSpec, python: str = sys.executable, reinstall: bool = False,
+           log=print) -> Path:
+    """Make sure ``spec``'s venv exists and is current; return its python.
+
+    ``reinstall`` re-runs pip with ``--upgrade`` (e.g. to pick up a new django-q2
+    release); otherwise a venv whose fingerprint matches is used as it is.
+    """
+    marker = spec.path / MARKER
+    wanted = fingerprint(spec, python)
+    if not reinstall and spec.python.exists() and marker.exists():
+        if json.loads(marker.read_text()) == wanted:
+            return spec.python
+    log_path = WORK_DIR / "logs" / f"pip-{spec.name}.log"
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    if not spec.python.exists():
+        log(f"creating venv {spec.path} with {python}")
+        _run([python, "-m", "venv", str(spec.path)], log_path)
+    log(f"installing into venv-{spec.name}: {' '.join(spec.requirements)} (log: {log_path})")
+    _run([str(spec.python), "-m", "pip", "install", "--upgrade", *spec.requirements], log_path)
+    marker.write_text(json.dumps(wanted, indent=1))
+    return spec.python
+
+
+def _run(argv: list[str], log_path: Path) -> None:
+    with open(log_path, "a") as log:
+        log.write(f"\n$ {' '.join(argv)}\n")
+        log.flush()
+        result = subprocess.run(argv, stdout=log, stderr=subprocess.STDOUT)
+    if result.returncode != 0:
+        with open(log_path) as f:
+            tail = "".join(deque(f, maxlen=30))
+        raise RuntimeError(f"command failed ({result.returncode}): {' '.join(argv)}\n{tail}")
