@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import pickle
 from typing import NamedTuple
 
+from ..brokers.base import Reservation
 from ..execution import TaskMessage
 
 
@@ -17,10 +19,27 @@ class Want(NamedTuple):
     floor: int | None
 
 
+class Ticket(NamedTuple):
+    """A verified task as the sentinel holds it: what it needs to order, time and renew it, and
+    the pickled :class:`~django_taskmq.execution.TaskMessage` it forwards to a worker unopened."""
+
+    reservation: Reservation
+    timeout: float | None
+    blob: bytes
+
+    @classmethod
+    def of(cls, message: TaskMessage) -> Ticket:
+        return cls(message.reservation, message.envelope.options.get("timeout"),
+                   pickle.dumps(message, pickle.HIGHEST_PROTOCOL))
+
+    def message(self) -> TaskMessage:
+        return pickle.loads(self.blob)
+
+
 class Batch(NamedTuple):
     """Pusher -> sentinel: verified tasks in pick order; ``drained`` when nothing was ready."""
 
-    tasks: tuple[TaskMessage, ...] = ()
+    tasks: tuple[Ticket, ...] = ()
     drained: bool = False
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import os
+import pickle
 import queue as queue_module
 import signal
 import time
@@ -13,6 +14,7 @@ from ..conf import Settings
 logger = logging.getLogger(__name__)
 
 BATCH = 500
+GATHER = 0.005  # seconds the monitor waits for more outcomes before recording a batch
 PRUNE_EVERY = 1.0  # seconds between pruning rounds
 PRUNE_BUDGET = 0.1  # seconds a round may spend deleting (short deletes keep SQLite's write lock free)
 
@@ -37,14 +39,18 @@ def run(results, settings: Settings) -> None:
         except queue_module.Empty:
             first = ()
         batch = [first] if first != () else []
-        while len(batch) < BATCH:
+        # Gather for a few milliseconds: one commit for many outcomes leaves the database's write
+        # lock to the pusher's claims most of the time (SQLite has one writer).
+        gather_until = time.monotonic() + GATHER
+        while batch and len(batch) < BATCH:
             try:
-                batch.append(results.get_nowait())
+                batch.append(results.get(timeout=max(gather_until - time.monotonic(), 0)))
             except queue_module.Empty:
                 break
         if None in batch:
             stopping = True
-            batch = [o for o in batch if o is not None]
+        # Outcomes travel as lists of pickled bytes: the sentinel forwards them unopened.
+        batch = [pickle.loads(o) for part in batch if part is not None for o in part]
         if batch:
             _record(batch, broker, settings)
         if time.monotonic() - last_prune > PRUNE_EVERY:

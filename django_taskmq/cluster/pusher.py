@@ -13,7 +13,7 @@ from multiprocessing.connection import Connection
 
 from ..conf import Settings
 from ..exceptions import BadPackage
-from .messages import Batch, Stop, Want
+from .messages import Batch, Stop, Ticket, Want
 
 logger = logging.getLogger(__name__)
 
@@ -97,7 +97,7 @@ def claim(broker, settings: Settings, queues: list[str], owner: str, want: Want,
     tasks = []
     for reservation in reservations:
         try:
-            tasks.append(ex.unpack(reservation, settings.name))
+            tasks.append(Ticket.of(ex.unpack(reservation, settings.name)))
         except BadPackage as exc:
             logger.error("job %s: %s; dead-lettered, not executed", reservation.job_id, exc)
             try:

@@ -14,6 +14,7 @@ import itertools
 import logging
 import multiprocessing
 import os
+import pickle
 import signal
 import socket
 import time
@@ -28,7 +29,7 @@ from .. import execution as ex
 from ..conf import Settings
 from ..policy.lease import renew_interval
 from . import monitor, pusher, worker
-from .messages import Batch, Stop, Want
+from .messages import Batch, Stop, Ticket, Want
 
 logger = logging.getLogger(__name__)
 
@@ -45,7 +46,7 @@ class Slot:
     index: int
     process: multiprocessing.process.BaseProcess
     pipe: Connection
-    task: ex.TaskMessage | None = None
+    task: Ticket | None = None
     done: int = 0
     retiring: bool = False
 
@@ -55,7 +56,7 @@ class Waiting:
     """A reserved task waiting in the sentinel, ordered by priority then arrival."""
 
     sort_key: tuple[int, int]
-    task: ex.TaskMessage = field(compare=False)
+    task: Ticket = field(compare=False)
 
 
 class Sentinel:
@@ -80,6 +81,7 @@ class Sentinel:
         self.timers = self.ctx.RawArray("d", self.workers)
         self.slots: list[Slot] = []
         self.waiting: list[Waiting] = []
+        self.outbox: list[bytes] = []  # pickled outcomes for the monitor, sent once per turn
         self.sequence = itertools.count()
         self.want_pending = False
         self.drained = False
@@ -166,8 +168,15 @@ class Sentinel:
         if self._due("guard", self.settings.guard_interval):
             self._guard()
         self._dispatch()
+        self._flush()
         self._ask_pusher()
         self._upkeep()
+
+    def _flush(self) -> None:
+        """Hand the outcomes gathered in this turn to the monitor as one message."""
+        if self.outbox:
+            self.results.put(self.outbox)
+            self.outbox = []
 
     def _from_pusher(self) -> None:
         try:
@@ -202,17 +211,17 @@ class Sentinel:
 
     def _from_worker(self, slot: Slot) -> None:
         try:
-            outcome = slot.pipe.recv()
+            data = slot.pipe.recv_bytes()
         except (EOFError, OSError):
             self._replace_worker(slot, crashed=True)
             return
         slot.task = None
         slot.done += 1
-        self.counts["succeeded" if outcome.status == ex.SUCCESS else "failed"] += 1
-        self.results.put(outcome)
+        self.counts["succeeded" if data[:1] == b"S" else "failed"] += 1
+        self.outbox.append(data[1:])
         if slot.done >= self.settings.recycle and not slot.retiring:
             slot.retiring = True
-            self._send(slot, None)
+            self._send(slot, worker.STOP)
 
     def _guard(self) -> None:
         now = time.monotonic()
@@ -221,7 +230,7 @@ class Sentinel:
                 self._replace_worker(slot, crashed=slot.task is not None)
                 continue
             started = self.timers[slot.index]
-            timeout = slot.task.envelope.options.get("timeout") if slot.task else None
+            timeout = slot.task.timeout if slot.task else None
             if started and timeout and now - started > timeout:
                 logger.warning("job %s ran past its timeout of %ss: killing worker %s",
                                slot.task.reservation.job_id, timeout, slot.process.pid)
@@ -259,9 +268,11 @@ class Sentinel:
         else:
             del self.slots[index]
 
-    def _record_lost(self, task: ex.TaskMessage, status: str, error: str) -> None:
+    def _record_lost(self, task: Ticket, status: str, error: str) -> None:
         now = time.time()
-        self.results.put(ex.Outcome(task.reservation, task.envelope, status, error=error, started_at=now, finished_at=now))
+        outcome = ex.Outcome(task.reservation, task.message().envelope, status, error=error, started_at=now,
+                             finished_at=now)
+        self.outbox.append(pickle.dumps(outcome, pickle.HIGHEST_PROTOCOL))
 
     def _dispatch(self) -> None:
         for slot in self.slots:
@@ -274,9 +285,10 @@ class Sentinel:
                 else:
                     bisect.insort(self.waiting, Waiting((-task.reservation.priority, next(self.sequence)), task))
 
-    def _send(self, slot: Slot, message) -> bool:
+    def _send(self, slot: Slot, message: Ticket | bytes) -> bool:
+        """Send a task (its pickled bytes, unopened) or the poison pill to a worker."""
         try:
-            slot.pipe.send(message)
+            slot.pipe.send_bytes(message.blob if isinstance(message, Ticket) else message)
             return True
         except (BrokenPipeError, OSError):
             return False
@@ -287,7 +299,7 @@ class Sentinel:
         room = self.limit - len(self.waiting)
         busy = sum(1 for s in self.slots if s.task is not None)
         starving = len(self.waiting) < self.workers - busy + 1
-        if room > 0 and (starving or room >= max(1, self.limit // 4)):
+        if room > 0 and (starving or room >= max(1, self.limit // 2)):
             want = Want(room, None)
         elif self.waiting:
             want = Want(0, -self.waiting[-1].sort_key[0])
@@ -382,7 +394,7 @@ class Sentinel:
         for slot in self.slots:
             if slot.task is None and not slot.retiring:
                 slot.retiring = True
-                self._send(slot, None)
+                self._send(slot, worker.STOP)
         while self.slots and self.signals < 2:
             handles = [s.pipe for s in self.slots] + [s.process.sentinel for s in self.slots]
             for handle in wait(handles, timeout=self.settings.guard_interval):
@@ -391,10 +403,12 @@ class Sentinel:
                     self._from_worker(slot)
                     if not slot.retiring:
                         slot.retiring = True
-                        self._send(slot, None)
+                        self._send(slot, worker.STOP)
             self._guard()
+            self._flush()
             self._renew_quietly()
         # 4. The monitor records what is left, then exits.
+        self._flush()
         self.results.put(None)
         while self.monitor.is_alive() and self.signals < 2:
             self.monitor.join(timeout=0.1)

@@ -18,9 +18,14 @@ from .. import execution as ex
 
 logger = logging.getLogger(__name__)
 
+STOP = b"stop"  # the poison pill: never a pickle, which starts with b"\x80"
+
 
 def run(index: int, conn: Connection, timers, max_rss: int | None) -> None:
-    """Serve tasks from ``conn`` until a ``None`` (poison pill) arrives or the pipe closes.
+    """Serve tasks from ``conn`` until the poison pill (:data:`STOP`) arrives or the pipe closes.
+
+    Tasks arrive as pickled :class:`~django_taskmq.execution.TaskMessage` bytes; outcomes leave
+    as a status byte and the pickled :class:`~django_taskmq.execution.Outcome`.
 
     ``timers[index]`` holds the monotonic start time of the running task (0 when idle): the
     sentinel reads it to enforce timeouts.
@@ -35,18 +40,21 @@ def run(index: int, conn: Connection, timers, max_rss: int | None) -> None:
     post_spawn.send(sender=run, proc_name=f"worker-{index}")
     while True:
         try:
-            message = conn.recv()
+            blob = conn.recv_bytes()
         except (EOFError, OSError):
             return
-        if message is None:
+        if blob == STOP:
             return
         timers[index] = time.monotonic()
-        outcome = ex.execute(message)
+        outcome = ex.execute(pickle.loads(blob))
         timers[index] = 0.0
         try:
-            conn.send(outcome)
-        except (pickle.PicklingError, TypeError, AttributeError) as exc:
-            conn.send(ex.unpicklable(outcome, exc))
+            data = pickle.dumps(outcome, pickle.HIGHEST_PROTOCOL)
+        except Exception as exc:  # an unpicklable result raises many types
+            outcome = ex.unpicklable(outcome, exc)
+            data = pickle.dumps(outcome, pickle.HIGHEST_PROTOCOL)
+        # One status byte in front lets the sentinel count outcomes without unpickling them.
+        conn.send_bytes((b"S" if outcome.status == ex.SUCCESS else b"F") + data)
         if max_rss and resource.getrusage(resource.RUSAGE_SELF).ru_maxrss > max_rss:
             logger.info("worker %s (pid %s) above max_rss, recycling", index, os.getpid())
             return
