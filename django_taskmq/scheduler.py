@@ -11,6 +11,7 @@ import datetime
 import logging
 from typing import Any
 
+from django.db import DatabaseError, transaction
 from django.utils import timezone
 
 from .conf import Settings, get_settings
@@ -56,7 +57,6 @@ def schedule(func: Any, *args: Any, name: str | None = None, schedule_type: str 
 
 def tick(settings: Settings | None = None, now: datetime.datetime | None = None) -> list[str]:
     """Fire every due schedule once; return the ids of the jobs it enqueued."""
-    from .api import async_task
     from .brokers import get_broker
 
     settings = settings or get_settings()
@@ -71,24 +71,36 @@ def tick(settings: Settings | None = None, now: datetime.datetime | None = None)
         )
         for item in due:
             try:
-                job_id = async_task(item.func, *item.args, queue=item.queue or None, priority=item.priority,
-                                    task_name=item.name, **item.kwargs)
-            except ConfigError:
-                logger.exception("schedule %s cannot enqueue; disabled", item.name)
-                item.repeats = 0
-                item.save(update_fields=["repeats"])
-                continue
-            fired.append(job_id)
-            item.last_job = job_id
-            kind = cron.ScheduleType(item.schedule_type)
-            catch_up = settings.catch_up if item.catch_up is None else item.catch_up
-            following = cron.advance(kind, item.next_run, now, catch_up=catch_up, minutes=item.minutes,
-                                     cron=item.cron, tz=tz)
-            if item.repeats > 0:
-                item.repeats -= 1
-            if following is None:
-                item.repeats = 0
-            else:
-                item.next_run = following
-            item.save(update_fields=["last_job", "next_run", "repeats"])
+                # A savepoint per schedule: one broken schedule (edited in the admin, say) is
+                # disabled and logged, and the others still fire.
+                with transaction.atomic(using=settings.database):
+                    fired.append(_fire(item, settings, now, tz))
+            except DatabaseError:
+                raise  # the database is away: leave every schedule as it is for the next tick
+            except Exception:
+                logger.exception("schedule %s cannot run; disabled (repeats = 0)", item.name)
+                Schedule.objects.using(settings.database).filter(pk=item.pk).update(repeats=0)
     return fired
+
+
+def _fire(item: Schedule, settings: Settings, now: datetime.datetime, tz) -> str:
+    """Enqueue one due schedule and move it to its next run; return the job id."""
+    from .api import OPTIONS, async_task
+
+    # A kwarg named like an enqueue option goes to the function: naming it in q_options (None
+    # meaning "not given") tells async_task so.
+    options = {name: None for name in item.kwargs if name in OPTIONS}
+    options.update(queue=item.queue or None, priority=item.priority, task_name=item.name)
+    job_id = async_task(item.func, *item.args, q_options=options, **item.kwargs)
+    item.last_job = job_id
+    kind = cron.ScheduleType(item.schedule_type)
+    catch_up = settings.catch_up if item.catch_up is None else item.catch_up
+    following = cron.advance(kind, item.next_run, now, catch_up=catch_up, minutes=item.minutes, cron=item.cron, tz=tz)
+    if item.repeats > 0:
+        item.repeats -= 1
+    if following is None:
+        item.repeats = 0
+    else:
+        item.next_run = following
+    item.save(update_fields=["last_job", "next_run", "repeats"])
+    return job_id

@@ -102,7 +102,7 @@ class Sentinel:
         try:
             while not self.signals:
                 self.step()
-                if self.burst and self._burst_done():
+                if self.burst and self._burst_done_safely():
                     break
             if self.signals < 2:
                 self.stop()
@@ -227,7 +227,10 @@ class Sentinel:
         now = time.monotonic()
         for slot in list(self.slots):
             if not slot.process.is_alive():
-                self._replace_worker(slot, crashed=slot.task is not None)
+                if slot.task is not None and _readable(slot.pipe):
+                    self._from_worker(slot)  # it sent its outcome, then exited (max_rss): not a crash
+                if slot in self.slots:
+                    self._replace_worker(slot, crashed=slot.task is not None)
                 continue
             started = self.timers[slot.index]
             timeout = slot.task.timeout if slot.task else None
@@ -355,20 +358,28 @@ class Sentinel:
         except Exception:
             logger.exception("could not publish the heartbeat")
 
+    def _burst_done_safely(self) -> bool:
+        try:
+            return self._burst_done()
+        except Exception:
+            logger.exception("burst check failed (database away?); going on")
+            connections[self.broker.alias].close()
+            return False
+
     def _burst_done(self) -> bool:
         if not self.drained or self.waiting or any(s.task for s in self.slots):
             return False
         if not self._due("burst", BURST_CHECK_EVERY):
             return False
+        from django.db.models import Q
+
         from ..models import Job, State
 
-        pending = Job.objects.using(self.broker.alias).filter(queue__in=self.queues).filter(
-            state__in=[State.QUEUED, State.RETRYING, State.RUNNING]
-        )
-        now = time.time()
+        # One query, one snapshot: separate queries could each miss a job that moves from
+        # RUNNING to RETRYING between them, and the burst would end with work left.
         # Jobs queued for later (eta/delay) do not keep a burst alive; retries do.
-        return not (pending.filter(state=State.RETRYING).exists() or pending.filter(state=State.RUNNING).exists()
-                    or pending.filter(state=State.QUEUED, visible_at__lte=now).exists())
+        unfinished = Q(state__in=[State.RETRYING, State.RUNNING]) | Q(state=State.QUEUED, visible_at__lte=time.time())
+        return not Job.objects.using(self.broker.alias).filter(unfinished, queue__in=self.queues).exists()
 
     # -- the stop procedure -------------------------------------------------------------------
     def stop(self) -> None:
@@ -387,8 +398,11 @@ class Sentinel:
         self.pusher.join(timeout=1)
         # 2. Reservations that never started go back without counting a delivery.
         if self.waiting:
-            returned = self.broker.defer_many([w.task.reservation for w in self.waiting])
-            logger.info("returned %d unstarted reservation(s) to the broker", returned)
+            try:
+                returned = self.broker.defer_many([w.task.reservation for w in self.waiting])
+                logger.info("returned %d unstarted reservation(s) to the broker", returned)
+            except Exception:
+                logger.exception("could not return unstarted reservations; their leases bring them back")
             self.waiting.clear()
         # 3. Poison pills: idle workers get one now, busy ones after their task.
         for slot in self.slots:
@@ -434,6 +448,13 @@ class Sentinel:
     def _kill_all(self) -> None:
         for process in [self.pusher, self.monitor, *(s.process for s in self.slots)]:
             _kill(process)
+
+
+def _readable(pipe: Connection) -> bool:
+    try:
+        return pipe.poll(0)
+    except (EOFError, OSError):
+        return False
 
 
 def _kill(process) -> None:

@@ -1,0 +1,66 @@
+"""The scheduler tick: due schedules fire once and move on; a broken schedule cannot stop the others."""
+
+from __future__ import annotations
+
+import datetime
+
+import pytest
+from django.utils import timezone
+
+from django_taskmq import ConfigError, schedule
+from django_taskmq.models import Job, Schedule
+from django_taskmq.scheduler import tick
+
+pytestmark = pytest.mark.django_db
+
+
+def test_a_due_minutes_schedule_fires_once_and_moves_to_its_next_run(broker):
+    """tick() enqueues one job for a due schedule and advances next_run past now (no catch-up)."""
+    past = timezone.now() - datetime.timedelta(minutes=30)
+    s = schedule("tests.tasks.add", 1, 2, name="adder", schedule_type=Schedule.MINUTES, minutes=5,
+                 next_run=past, catch_up=False)
+    fired = tick()
+    assert len(fired) == 1
+    job = Job.objects.get(pk=fired[0])
+    assert (job.func, job.task_name) == ("tests.tasks.add", "adder")
+    s.refresh_from_db()
+    assert s.next_run > timezone.now() and s.last_job == fired[0]
+    assert tick() == []  # not due again until next_run
+
+
+def test_repeats_count_down_and_a_once_schedule_stops(broker):
+    """A ONCE schedule fires one time; repeats reaches 0 and the schedule stays, disabled."""
+    s = schedule("tests.tasks.noop", name="once", next_run=timezone.now() - datetime.timedelta(seconds=1))
+    assert len(tick()) == 1
+    s.refresh_from_db()
+    assert s.repeats == 0
+    assert tick() == []
+
+
+def test_a_broken_schedule_is_disabled_and_the_others_still_fire(broker):
+    """A schedule made invalid behind the API's back (the admin) is disabled; the tick goes on."""
+    past = timezone.now() - datetime.timedelta(minutes=1)
+    schedule("tests.tasks.noop", name="good", next_run=past)
+    Schedule.objects.create(name="broken", func="tests.tasks.noop", schedule_type=Schedule.CRON,
+                            cron="not a cron", next_run=past)
+    fired = tick()
+    assert [Job.objects.get(pk=j).task_name for j in fired] == ["good"]
+    assert Schedule.objects.get(name="broken").repeats == 0
+
+
+def test_schedule_kwargs_named_like_options_go_to_the_function(broker):
+    """A schedule's kwargs called e.g. ``timeout`` are the function's arguments, not enqueue options."""
+    schedule("tests.tasks.takes_options", name="opts", next_run=timezone.now() - datetime.timedelta(seconds=1),
+             timeout=7, priority=0)
+    (job_id,) = tick()
+    from django_taskmq.signing import verify
+
+    envelope = verify(Job.objects.get(pk=job_id).payload, "tests")
+    assert envelope.kwargs == {"timeout": 7}
+
+
+def test_bad_schedule_arguments_raise_config_error():
+    with pytest.raises(ConfigError):
+        schedule("tests.tasks.noop", name="x", schedule_type=Schedule.MINUTES)
+    with pytest.raises(ConfigError):
+        schedule("tests.tasks.noop", name="y", schedule_type="nope")
