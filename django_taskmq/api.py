@@ -212,15 +212,17 @@ def async_task(func: Callable | str, *args: Any, queue: str | None = None, prior
     # None means "not given" (Task.apply_async names options this way to keep kwargs for the function).
     options.update({k: v for k, v in q_options.items() if v is not None or k not in OPTIONS})
     settings = get_settings()
-    job = build_job(func, args, kwargs, options, settings)
-    if pre_enqueue.has_listeners():
+    values = JobTemplate(func, options, settings).values(args, kwargs)
+    job: Job | dict = values
+    if pre_enqueue.has_listeners():  # only then is a model instance worth building
+        job = Job(**values)
         pre_enqueue.send(sender=Job, job=job)
-    broker = get_broker()
-    job_id = broker.enqueue(job, key=job.key)
+        values = {"id": job.id, "key": job.key}
+    job_id = get_broker().enqueue(job, key=values["key"])
     run_inline = options.get("sync")
     if run_inline is None:
         run_inline = settings.sync
-    if run_inline and job_id == job.id:
+    if run_inline and job_id == values["id"]:
         run_sync(job_id)
     return job_id
 

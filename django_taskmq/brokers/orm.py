@@ -55,6 +55,7 @@ class OrmBroker(Broker):
         self.alias = alias
         self._last_reclaim = 0.0
         self._known_queues: set[str] = set()
+        self._plan = None  # (connection, names, converters, fields) for inserts
 
     # -- plumbing ---------------------------------------------------------------------------
     @property
@@ -105,11 +106,17 @@ class OrmBroker(Broker):
         return queue
 
     # -- enqueue ----------------------------------------------------------------------------
-    def enqueue(self, job: Job, key: str | None = None) -> str:
-        """Insert one job; with ``key``, return the id of the job that key made within the TTL."""
+    def enqueue(self, job: Job | dict[str, Any], key: str | None = None) -> str:
+        """Insert one job (an unsaved Job or its column values by attribute name).
+
+        With ``key``, return the id of the job that key made within the TTL instead, if any.
+        """
+        if isinstance(job, Job):
+            job = {f.attname: getattr(job, f.attname) for f in _insert_fields()}
+        job_id = job["id"]
         if key is None:
             self._insert([job])
-            return job.id
+            return job_id
         now = time.time()
         with transaction.atomic(using=self.alias):
             # The primary key on the key table decides races between concurrent callers: the
@@ -117,7 +124,7 @@ class OrmBroker(Broker):
             try:
                 with transaction.atomic(using=self.alias):
                     IdempotencyKey.objects.using(self.alias).create(
-                        key=key, job_id=job.id, expires_at=now + self.settings.idempotency_ttl
+                        key=key, job_id=job_id, expires_at=now + self.settings.idempotency_ttl
                     )
             except Exception:
                 existing = IdempotencyKey.objects.using(self.alias).filter(key=key).first()
@@ -127,11 +134,11 @@ class OrmBroker(Broker):
                     return existing.job_id
                 taken = IdempotencyKey.objects.using(self.alias).filter(
                     key=key, expires_at=existing.expires_at
-                ).update(job_id=job.id, expires_at=now + self.settings.idempotency_ttl)
+                ).update(job_id=job_id, expires_at=now + self.settings.idempotency_ttl)
                 if not taken:  # another caller renewed it first: theirs wins
                     return IdempotencyKey.objects.using(self.alias).get(key=key).job_id
             self._insert([job])
-        return job.id
+        return job_id
 
     def enqueue_many(self, jobs: Sequence[Job]) -> list[str]:
         """Insert many unsaved jobs with few statements (no idempotency keys)."""
@@ -143,9 +150,7 @@ class OrmBroker(Broker):
         The bulk path: no model instance per job, values adapted by one converter per column,
         ``COPY`` on PostgreSQL and multi-row INSERTs elsewhere, all in one transaction.
         """
-        fields, convert, defaults = _columns(self.connection)
-        table = [[conv(row.get(name, default)) for name, conv, default in zip(fields, convert, defaults)]
-                 for row in rows]
+        fields, table = self._table(rows)
         columns = ", ".join(self.connection.ops.quote_name(Job._meta.get_field(n).column) for n in fields)
         with transaction.atomic(using=self.alias), self.connection.cursor() as cursor:
             if self.is_postgresql:
@@ -164,19 +169,26 @@ class OrmBroker(Broker):
                                    [v for values in part for v in values])
         return [row["id"] for row in rows]
 
-    def _insert(self, jobs: Sequence[Job]) -> None:
-        """INSERT rows for unsaved jobs in one statement.
-
-        The same values ``Model.save()`` would write, without its per-call query compilation,
-        which costs more than the insert itself on the enqueue hot path.
-        """
+    def _table(self, rows: Sequence[dict[str, Any]]) -> tuple[list[str], list[list]]:
+        """Return (attribute names, DB-ready values per row); missing values take the defaults."""
         conn = self.connection
-        fields = _insert_fields()
-        columns = ", ".join(conn.ops.quote_name(f.column) for f in fields)
-        row = f"({_marks(len(fields))})"
-        params = [f.get_db_prep_save(getattr(job, f.attname), conn) for job in jobs for f in fields]
-        with conn.cursor() as cursor:
-            cursor.execute(f"INSERT INTO {JOB} ({columns}) VALUES {', '.join([row] * len(jobs))}", params)
+        if self._plan is None or self._plan[0] is not conn:
+            self._plan = (conn, *_columns(conn))
+        _, names, convert, fields = self._plan
+        defaults = [conv(f.get_default()) for conv, f in zip(convert, fields)]
+        return names, [
+            [conv(row[name]) if name in row else default for name, conv, default in zip(names, convert, defaults)]
+            for row in rows
+        ]
+
+    def _insert(self, rows: Sequence[dict[str, Any]]) -> None:
+        """INSERT jobs given as column values in one statement (the single-enqueue hot path)."""
+        names, table = self._table(rows)
+        columns = ", ".join(self.connection.ops.quote_name(Job._meta.get_field(n).column) for n in names)
+        row = f"({_marks(len(names))})"
+        with self.connection.cursor() as cursor:
+            cursor.execute(f"INSERT INTO {JOB} ({columns}) VALUES {', '.join([row] * len(table))}",
+                           [v for values in table for v in values])
 
     # -- reserve ----------------------------------------------------------------------------
     def reserve(self, queues: Sequence[str], limit: int, lease: float, owner: str,
@@ -653,25 +665,22 @@ def _insert_fields() -> list:
 
 
 def _columns(connection) -> tuple[list[str], list, list]:
-    """Return (attribute names, converter per column, default per column) for bulk inserts.
+    """Return (attribute names, converter per column, fields) for inserts.
 
     Plain values (text, numbers, None) go to the driver as they are; only datetimes and the
     pickled result need the field's own preparation.
     """
-    from django.db import models as dj_models
-
-    names, converters, defaults = [], [], []
+    names, converters, fields = [], [], []
+    plain = ("TextField", "CharField", "FloatField", "SmallIntegerField", "PositiveIntegerField", "IntegerField",
+             "BigIntegerField")
     for field in _insert_fields():
         names.append(field.attname)
-        defaults.append(field.get_default())
-        if isinstance(field, dj_models.DateTimeField):
-            converters.append(lambda v, f=field: f.get_db_prep_save(v, connection))
-        elif field.get_internal_type() in ("TextField", "CharField", "FloatField", "SmallIntegerField",
-                                           "PositiveIntegerField", "IntegerField", "BigIntegerField"):
+        fields.append(field)
+        if field.get_internal_type() in plain:
             converters.append(_same)
         else:
             converters.append(lambda v, f=field: f.get_db_prep_save(v, connection))
-    return names, converters, defaults
+    return names, converters, fields
 
 
 def _same(value):

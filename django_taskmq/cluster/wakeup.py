@@ -14,13 +14,15 @@ import ctypes.util
 import logging
 import os
 import select
+import struct
 import time
 from multiprocessing.connection import Connection
 
 logger = logging.getLogger(__name__)
 
 CHANNEL = "taskmq_job"
-SQLITE_CHECK = 0.01  # seconds between data_version reads (each costs a few microseconds)
+SQLITE_CHECK = 0.01  # seconds between data_version reads where inotify is missing
+AFTER_WRITE = 0.002  # seconds before looking again when a write was seen but not yet committed
 
 
 class Waker:
@@ -67,10 +69,12 @@ class Waker:
             remaining = deadline - time.monotonic()
             if remaining <= 0 or (pipe is not None and pipe.poll(0)):
                 return
-            if self._watch is not None:
-                self._watch.wait(remaining, pipe)
-            else:
-                time.sleep(min(SQLITE_CHECK, remaining))
+            if self._watch is not None and not self._watch.wait(remaining, pipe):
+                continue
+            # Polling, or a write seen in the WAL whose commit may not be finished yet (the
+            # commit itself shows in the shared memory index, which inotify does not report):
+            # look again shortly.
+            time.sleep(min(AFTER_WRITE if self._watch is not None else SQLITE_CHECK, max(remaining, 0)))
 
     def _wait_notify(self, timeout: float, pipe: Connection | None) -> None:
         raw = self.connection.connection
@@ -137,13 +141,34 @@ class FileWatch:
         base = os.path.basename(path).encode()
         return cls(fd, {base, base + b"-wal", base + b"-journal"})
 
-    def wait(self, timeout: float, pipe: Connection | None) -> None:
-        """Block until the database may have changed, ``pipe`` is readable or ``timeout`` passes."""
+    def wait(self, timeout: float, pipe: Connection | None) -> bool:
+        """Block until the database file or its WAL is written, ``pipe`` is readable or ``timeout``
+        passes; return True for a write. Writes to other files of the directory are ignored.
+        """
+        deadline = time.monotonic() + timeout
         readers = [self.fd] + ([pipe.fileno()] if pipe is not None else [])
-        ready, _, _ = select.select(readers, [], [], timeout)
-        if self.fd in ready:
-            try:
-                while os.read(self.fd, 65536):  # drain: one wake-up covers many writes
-                    pass
-            except BlockingIOError:
-                pass
+        while True:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                return False
+            ready, _, _ = select.select(readers, [], [], remaining)
+            if self.fd not in ready:
+                return False
+            if self._database_written():
+                return True
+
+    def _database_written(self) -> bool:
+        """Drain the pending events; return True if one concerns the database or its WAL."""
+        written = False
+        try:
+            while data := os.read(self.fd, 65536):
+                offset = 0
+                while offset < len(data):
+                    # struct inotify_event: wd, mask, cookie, len, then len bytes of name
+                    _, _, _, length = struct.unpack_from("iIII", data, offset)
+                    name = data[offset + 16:offset + 16 + length].rstrip(b"\0")
+                    written = written or name in self.names
+                    offset += 16 + length
+        except BlockingIOError:
+            pass
+        return written
