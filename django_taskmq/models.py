@@ -30,8 +30,9 @@ class State(models.TextChoices):
     CANCELLED = JobState.CANCELLED.value, _("cancelled")
 
 
-READY_STATES = [State.QUEUED, State.RETRYING]
-FINAL_STATES = [State.SUCCEEDED, State.FAILED, State.DEAD, State.EXPIRED, State.CANCELLED]
+# Derived from the pure state table, so the queries and policy.states cannot drift apart.
+READY_STATES = sorted(State(s.value) for s in JobState.READY)
+FINAL_STATES = sorted(State(s.value) for s in JobState.FINAL)
 
 
 def _from_epoch(value: float | None) -> datetime.datetime | None:

@@ -22,7 +22,7 @@ from django.utils import timezone
 
 from ..conf import Settings
 from ..exceptions import ConfigError, LeaseLost
-from ..models import DeadLetter, IdempotencyKey, Job, QueueState, State
+from ..models import READY_STATES, DeadLetter, IdempotencyKey, Job, QueueState, State
 from ..policy import pick
 from ..policy.priority import validate_priority
 from ..signals import job_dead
@@ -32,7 +32,7 @@ logger = logging.getLogger(__name__)
 
 JOB = Job._meta.db_table
 QSTATE = QueueState._meta.db_table
-READY_SQL = "('QUEUED', 'RETRYING')"
+READY_SQL = "(" + ", ".join(f"'{state}'" for state in READY_STATES) + ")"  # ('QUEUED', 'RETRYING')
 CHUNK = 500  # rows per statement: well under SQLite's variable limit
 
 
