@@ -25,10 +25,12 @@ class Chain:
 
     def append(self, func: Any, *args: Any, q_options: dict | None = None, **kwargs: Any) -> Chain:
         """Add a link: ``func(*args, **kwargs)`` with per-link options in ``q_options``."""
+        from .conf import get_settings
+
         options = {**self.options, **(q_options or {})}
         if self.group:
             options.setdefault("group", self.group)
-        validate_options(options)
+        validate_options(options, get_settings())  # a later link's bad queue fails here, at the call
         self.links.append((func_path(func), tuple(args), dict(kwargs), options))
         return self
 

@@ -127,3 +127,13 @@ def test_async_task_with_a_task_object_uses_its_defaults(broker):
     overridden = Job.objects.get(pk=async_task(tasks.multiply, 2, 3, priority=1))
     assert (default.queue, default.priority, default.func) == ("b", 5, "tests.tasks.multiply")
     assert (overridden.queue, overridden.priority) == ("b", 1)
+
+
+def test_a_chain_link_with_an_unknown_queue_fails_at_the_call():
+    """Every link's options are checked against TASKMQ at append time, not when the link is due."""
+    from django_taskmq import ConfigError
+    from django_taskmq.chains import Chain
+
+    chain = Chain().append("tests.tasks.noop")
+    with pytest.raises(ConfigError, match="unknown queue"):
+        chain.append("tests.tasks.noop", q_options={"queue": "nope"})

@@ -23,6 +23,10 @@ class Command(BaseCommand):
                     self.stdout.write(f"{letter.pk:>6} {letter.queue:<12} {letter.job_id} {letter.job.task_name} "
                                       f"deliveries={letter.deliveries} {letter.failed_at:%Y-%m-%d %H:%M:%S} {letter.reason}")
             elif action == "replay":
+                if all and (to_queue or priority is not None or ids):
+                    raise CommandError("replay --all takes only -Q; give ids to replay into --to-queue/--priority")
+                if ids and queue:
+                    raise CommandError("-Q selects dead letters for --all, list and purge; with ids use --to-queue")
                 if all:
                     self.stdout.write(f"replayed {broker.replay_all(queue)}")
                 elif ids:

@@ -4,6 +4,7 @@ from django.core.management.base import BaseCommand
 from django.utils import timezone
 
 from django_taskmq.brokers import get_broker
+from django_taskmq.conf import get_settings
 from django_taskmq.models import Cluster
 
 
@@ -12,7 +13,7 @@ class Command(BaseCommand):
 
     def handle(self, *args, **options):
         fresh = timezone.now() - timedelta(seconds=30)
-        clusters = Cluster.objects.filter(beat_at__gte=fresh).exclude(state="stopped")
+        clusters = Cluster.objects.using(get_settings().database).filter(beat_at__gte=fresh).exclude(state="stopped")
         self.stdout.write(f"clusters alive: {clusters.count()}")
         for c in clusters:
             counts = ", ".join(f"{k} {v}" for k, v in c.counts.items())
