@@ -42,6 +42,18 @@ class Broker(abc.ABC):
     """Stores messages and hands them out under leases, in pick order."""
 
     @abc.abstractmethod
+    def enqueue(self, job: Any, key: str | None = None) -> str:
+        """Store one job (an unsaved Job or its column values); return its id.
+
+        With ``key``: within the idempotency TTL, return the id of the job that key already made
+        and store nothing, also when callers race.
+        """
+
+    @abc.abstractmethod
+    def enqueue_many(self, jobs: Sequence[Any]) -> list[str]:
+        """Store many jobs in few statements; return their ids in order."""
+
+    @abc.abstractmethod
     def reserve(self, queues: Sequence[str], limit: int, lease: float, owner: str) -> list[Reservation]:
         """Reserve up to ``limit`` ready messages of ``queues`` in pick order for ``lease`` seconds.
 
@@ -99,8 +111,8 @@ class Broker(abc.ABC):
         """Replay every pending DLQ entry (of one queue or all); return how many."""
 
     @abc.abstractmethod
-    def purge_dead(self, queue: str | None = None) -> int:
-        """Delete the pending DLQ entries and their dead jobs; return how many."""
+    def purge_dead(self, queue: str | None = None, ids: Sequence[int] | None = None) -> int:
+        """Delete the pending DLQ entries (of one queue, or these ids) and their dead jobs; return how many."""
 
     @abc.abstractmethod
     def reclaim_expired(self) -> int:
