@@ -55,7 +55,7 @@ class OrmBroker(Broker):
         self.alias = alias
         self._last_reclaim = 0.0
         self._known_queues: set[str] = set()
-        self._plan = None  # (connection, names, converters, fields) for inserts
+        self._plan = None  # (connection, names, converters, fields, quoted columns) for inserts
 
     # -- plumbing ---------------------------------------------------------------------------
     @property
@@ -150,8 +150,7 @@ class OrmBroker(Broker):
         The bulk path: no model instance per job, values adapted by one converter per column,
         ``COPY`` on PostgreSQL and multi-row INSERTs elsewhere, all in one transaction.
         """
-        fields, table = self._table(rows)
-        columns = ", ".join(self.connection.ops.quote_name(Job._meta.get_field(n).column) for n in fields)
+        columns, width, table = self._table(rows)
         with transaction.atomic(using=self.alias), self.connection.cursor() as cursor:
             if self.is_postgresql:
                 # COPY fires the INSERT trigger too, so idle clusters are notified as for an INSERT.
@@ -160,32 +159,44 @@ class OrmBroker(Broker):
                         copy.write_row(values)
             elif self.connection.vendor == "sqlite":
                 # sqlite3's own executemany loops in C over one prepared statement.
-                marks = ", ".join(["?"] * len(fields))
+                marks = ", ".join(["?"] * width)
                 cursor.cursor.executemany(f"INSERT INTO {JOB} ({columns}) VALUES ({marks})", table)
             else:
-                row = f"({_marks(len(fields))})"
+                row = f"({_marks(width)})"
                 for part in _chunks(table, 100):
                     cursor.execute(f"INSERT INTO {JOB} ({columns}) VALUES {', '.join([row] * len(part))}",
                                    [v for values in part for v in values])
         return [row["id"] for row in rows]
 
-    def _table(self, rows: Sequence[dict[str, Any]]) -> tuple[list[str], list[list]]:
-        """Return (attribute names, DB-ready values per row); missing values take the defaults."""
+    def _table(self, rows: Sequence[dict[str, Any]]) -> tuple[str, int, list[list]]:
+        """Return (quoted column list, column count, DB-ready values per row).
+
+        Values missing from a row take the field's default (computed once per call).
+        """
         conn = self.connection
         if self._plan is None or self._plan[0] is not conn:
-            self._plan = (conn, *_columns(conn))
-        _, names, convert, fields = self._plan
-        defaults = [conv(f.get_default()) for conv, f in zip(convert, fields)]
-        return names, [
-            [conv(row[name]) if name in row else default for name, conv, default in zip(names, convert, defaults)]
-            for row in rows
-        ]
+            names, convert, fields = _columns(conn)
+            columns = ", ".join(conn.ops.quote_name(f.column) for f in fields)
+            self._plan = (conn, names, convert, fields, columns)
+        _, names, convert, fields, columns = self._plan
+        defaults = {}
+        table = []
+        for row in rows:
+            values = []
+            for name, conv, field in zip(names, convert, fields):
+                if name in row:
+                    values.append(conv(row[name]))
+                else:
+                    if name not in defaults:
+                        defaults[name] = conv(field.get_default())
+                    values.append(defaults[name])
+            table.append(values)
+        return columns, len(names), table
 
     def _insert(self, rows: Sequence[dict[str, Any]]) -> None:
         """INSERT jobs given as column values in one statement (the single-enqueue hot path)."""
-        names, table = self._table(rows)
-        columns = ", ".join(self.connection.ops.quote_name(Job._meta.get_field(n).column) for n in names)
-        row = f"({_marks(len(names))})"
+        columns, width, table = self._table(rows)
+        row = f"({_marks(width)})"
         with self.connection.cursor() as cursor:
             cursor.execute(f"INSERT INTO {JOB} ({columns}) VALUES {', '.join([row] * len(table))}",
                            [v for values in table for v in values])
