@@ -172,11 +172,6 @@ class JobTemplate:
         return Job(**self.values(args, kwargs))
 
 
-def build_job(func: Any, args: tuple, kwargs: dict, options: dict[str, Any], settings: Settings) -> Job:
-    """Return an unsaved Job (with its signed package) for a call; raise ConfigError on bad input."""
-    return JobTemplate(func, options, settings).job(args, kwargs)
-
-
 def async_task(func: Callable | str, *args: Any, queue: str | None = None, priority: int | None = None,
                key: str | None = None, delay: float | None = None, eta: Any = None, expires_at: Any = None,
                timeout: float | None = None, max_deliveries: int | None = None, ack_failure: bool | None = None,

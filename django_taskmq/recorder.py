@@ -16,13 +16,14 @@ from . import execution as ex
 from .brokers.base import Ack
 from .conf import Settings
 from .exceptions import LeaseLost
+from .models import _from_epoch
 from .policy.backoff import Retry
 
 logger = logging.getLogger(__name__)
 
 
 def _dt(epoch: float) -> datetime.datetime | None:
-    return datetime.datetime.fromtimestamp(epoch, tz=datetime.UTC) if epoch else None
+    return _from_epoch(epoch or None)
 
 
 def _retry_policy(outcome: ex.Outcome, settings: Settings) -> Retry:

@@ -33,6 +33,10 @@ logger = logging.getLogger(__name__)
 JOB = Job._meta.db_table
 QSTATE = QueueState._meta.db_table
 READY_SQL = "(" + ", ".join(f"'{state}'" for state in READY_STATES) + ")"  # ('QUEUED', 'RETRYING')
+# A reservation handed back unstarted (defer, yield, a graceful stop): the delivery its claim
+# counted never ran, so it is taken back.
+GIVE_BACK = ("state = 'QUEUED', deliveries = deliveries - 1, lease_owner = NULL, lease_token = NULL, "
+             "lease_until = NULL")
 CHUNK = 500  # rows per statement: well under SQLite's variable limit
 
 
@@ -483,32 +487,23 @@ class OrmBroker(Broker):
         )
 
     def defer(self, reservation: Reservation, delay: float = 0) -> bool:
-        # The reservation counted a delivery that never ran: take it back.
-        return self._fenced(
-            reservation,
-            "state = 'QUEUED', visible_at = %s, deliveries = deliveries - 1, lease_owner = NULL, "
-            "lease_token = NULL, lease_until = NULL",
-            [time.time() + max(delay, 0)],
-        )
+        return self._fenced(reservation, f"{GIVE_BACK}, visible_at = %s", [time.time() + max(delay, 0)])
 
     def defer_many(self, reservations: Sequence[Reservation]) -> int:
         """Put many unstarted reservations back at once (a graceful stop); return how many."""
-        done = 0
+        if not reservations:
+            return 0
         with transaction.atomic(using=self.alias), self.connection.cursor() as cursor:
-            for r in reservations:
-                cursor.execute(
-                    f"UPDATE {JOB} SET state = 'QUEUED', deliveries = deliveries - 1, lease_owner = NULL, "
-                    f"lease_token = NULL, lease_until = NULL WHERE id = %s AND lease_token = %s AND state = 'RUNNING'",
-                    [r.job_id, r.token],
-                )
-                done += cursor.rowcount
-        return done
+            cursor.executemany(
+                f"UPDATE {JOB} SET {GIVE_BACK} WHERE id = %s AND lease_token = %s AND state = 'RUNNING'",
+                [(r.job_id, r.token) for r in reservations],
+            )
+            return cursor.rowcount
 
     def yield_reservation(self, reservation: Reservation, delay: float = 0) -> bool:
         with self.connection.cursor() as cursor:
             cursor.execute(
-                f"UPDATE {JOB} SET state = 'QUEUED', visible_at = %s, yields = yields + 1, "
-                f"deliveries = deliveries - 1, lease_owner = NULL, lease_token = NULL, lease_until = NULL "
+                f"UPDATE {JOB} SET {GIVE_BACK}, visible_at = %s, yields = yields + 1 "
                 f"WHERE id = %s AND lease_token = %s AND state = 'RUNNING' AND yields < %s",
                 [time.time() + max(delay, 0), reservation.job_id, reservation.token, self.settings.max_yields],
             )

@@ -100,14 +100,19 @@ def test_old_holder_ack_before_redelivery_raises_lease_lost(broker):
     assert job(job_id).state == state != State.SUCCEEDED
 
 
-def test_old_holder_nack_after_reclaim_raises_lease_lost_and_changes_nothing(broker):
-    """The old holder's nack (requeue or not) raises LeaseLost and changes nothing."""
+def stolen_reservation(broker):
+    """Return (job id, the old holder's reservation, the job's row) after a reclaim and a new claim."""
     job_id = async_task("tests.tasks.noop")
     old = reserve_one(broker, lease=SHORT, owner="old")
     expire_leases()
     broker.reclaim_expired()
     reserve_one(broker, owner="new")
-    before = Job.objects.filter(pk=job_id).values().get()
+    return job_id, old, Job.objects.filter(pk=job_id).values().get()
+
+
+def test_old_holder_nack_after_reclaim_raises_lease_lost_and_changes_nothing(broker):
+    """The old holder's nack (requeue or not) raises LeaseLost and changes nothing."""
+    job_id, old, before = stolen_reservation(broker)
     with pytest.raises(LeaseLost):
         broker.nack(old, requeue=True, error="late failure")
     with pytest.raises(LeaseLost):
@@ -118,12 +123,7 @@ def test_old_holder_nack_after_reclaim_raises_lease_lost_and_changes_nothing(bro
 
 def test_old_holder_defer_yield_extend_and_dead_letter_raise_lease_lost(broker):
     """Every write that ends or changes a delivery is fenced: defer, yield, extend_lease, dead_letter."""
-    job_id = async_task("tests.tasks.noop")
-    old = reserve_one(broker, lease=SHORT, owner="old")
-    expire_leases()
-    broker.reclaim_expired()
-    reserve_one(broker, owner="new")
-    before = Job.objects.filter(pk=job_id).values().get()
+    job_id, old, before = stolen_reservation(broker)
     for write in (lambda: broker.defer(old), lambda: broker.yield_reservation(old),
                   lambda: broker.extend_lease(old, 60), lambda: broker.dead_letter(old, "late")):
         with pytest.raises(LeaseLost):
