@@ -1,13 +1,20 @@
-"""Admin: jobs (read-only), the dead-letter queue (replay, purge), schedules, cluster heartbeats."""
+"""Admin: jobs (read-only), the dead-letter queue (replay, purge), schedules, cluster heartbeats.
+
+Every change goes through the broker, as from code. List pages never load a job's payload or
+result, and nothing shown is unpickled unless its signature verified.
+"""
 
 from __future__ import annotations
 
 from django.contrib import admin, messages
-from django.utils import timezone
 from django.utils.translation import gettext_lazy as _, ngettext
 
 from .brokers import get_broker
-from .models import Cluster, DeadLetter, Job, Schedule, State
+from .exceptions import ConfigError
+from .models import Cluster, DeadLetter, Job, Schedule
+
+HEAVY = ("payload", "result_package", "traceback")  # never loaded by a list page
+RESULT_SHOWN = 2000  # characters of a result's repr shown on the job page
 
 
 class ReadOnlyMixin:
@@ -20,21 +27,49 @@ class ReadOnlyMixin:
 
 @admin.register(Job)
 class JobAdmin(ReadOnlyMixin, admin.ModelAdmin):
-    list_display = ("id", "task_name", "queue", "priority", "state", "deliveries", "yields", "enqueued_at",
-                    "started_at", "finished_at")
+    list_display = ("id", "task_name", "queue", "priority", "state", "deliveries", "attempt", "yields",
+                    "enqueued_at", "started_at", "finished_at")
     list_filter = ("state", "queue", "priority", "cluster")
     search_fields = ("id", "task_name", "func", "group", "key")
     ordering = ("-id",)
-    readonly_fields = [f.name for f in Job._meta.fields] + ["visible_time", "expires_time", "lease_until_time"]
-    exclude = ("payload",)
+    # Everything but the signed package and the raw result, which is shown verified instead.
+    readonly_fields = [f.name for f in Job._meta.fields if f.name not in ("payload", "result_package")] + [
+        "return_value", "visible_time", "expires_time", "lease_until_time",
+    ]
+    exclude = ("payload", "result_package")
     actions = ["cancel_jobs"]
+
+    def get_queryset(self, request):
+        queryset = super().get_queryset(request)
+        if request.resolver_match and request.resolver_match.url_name.endswith("_changelist"):
+            queryset = queryset.defer(*HEAVY)
+        return queryset
+
+    def get_actions(self, request):
+        # Deleting rows bypasses the broker (a running job's lease, its dead letters): cancel instead.
+        actions = super().get_actions(request)
+        actions.pop("delete_selected", None)
+        return actions
+
+    @admin.display(description=_("result"))
+    def return_value(self, job: Job) -> str:
+        if job.result_package is None:
+            return "-"
+        error = job.result_error
+        if error:
+            return error
+        text = repr(job.result)
+        return text if len(text) <= RESULT_SHOWN else text[:RESULT_SHOWN] + " [...]"
 
     @admin.action(description=_("Cancel selected queued jobs"), permissions=["delete"])
     def cancel_jobs(self, request, queryset):
-        count = queryset.filter(state__in=[State.QUEUED, State.RETRYING]).update(
-            state=State.CANCELLED, finished_at=timezone.now()
-        )
+        count = get_broker().cancel(list(queryset.values_list("pk", flat=True)))
         self.message_user(request, ngettext("%d job cancelled.", "%d jobs cancelled.", count) % count, messages.SUCCESS)
+        skipped = queryset.count() - count
+        if skipped:
+            self.message_user(request, ngettext(
+                "%d job was not cancelled: it had started or finished.",
+                "%d jobs were not cancelled: they had started or finished.", skipped) % skipped, messages.WARNING)
 
 
 @admin.register(DeadLetter)
@@ -45,16 +80,38 @@ class DeadLetterAdmin(ReadOnlyMixin, admin.ModelAdmin):
     readonly_fields = ("job", "queue", "reason", "error", "deliveries", "failed_at", "replayed_at", "replay_count")
     actions = ["replay", "purge"]
 
+    def get_queryset(self, request):
+        return super().get_queryset(request).select_related("job").defer(*(f"job__{name}" for name in HEAVY))
+
+    def get_actions(self, request):
+        actions = super().get_actions(request)
+        actions.pop("delete_selected", None)  # purge deletes letters with their jobs, through the broker
+        return actions
+
+    def has_purge_permission(self, request) -> bool:
+        """Purging deletes dead jobs too: it needs the delete permission on both models."""
+        opts = Job._meta
+        return self.has_delete_permission(request) and request.user.has_perm(f"{opts.app_label}.delete_{opts.model_name}")
+
     @admin.action(description=_("Replay selected dead letters"), permissions=["delete"])
     def replay(self, request, queryset):
         broker = get_broker()
-        count = 0
-        for letter in queryset.filter(replayed_at__isnull=True):
-            broker.replay_dead(letter.pk)
-            count += 1
-        self.message_user(request, ngettext("%d job replayed.", "%d jobs replayed.", count) % count, messages.SUCCESS)
+        replayed, skipped = 0, []
+        for letter in queryset:
+            try:
+                broker.replay_dead(letter.pk)
+                replayed += 1
+            except ConfigError as exc:  # replayed already, or its job is no longer dead
+                skipped.append(str(exc))
+        if replayed:
+            self.message_user(request, ngettext("%d job replayed.", "%d jobs replayed.", replayed) % replayed,
+                              messages.SUCCESS)
+        if skipped:
+            self.message_user(request, ngettext(
+                "%(n)d dead letter not replayed: %(why)s", "%(n)d dead letters not replayed: %(why)s", len(skipped),
+            ) % {"n": len(skipped), "why": "; ".join(skipped[:5])}, messages.WARNING)
 
-    @admin.action(description=_("Purge selected dead letters and their jobs"), permissions=["delete"])
+    @admin.action(description=_("Purge selected dead letters and their jobs"), permissions=["purge"])
     def purge(self, request, queryset):
         count = get_broker().purge_dead(ids=list(queryset.values_list("pk", flat=True)))
         self.message_user(request, ngettext("%d dead letter purged.", "%d dead letters purged.", count) % count,

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import datetime
+import math
 import time
 from collections.abc import Callable, Iterable
 from typing import Any
 
 from .brokers import get_broker
-from .conf import Settings, get_settings
+from .conf import COUNTER_MAX, Settings, get_settings
 from .envelope import Envelope
 from .exceptions import ConfigError
 from .ids import new_id
@@ -17,6 +18,7 @@ from .policy.backoff import Retry
 from .policy.priority import validate_priority
 from .signing import sign
 
+DELAY_MAX = 10 * 366 * 86400.0  # ten years: a longer delay is a mistake, not a plan
 OPTIONS = frozenset({
     "queue", "priority", "key", "delay", "eta", "expires_at", "timeout", "max_deliveries", "ack_failure",
     "retry", "hook", "on_dead", "group", "task_name", "sync", "chain",
@@ -28,11 +30,9 @@ def func_path(func: Any, what: str = "func") -> str:
     from .tasks import Task
 
     if isinstance(func, Task):
-        return func.name
+        return func.path
     if isinstance(func, str):
-        if "." not in func.strip(".") or " " in func:
-            raise ConfigError(f"{what} {func!r} is not a dotted path like 'app.tasks.send'")
-        return func
+        return check_path(func, what)
     if isinstance(func, type) and issubclass(func, Task):
         return f"{func.__module__}.{func.__qualname__}"
     if callable(func):
@@ -44,6 +44,31 @@ def func_path(func: Any, what: str = "func") -> str:
     raise ConfigError(f"{what} must be a callable or a dotted path, got {func!r}")
 
 
+PATH_MAX = 255  # Job.func and Schedule.func
+
+
+def check_path(path: str, what: str = "func") -> str:
+    """Return ``path`` if it imports, in this process, as a callable; else raise ConfigError."""
+    from .execution import resolve
+
+    if len(path) > PATH_MAX:
+        raise ConfigError(f"{what} {path[:40]!r}... is {len(path)} characters long; at most {PATH_MAX} fit")
+    if "." not in path.strip(".") or any(not part.isidentifier() for part in path.split(".")):
+        raise ConfigError(f"{what} {path!r} is not a dotted path like 'app.tasks.send'")
+    try:
+        target = resolve(path)
+    except Exception as exc:
+        raise ConfigError(f"{what} {path!r} cannot be imported: {type(exc).__name__}: {exc}") from exc
+    if not callable(target):
+        raise ConfigError(f"{what} {path!r} is a {type(target).__name__}, not a callable")
+    return path
+
+
+def _finite(name: str, value: Any) -> None:
+    if isinstance(value, float) and not math.isfinite(value):
+        raise ConfigError(f"{name} must be a finite number, got {value!r}")
+
+
 def _epoch(name: str, value: Any) -> float:
     if isinstance(value, datetime.datetime):
         if value.tzinfo is None:
@@ -51,13 +76,20 @@ def _epoch(name: str, value: Any) -> float:
         return value.timestamp()
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise ConfigError(f"{name} must be an aware datetime or epoch seconds, got {value!r}")
+    _finite(name, float(value))
     return float(value)
 
 
-def _positive(name: str, value: Any, integer: bool = False, allow_zero: bool = False) -> Any:
+def _positive(name: str, value: Any, integer: bool = False, allow_zero: bool = False,
+              maximum: float | None = None) -> Any:
     kinds = (int,) if integer else (int, float)
-    if isinstance(value, bool) or not isinstance(value, kinds) or value < 0 or (value == 0 and not allow_zero):
+    if isinstance(value, bool) or not isinstance(value, kinds):
         raise ConfigError(f"{name} must be a {'positive integer' if integer else 'positive number'}, got {value!r}")
+    _finite(name, value)
+    if value < 0 or (value == 0 and not allow_zero):
+        raise ConfigError(f"{name} must be a {'positive integer' if integer else 'positive number'}, got {value!r}")
+    if maximum is not None and value > maximum:
+        raise ConfigError(f"{name} must be at most {maximum}, got {value!r}")
     return value
 
 
@@ -81,17 +113,23 @@ def validate_options(options: dict[str, Any], settings: Settings | None = None) 
     if out.get("key") is not None and (not isinstance(out["key"], str) or not 0 < len(out["key"]) <= 255):
         raise ConfigError(f"key must be a string of 1..255 characters, got {out['key']!r}")
     if out.get("delay") is not None:
-        _positive("delay", out["delay"], allow_zero=True)
+        _positive("delay", out["delay"], allow_zero=True, maximum=DELAY_MAX)
     if out.get("eta") is not None:
         if out.get("delay") is not None:
             raise ConfigError("pass either delay or eta, not both")
         out["eta"] = _epoch("eta", out["eta"])
     if out.get("expires_at") is not None:
         out["expires_at"] = _epoch("expires_at", out["expires_at"])
+        if out.get("eta") is not None and out["expires_at"] <= out["eta"]:
+            raise ConfigError(f"expires_at ({out['expires_at']}) must be after eta ({out['eta']}): "
+                              f"the job would expire before it could run")
+        if out.get("delay") and out["expires_at"] <= time.time() + out["delay"]:
+            raise ConfigError(f"expires_at must be after now + delay ({out['delay']} s): "
+                              f"the job would expire before it could run")
     if out.get("timeout") is not None:
         _positive("timeout", out["timeout"])
     if out.get("max_deliveries") is not None:
-        _positive("max_deliveries", out["max_deliveries"], integer=True)
+        _positive("max_deliveries", out["max_deliveries"], integer=True, maximum=COUNTER_MAX)
     for flag in ("ack_failure", "sync"):
         if out.get(flag) is not None and not isinstance(out[flag], bool):
             raise ConfigError(f"{flag} must be True or False, got {out[flag]!r}")
@@ -124,6 +162,8 @@ class JobTemplate:
             func = func()  # the class form: its attributes are the defaults
         if isinstance(func, Task):
             options = {**func.defaults(), **options}
+            if func.name != func.path:
+                options.setdefault("task_name", func.name)
         self.path = func_path(func)
         self.options = options = validate_options(options, settings)
         self.settings = settings
@@ -162,7 +202,7 @@ class JobTemplate:
         return dict(
             self.common,
             id=new_id(),
-            payload=sign(envelope, self.settings.name, self.settings.compress),
+            payload=sign(envelope, self.settings.name, self.settings.compress, self.settings.max_package_size),
             state=State.EXPIRED if expired else State.QUEUED,
             visible_at=self.options.get("eta") or now + (self.options.get("delay") or 0),
         )
@@ -263,7 +303,7 @@ def run_sync(job_id: str) -> None:
     except BadPackage as exc:
         broker.dead_letter_package(reservation, str(exc))
         return
-    recorder.record([execution.checked(execution.execute(message))], broker, settings)
+    recorder.record([execution.seal(execution.execute(message), settings)], broker, settings)
 
 
 def fetch(job_id: str, wait: float = 0) -> Job | None:

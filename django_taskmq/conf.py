@@ -7,6 +7,7 @@ use and is reset when a test overrides ``TASKMQ``.
 from __future__ import annotations
 
 import functools
+import math
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
@@ -16,6 +17,8 @@ from .exceptions import ConfigError
 from .policy.backoff import Retry
 
 SETTING = "TASKMQ"
+MIB = 1024 * 1024
+COUNTER_MAX = 2_147_483_647  # the largest value of the job table's counter columns on every engine
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -55,6 +58,9 @@ class Settings:
     catch_up: bool = True
     scheduler_interval: float = 10.0
     guard_interval: float = 0.1
+    max_package_size: int | None = MIB * 10
+    max_result_size: int | None = MIB * 10
+    task_modules: tuple[str, ...] | None = None
 
     @property
     def effective_queue_limit(self) -> int:
@@ -71,15 +77,19 @@ def _fail(key: str, reason: str) -> ConfigError:
 
 
 def _number(key: str, value: Any, *, minimum: float = 0, strict: bool = False, integer: bool = False,
-            optional: bool = False) -> Any:
+            optional: bool = False, maximum: float | None = None) -> Any:
     if value is None and optional:
         return None
     kinds = (int,) if integer else (int, float)
     if isinstance(value, bool) or not isinstance(value, kinds):
         kind = "an integer" if integer else "a number"
         raise _fail(key, f"must be {kind}, got {value!r}")
+    if not math.isfinite(value):
+        raise _fail(key, f"must be a finite number, got {value!r}")
     if value < minimum or (strict and value == minimum):
         raise _fail(key, f"must be {'>' if strict else '>='} {minimum}, got {value!r}")
+    if maximum is not None and value > maximum:
+        raise _fail(key, f"must be <= {maximum}, got {value!r}")
     return value
 
 
@@ -113,6 +123,18 @@ def _queues(value: Any) -> dict[str, QueueConfig]:
     return queues
 
 
+def _modules(key: str, value: Any) -> tuple[str, ...] | None:
+    if value is None:
+        return None
+    if isinstance(value, str) or not isinstance(value, (list, tuple)):
+        raise _fail(key, f"must be a list of module prefixes like ['myproject', 'billing.tasks'], got {value!r}")
+    for prefix in value:
+        parts = prefix.split(".") if isinstance(prefix, str) else [""]
+        if not all(part.isidentifier() for part in parts):
+            raise _fail(key, f"entries must be dotted module names, got {prefix!r}")
+    return tuple(value)
+
+
 def _retry(value: Any) -> Retry:
     if isinstance(value, Retry):
         return value
@@ -129,11 +151,11 @@ _VALIDATORS = {
     "workers": lambda k, v: _number(k, v, minimum=1, integer=True),
     "timeout": lambda k, v: _number(k, v, strict=True, optional=True),
     "lease": lambda k, v: _number(k, v, minimum=1),
-    "max_deliveries": lambda k, v: _number(k, v, minimum=1, integer=True),
+    "max_deliveries": lambda k, v: _number(k, v, minimum=1, integer=True, maximum=COUNTER_MAX),
     "ack_failures": _flag,
     "retry": lambda k, v: _retry(v),
     "queue_limit": lambda k, v: _number(k, v, minimum=1, integer=True, optional=True),
-    "max_yields": lambda k, v: _number(k, v, integer=True),
+    "max_yields": lambda k, v: _number(k, v, integer=True, maximum=COUNTER_MAX),
     "idempotency_ttl": lambda k, v: _number(k, v, strict=True),
     "queues": lambda k, v: _queues(v),
     "default_queue": _name,
@@ -147,6 +169,9 @@ _VALIDATORS = {
     "catch_up": _flag,
     "scheduler_interval": lambda k, v: _number(k, v, strict=True),
     "guard_interval": lambda k, v: _number(k, v, strict=True),
+    "max_package_size": lambda k, v: _number(k, v, minimum=1, integer=True, optional=True),
+    "max_result_size": lambda k, v: _number(k, v, minimum=1, integer=True, optional=True),
+    "task_modules": _modules,
 }
 assert set(_VALIDATORS) == {f.name for f in fields(Settings)}
 

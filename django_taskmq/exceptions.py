@@ -60,3 +60,7 @@ class Reject(TaskOutcome):
     def __init__(self, reason: str = "rejected") -> None:
         super().__init__(reason)
         self.reason = reason
+
+
+class UnreadableResult(BadPackage):
+    """A stored result failed to verify or to unpickle; it is never loaded."""

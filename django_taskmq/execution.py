@@ -8,7 +8,6 @@ from __future__ import annotations
 import contextvars
 import functools
 import importlib
-import pickle
 import time
 import traceback as tb
 from typing import Any, NamedTuple
@@ -16,7 +15,8 @@ from typing import Any, NamedTuple
 from .brokers.base import Reservation
 from .envelope import Envelope
 from .exceptions import Defer, Reject, RetryLater
-from .signing import verify
+from .policy.storable import clip_head, clip_tail
+from .signing import seal_result, verify
 
 SUCCESS = "success"
 FAILURE = "failure"  # the task raised
@@ -25,6 +25,7 @@ DEFER = "defer"
 REJECT = "reject"
 TIMEOUT = "timeout"
 CRASH = "crash"  # the worker process died
+UNSTORABLE = "unstorable"  # the result cannot be stored; not retried: a re-run would return it again
 
 current_job_id: contextvars.ContextVar[str | None] = contextvars.ContextVar("taskmq_current_job", default=None)
 
@@ -64,16 +65,25 @@ def unpack(reservation: Reservation, salt: str) -> TaskMessage:
 
 @functools.lru_cache(maxsize=1024)
 def resolve(path: str) -> Any:
-    """Import ``package.module.attr`` (the longest importable module prefix wins)."""
+    """Import ``package.module.attr`` (the longest importable module prefix wins).
+
+    Raises ImportError saying what could not be found, with the real cause chained.
+    """
     module_path, _, attr = path.rpartition(".")
-    if not module_path:
-        raise ImportError(f"{path!r} is not a dotted path")
+    if not module_path or not attr:
+        raise ImportError(f"{path!r} is not a dotted path like 'app.tasks.send'")
     try:
         module = importlib.import_module(module_path)
-    except ImportError:
-        owner = resolve(module_path)
+    except ModuleNotFoundError as exc:
+        if "." not in module_path or exc.name != module_path:
+            raise  # the module itself is missing, or it imports something missing: say which
+        owner = resolve(module_path)  # "module.Class.method": the prefix is an attribute
+    else:
+        owner = module
+    try:
         return getattr(owner, attr)
-    return getattr(module, attr)
+    except AttributeError:
+        raise ImportError(f"{module_path!r} has no attribute {attr!r}") from None
 
 
 def callable_for(path: str) -> Any:
@@ -96,9 +106,14 @@ def execute(message: TaskMessage) -> Outcome:
 
     envelope = message.envelope
     started = time.time()
-    token = current_job_id.set(message.reservation.job_id)
     try:
         func = callable_for(envelope.func)
+    except Exception as exc:
+        # Not the task's failure: no delivery could run it, so it is not retried.
+        outcome = _outcome(message, REJECT, started, exc)
+        return outcome._replace(error=clip_head(f"cannot import {envelope.func}: {outcome.error}"))
+    token = current_job_id.set(message.reservation.job_id)
+    try:
         if pre_execute.has_listeners():
             pre_execute.send(sender=Outcome, job_id=message.reservation.job_id, func=envelope.func, envelope=envelope)
         value = func(*envelope.args, **envelope.kwargs)
@@ -116,25 +131,34 @@ def execute(message: TaskMessage) -> Outcome:
 
 
 def _outcome(message: TaskMessage, status: str, started: float, exc: BaseException, delay: float | None = None) -> Outcome:
-    kind = type(exc)
-    name = kind.__qualname__ if kind.__module__ == "builtins" else f"{kind.__module__}.{kind.__qualname__}"
     return Outcome(
         message.reservation, message.envelope, status,
-        error=f"{name}: {exc}", traceback=tb.format_exc(),
+        error=clip_head(describe(exc)), traceback=clip_tail(tb.format_exc()),
         started_at=started, finished_at=time.time(), delay=delay,
     )
 
 
-def unpicklable(outcome: Outcome, exc: BaseException) -> Outcome:
-    """Return ``outcome`` turned into a failure because its result cannot be pickled."""
-    return outcome._replace(status=FAILURE, result=None, error=f"result cannot be pickled: {exc}", traceback="")
+def describe(exc: BaseException) -> str:
+    """Return "module.Error: message" for ``exc``, even when its ``__str__`` raises."""
+    kind = type(exc)
+    name = kind.__qualname__ if kind.__module__ == "builtins" else f"{kind.__module__}.{kind.__qualname__}"
+    try:
+        text = str(exc)
+    except Exception:
+        text = "<the exception's message could not be read>"
+    return f"{name}: {text}" if text else name
 
 
-def checked(outcome: Outcome) -> Outcome:
-    """Return ``outcome``, or a failure when its result cannot be stored (pickled)."""
-    if outcome.status == SUCCESS and outcome.result is not None:
-        try:
-            pickle.dumps(outcome.result)
-        except Exception as exc:
-            return unpicklable(outcome, exc)
-    return outcome
+def seal(outcome: Outcome, settings: Any) -> Outcome:
+    """Return ``outcome`` with its result pickled and signed for storage.
+
+    A result that cannot be pickled, or whose pickle is above ``TASKMQ['max_result_size']``,
+    turns the outcome into :data:`UNSTORABLE` with the reason, and the value is dropped.
+    """
+    if outcome.status != SUCCESS or outcome.result is None:
+        return outcome
+    try:
+        package = seal_result(outcome.result, settings.name, settings.compress, settings.max_result_size)
+    except ValueError as exc:
+        return outcome._replace(status=UNSTORABLE, result=None, error=str(exc), traceback="")
+    return outcome._replace(result=package)

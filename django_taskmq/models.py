@@ -8,12 +8,12 @@ epoch seconds (floats), so the claim compares plain numbers on every engine; tim
 from __future__ import annotations
 
 import datetime
+from typing import Any
 
 from django.db import models
 from django.db.models import Q
 from django.utils import timezone
 from django.utils.translation import gettext_lazy as _
-from picklefield.fields import PickledObjectField
 
 from .policy.cron import ScheduleType
 from .policy.states import JobState
@@ -78,7 +78,9 @@ class Job(models.Model):
     enqueued_at = models.DateTimeField(default=timezone.now)
     started_at = models.DateTimeField(null=True, blank=True)
     finished_at = models.DateTimeField(null=True, blank=True)
-    result = PickledObjectField(null=True, blank=True, editable=False)
+    # The return value as a signed package (see signing.py): read through ``result``, which
+    # verifies before it unpickles, so a row written straight into the table runs no code.
+    result_package = models.TextField(_("signed result"), null=True, blank=True, editable=False)
     error = models.TextField(blank=True, default="")
     traceback = models.TextField(blank=True, default="")
     group = models.CharField(max_length=100, null=True, blank=True)
@@ -110,6 +112,36 @@ class Job(models.Model):
     @property
     def success(self) -> bool:
         return self.state == State.SUCCEEDED
+
+    @property
+    def result(self) -> Any:
+        """The task's return value (None when there is none).
+
+        Raises :class:`~django_taskmq.exceptions.UnreadableResult` when the stored result fails
+        verification (a forged or tampered row) or no longer unpickles.
+        """
+        if self.result_package is None:
+            return None
+        cached = self.__dict__.get("_result")
+        if cached is not None and cached[0] is self.result_package:
+            return cached[1]
+        from .conf import get_settings
+        from .signing import verify_result
+
+        value = verify_result(self.result_package, get_settings().name)
+        self.__dict__["_result"] = (self.result_package, value)
+        return value
+
+    @property
+    def result_error(self) -> str:
+        """Why the stored result cannot be read ("" when it can, or when there is none)."""
+        from .exceptions import UnreadableResult
+
+        try:
+            self.result
+        except UnreadableResult as exc:
+            return f"unreadable result: {exc}"
+        return ""
 
     @property
     def visible_time(self) -> datetime.datetime | None:
@@ -178,6 +210,30 @@ class Schedule(models.Model):
     priority = models.SmallIntegerField(default=0)
     catch_up = models.BooleanField(null=True, blank=True, help_text=_("empty = TASKMQ['catch_up']"))
     last_job = models.CharField(max_length=32, null=True, blank=True)
+
+    def clean(self) -> None:
+        """Refuse a function that schedules may not name, and a broken cron or interval."""
+        from django.core.exceptions import ValidationError
+
+        from .allowed_tasks import check_allowed
+        from .conf import get_settings
+        from .exceptions import ConfigError
+        from .policy import cron as cron_policy
+
+        errors = {}
+        settings = get_settings()
+        try:
+            check_allowed(self.func, settings)
+        except ConfigError as exc:
+            errors["func"] = str(exc)
+        try:
+            cron_policy.validate(ScheduleType(self.schedule_type), self.minutes, self.cron)
+        except (ConfigError, ValueError) as exc:
+            errors["cron" if self.schedule_type == self.CRON else "minutes"] = str(exc)
+        if self.queue and self.queue not in settings.queues:
+            errors["queue"] = f"unknown queue {self.queue!r}: TASKMQ['queues'] has {sorted(settings.queues)}"
+        if errors:
+            raise ValidationError(errors)
 
     class Meta:
         verbose_name = _("schedule")

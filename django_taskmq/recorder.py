@@ -10,16 +10,22 @@ import datetime
 import logging
 from collections.abc import Sequence
 
-from django.db import transaction
+from django.db import InterfaceError, OperationalError, transaction
 
 from . import execution as ex
 from .brokers.base import Ack
 from .conf import Settings
-from .exceptions import LeaseLost
+from .exceptions import LeaseLost, UnreadableResult
 from .models import _from_epoch
 from .policy.backoff import Retry
+from .policy.storable import clip_head, clip_tail
+from .signing import SealedResult, verify_result
 
 logger = logging.getLogger(__name__)
+
+# Errors that mean the database itself is away (a restart, a lost connection), not that one
+# outcome cannot be stored: the whole batch is retried by the caller.
+DATABASE_AWAY = (OperationalError, InterfaceError)
 
 
 def _dt(epoch: float) -> datetime.datetime | None:
@@ -40,32 +46,23 @@ def record(outcomes: Sequence[ex.Outcome], broker, settings: Settings) -> list[t
     """Record outcomes with the broker; return (outcome, final state) for those that ended.
 
     Final states are "SUCCEEDED", "FAILED" and "DEAD"; a lost lease is logged and skipped (the
-    message belongs to another delivery now).
+    message belongs to another delivery now). Each outcome is recorded in its own savepoint: one
+    that cannot be stored fails its own job with the reason and leaves the others as they are.
+    Only an error of the database itself (it is away) propagates, so the caller can retry.
     """
     from .signals import post_execute
 
     finals: list[tuple[ex.Outcome, str]] = []
+    outcomes = [_storable(o) for o in outcomes]
     successes = [o for o in outcomes if o.status == ex.SUCCESS]
     with transaction.atomic(using=broker.alias):
         if successes:
-            lost = {r.job_id for r in broker.ack_many(
-                Ack(o.reservation, o.result, _dt(o.started_at), _dt(o.finished_at)) for o in successes
-            )}
-            for o in successes:
-                if o.reservation.job_id in lost:
-                    logger.warning("job %s finished after its lease was lost; not recorded", o.reservation.job_id)
-                else:
-                    finals.append((o, "SUCCEEDED"))
+            finals += _ack(successes, broker, settings)
         for o in outcomes:
-            if o.status == ex.SUCCESS:
-                continue
-            try:
-                state = _record_other(o, broker, settings)
-            except LeaseLost:
-                logger.warning("job %s: lease lost before its %s was recorded", o.reservation.job_id, o.status)
-                continue
-            if state:
-                finals.append((o, state))
+            if o.status != ex.SUCCESS:
+                state = _isolated(o, broker, settings, lambda o: _record_other(o, broker, settings))
+                if state:
+                    finals.append((o, state))
         # A chain's next link is queued in the transaction that acknowledges its predecessor:
         # a monitor killed in between cannot lose the rest of the chain, and nobody (a burst
         # cluster deciding whether it is done) sees the ack without the next link. A link that
@@ -83,7 +80,7 @@ def record(outcomes: Sequence[ex.Outcome], broker, settings: Settings) -> list[t
         for o in outcomes:
             post_execute.send_robust(sender=record, job_id=o.reservation.job_id,
                                      func=o.envelope.func if o.envelope else None, status=o.status,
-                                     result=o.result, error=o.error)
+                                     result=_value(o, settings), error=o.error)
     try:
         _run_hooks(finals, broker)
     except Exception:
@@ -91,23 +88,108 @@ def record(outcomes: Sequence[ex.Outcome], broker, settings: Settings) -> list[t
     return finals
 
 
+def _storable(o: ex.Outcome) -> ex.Outcome:
+    """Return ``o`` with error and traceback text that every engine can store (NUL, surrogates, size)."""
+    error, traceback = clip_head(o.error or ""), clip_tail(o.traceback or "")
+    if error == o.error and traceback == o.traceback:
+        return o
+    return o._replace(error=error, traceback=traceback)
+
+
+def _value(o: ex.Outcome, settings: Settings):
+    """Return the result value of ``o`` (results travel signed from the workers)."""
+    if isinstance(o.result, SealedResult):
+        try:
+            return verify_result(o.result, settings.name)
+        except UnreadableResult:
+            return None
+    return o.result
+
+
+def _ack(successes: list[ex.Outcome], broker, settings: Settings) -> list[tuple[ex.Outcome, str]]:
+    """Acknowledge successes in one statement; if that fails on one row, one by one."""
+    def acks(items):
+        return [Ack(o.reservation, o.result, _dt(o.started_at), _dt(o.finished_at)) for o in items]
+
+    try:
+        with transaction.atomic(using=broker.alias):
+            lost = {r.job_id for r in broker.ack_many(acks(successes))}
+    except DATABASE_AWAY:
+        raise
+    except Exception:
+        logger.warning("acknowledging %d job(s) at once failed; acknowledging them one by one", len(successes),
+                       exc_info=True)
+        finals = []
+        for o in successes:
+            if _isolated(o, broker, settings, lambda o: _ack_one(o, broker, acks)) == "SUCCEEDED":
+                finals.append((o, "SUCCEEDED"))
+        return finals
+    for o in successes:
+        if o.reservation.job_id in lost:
+            logger.warning("job %s finished after its lease was lost; not recorded", o.reservation.job_id)
+    return [(o, "SUCCEEDED") for o in successes if o.reservation.job_id not in lost]
+
+
+def _ack_one(o: ex.Outcome, broker, acks) -> str | None:
+    if o.status != ex.SUCCESS:  # the fallback of an unstorable success
+        return None
+    broker.ack_many(acks([o]))
+    return "SUCCEEDED"
+
+
+def _isolated(o: ex.Outcome, broker, settings: Settings, store) -> str | None:
+    """Run ``store(o)`` in a savepoint; if it fails, record ``o`` as a failure saying why.
+
+    Returns the final state, or None (not final, lease lost, or nothing could be stored).
+    """
+    try:
+        with transaction.atomic(using=broker.alias):
+            return store(o)
+    except LeaseLost:
+        logger.warning("job %s: lease lost before its %s was recorded", o.reservation.job_id, o.status)
+        return None
+    except DATABASE_AWAY:
+        raise
+    except Exception as exc:
+        reason = f"outcome could not be stored: {ex.describe(exc)}"
+        logger.error("job %s: %s; recorded as a failure", o.reservation.job_id, reason)
+        times = [t if isinstance(t, (int, float)) else 0.0 for t in (o.started_at, o.finished_at)]
+        failed = o._replace(status=ex.UNSTORABLE, result=None, error=clip_head(reason), traceback="",
+                            started_at=times[0], finished_at=times[1])
+    try:
+        with transaction.atomic(using=broker.alias):
+            return _record_other(failed, broker, settings)
+    except LeaseLost:
+        return None
+    except DATABASE_AWAY:
+        raise
+    except Exception:
+        logger.exception("job %s: not even its failure could be stored; its lease will bring it back",
+                         o.reservation.job_id)
+        return None
+
+
 def _record_other(o: ex.Outcome, broker, settings: Settings) -> str | None:
     r = o.reservation
+    started = _dt(o.started_at)
     if o.status == ex.DEFER:
         broker.defer(r, o.delay or 0)
         return None
     if o.status == ex.REJECT:
-        broker.dead_letter(r, o.error or "rejected", o.error, o.traceback)
+        broker.dead_letter(r, o.error or "rejected", o.error, o.traceback, started_at=started)
         return "DEAD"
-    if o.status == ex.FAILURE and _acks_failure(o, settings):
-        broker.fail(r, o.error, o.traceback, _dt(o.started_at), _dt(o.finished_at))
+    if o.status in (ex.FAILURE, ex.UNSTORABLE) and _acks_failure(o, settings):
+        broker.fail(r, o.error, o.traceback, started, _dt(o.finished_at))
         return "FAILED"
+    if o.status == ex.UNSTORABLE:  # a re-run would return the same result: not retried
+        broker.dead_letter(r, o.error, o.error, o.traceback, started_at=started)
+        return "DEAD"
     # A failed delivery: raised, asked to retry, timed out or crashed its worker.
     if r.deliveries >= r.max_deliveries:
-        broker.nack(r, True, 0, o.error, o.traceback)
+        broker.nack(r, True, 0, o.error, o.traceback, started_at=started)
         return "DEAD"
     delay = o.delay if o.delay is not None else _retry_policy(o, settings).delay(r.deliveries)
-    broker.nack(r, True, delay, o.error, o.traceback)
+    broker.nack(r, True, delay, o.error, o.traceback, started_at=started)
     return None
 
 

@@ -30,8 +30,10 @@ def schedule(func: Any, *args: Any, name: str | None = None, schedule_type: str 
     from .api import func_path, validate_options
     from .policy import cron as cron_policy
 
-    path = func_path(func)
+    from .allowed_tasks import check_allowed
+
     settings = get_settings()
+    path = check_allowed(func_path(func), settings)
     validate_options({"queue": queue, "priority": priority}, settings)
     try:
         kind = cron_policy.ScheduleType(schedule_type)
@@ -77,6 +79,9 @@ def tick(settings: Settings | None = None, now: datetime.datetime | None = None)
                     fired.append(_fire(item, settings, now, tz))
             except DatabaseError:
                 raise  # the database is away: leave every schedule as it is for the next tick
+            except ConfigError as exc:
+                logger.error("schedule %s cannot run (%s); disabled (repeats = 0)", item.name, exc)
+                Schedule.objects.using(settings.database).filter(pk=item.pk).update(repeats=0)
             except Exception:
                 logger.exception("schedule %s cannot run; disabled (repeats = 0)", item.name)
                 Schedule.objects.using(settings.database).filter(pk=item.pk).update(repeats=0)
@@ -85,8 +90,11 @@ def tick(settings: Settings | None = None, now: datetime.datetime | None = None)
 
 def _fire(item: Schedule, settings: Settings, now: datetime.datetime, tz) -> str:
     """Enqueue one due schedule and move it to its next run; return the job id."""
+    from .allowed_tasks import check_allowed
     from .api import OPTIONS, async_task
 
+    # The row is not signed: whoever can edit it chooses func, so only allowed functions fire.
+    check_allowed(item.func, settings)
     # A kwarg named like an enqueue option goes to the function: naming it in q_options (None
     # meaning "not given") tells async_task so.
     options = {name: None for name in item.kwargs if name in OPTIONS}

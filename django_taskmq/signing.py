@@ -1,7 +1,9 @@
 """Signed packages: ``django.core.signing`` with ``SECRET_KEY`` and the cluster name as salt.
 
-``SECRET_KEY_FALLBACKS`` are honoured when verifying, so rotating the key does not destroy the
-packages already queued.
+Two kinds of pickles are stored: task packages (the envelope, salt ``django_taskmq.<name>``) and
+results (salt ``django_taskmq:result:<name>``, so one can never pass for the other). Nothing read
+from the database is unpickled before its signature is verified. ``SECRET_KEY_FALLBACKS`` are
+honoured when verifying, so rotating the key does not destroy what is already stored.
 """
 
 from __future__ import annotations
@@ -12,7 +14,7 @@ import zlib
 from django.core import signing as django_signing
 
 from .envelope import Envelope, PickleSerializer, check_picklable
-from .exceptions import BadPackage
+from .exceptions import BadPackage, ConfigError, UnreadableResult
 
 
 @functools.cache
@@ -26,18 +28,51 @@ def reset_signers(**kwargs) -> None:
         _signer.cache_clear()
 
 
-def sign(envelope: Envelope, salt: str, compress: bool = False) -> str:
-    """Return the signed package for ``envelope``; raise ConfigError if it cannot be pickled."""
-    data = check_picklable(envelope)
+def result_salt(name: str) -> str:
+    """Return the salt of results stored by the cluster ``name`` (never a package's salt)."""
+    return f":result:{name}"
+
+
+def sign_bytes(data: bytes, salt: str, compress: bool = False) -> str:
+    """Return a signed package for already pickled ``data``."""
     if compress:
         packed = zlib.compress(data)
-        if len(packed) < len(data) - 1:
-            data = b"z" + packed
-        else:
-            data = b"p" + data
+        data = b"z" + packed if len(packed) < len(data) - 1 else b"p" + data
     else:
         data = b"p" + data
     return _signer(salt).sign(django_signing.b64_encode(data).decode())
+
+
+def sign(envelope: Envelope, salt: str, compress: bool = False, max_size: int | None = None) -> str:
+    """Return the signed package for ``envelope``.
+
+    Raise :class:`ConfigError` if it cannot be pickled, or if its pickle is larger than
+    ``max_size`` bytes (``TASKMQ['max_package_size']``).
+    """
+    data = check_picklable(envelope)
+    if max_size is not None and len(data) > max_size:
+        raise ConfigError(
+            f"the package of {envelope.func} is {len(data)} bytes, above TASKMQ['max_package_size'] = {max_size}"
+        )
+    return sign_bytes(data, salt, compress)
+
+
+def _open(package: str, salt: str, error: type[BadPackage]) -> object:
+    """Verify ``package``, then unpickle it; raise ``error`` with the reason."""
+    try:
+        encoded = _signer(salt).unsign(package)
+    except django_signing.BadSignature:
+        raise error("bad signature") from None
+    try:
+        data = django_signing.b64_decode(encoded.encode())
+        kind, body = data[:1], data[1:]
+        if kind == b"z":
+            body = zlib.decompress(body)
+        elif kind != b"p":
+            raise ValueError(f"unknown package format {kind!r}")
+        return PickleSerializer().loads(body)
+    except Exception as exc:
+        raise error(f"cannot unpickle: {type(exc).__name__}: {exc}") from None
 
 
 def verify(package: str, salt: str) -> Envelope:
@@ -46,20 +81,37 @@ def verify(package: str, salt: str) -> Envelope:
     The reason is ``bad signature`` when verification fails and ``cannot unpickle: ...`` when the
     signed bytes do not load; nothing is unpickled before the signature is verified.
     """
-    try:
-        encoded = _signer(salt).unsign(package)
-    except django_signing.BadSignature:
-        raise BadPackage("bad signature") from None
-    try:
-        data = django_signing.b64_decode(encoded.encode())
-        kind, body = data[:1], data[1:]
-        if kind == b"z":
-            body = zlib.decompress(body)
-        elif kind != b"p":
-            raise ValueError(f"unknown package format {kind!r}")
-        envelope = PickleSerializer().loads(body)
-    except Exception as exc:
-        raise BadPackage(f"cannot unpickle: {type(exc).__name__}: {exc}") from None
+    envelope = _open(package, salt, BadPackage)
     if not isinstance(envelope, Envelope):
         raise BadPackage(f"cannot unpickle: not an envelope but {type(envelope).__name__}")
     return envelope
+
+
+def verify_result(package: str, name: str) -> object:
+    """Return the value of a stored result, or raise :class:`UnreadableResult` with the reason."""
+    return _open(package, result_salt(name), UnreadableResult)
+
+
+class SealedResult(str):
+    """A result already pickled and signed (by a worker): stored as it is."""
+
+    __slots__ = ()
+
+
+def seal_result(value: object, name: str, compress: bool = False, max_size: int | None = None) -> SealedResult | None:
+    """Return ``value`` pickled and signed for storage (None stays None).
+
+    Raise :class:`ValueError` naming the reason when it cannot be pickled or its pickle is larger
+    than ``max_size`` bytes (``TASKMQ['max_result_size']``).
+    """
+    if value is None:
+        return None
+    if isinstance(value, SealedResult):
+        return value
+    try:
+        data = PickleSerializer().dumps(value)
+    except Exception as exc:  # pickle raises many types: PicklingError, TypeError, AttributeError
+        raise ValueError(f"result cannot be pickled: {exc}") from None
+    if max_size is not None and len(data) > max_size:
+        raise ValueError(f"result is {len(data)} bytes, above TASKMQ['max_result_size'] = {max_size}")
+    return SealedResult(sign_bytes(data, result_salt(name), compress))

@@ -5,6 +5,10 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+# Import paths of every Task declared in this process (@task, Task(...), Task subclasses):
+# schedules may name these wherever they live (see allowed_tasks.py).
+DECLARED: set[str] = set()
+
 OPTION_NAMES = ("queue", "priority", "retry", "timeout", "max_deliveries", "ack_failure", "hook", "on_dead")
 
 
@@ -32,13 +36,20 @@ class Task:
         self.func = func
         for key, value in options.items():
             setattr(self, key, value)
+        target = func if func is not None else type(self)
+        # What a worker imports: the module attribute @task replaced (or the class).
+        self.path = f"{target.__module__}.{target.__qualname__}"
+        DECLARED.add(self.path)
         if self.name is None:
-            target = func if func is not None else type(self)
-            self.name = f"{target.__module__}.{target.__qualname__}"
+            self.name = self.path
         if func is not None:
             self.__doc__ = func.__doc__
             self.__wrapped__ = func
         validate_options(self.defaults())
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        DECLARED.add(f"{cls.__module__}.{cls.__qualname__}")
 
     def defaults(self) -> dict[str, Any]:
         """Return the options this task enqueues with unless a call overrides them."""
@@ -65,7 +76,7 @@ class Task:
         # Every kwarg is the function's: naming same-named options in q_options (None = not given)
         # keeps async_task from taking them as options.
         shadowed = {name: None for name in kwargs if name in OPTIONS}
-        return async_task(self.name, *args, q_options={**shadowed, **self.defaults(), **options}, **kwargs)
+        return async_task(self, *args, q_options={**shadowed, **self.defaults(), **options}, **kwargs)
 
     def __repr__(self) -> str:
         return f"<Task {self.name}>"

@@ -9,6 +9,7 @@ chosen rows in one statement; acks are one ``executemany`` per batch.
 from __future__ import annotations
 
 import contextlib
+import datetime
 import functools
 import logging
 import time
@@ -26,6 +27,7 @@ from ..models import READY_STATES, DeadLetter, IdempotencyKey, Job, QueueState, 
 from ..policy import pick
 from ..policy.priority import validate_priority
 from ..signals import job_dead
+from ..signing import seal_result
 from .base import Ack, Broker, Reservation
 
 logger = logging.getLogger(__name__)
@@ -363,21 +365,35 @@ class OrmBroker(Broker):
             )
 
     def _bury(self, cursor, jobs: Sequence[tuple[str, str, int, str]], token: str | None,
-              error: str = "", traceback: str = "") -> int:
-        """Dead-letter jobs (id, queue, deliveries, reason): job DEAD plus one DeadLetter row each."""
+              error: str = "", traceback: str = "", started_at: datetime.datetime | None = None) -> int:
+        """Dead-letter jobs (id, queue, deliveries, reason): job DEAD plus one DeadLetter row each.
+
+        Without ``error`` the job keeps its last error (a crash loop's, say) and its letter carries
+        it. With ``started_at`` the delivery being buried ran: it counts as an execution.
+        """
         finished = self._db_now()
         fence = "AND lease_token = %s" if token else ""
+        ran = ", attempt = attempt + 1, started_at = %s" if started_at else ""
+        last_errors: dict[str, str] = {}
+        if not error:
+            for part in _chunks([j[0] for j in jobs]):
+                cursor.execute(f"SELECT id, error FROM {JOB} WHERE id IN ({_marks(len(part))})", list(part))
+                last_errors.update(cursor.fetchall())
         buried = []
         for job_id, queue, deliveries, reason in jobs:
-            params = [finished, error, traceback, job_id] + ([token] if token else [])
+            params = [finished, *([self._adapt(started_at)] if started_at else [])]
+            sets = "error = %s, traceback = %s, " if error else ""
+            params += [error, traceback] if error else []
+            params += [job_id] + ([token] if token else [])
             cursor.execute(
-                f"UPDATE {JOB} SET state = 'DEAD', finished_at = %s, error = %s, traceback = %s, "
+                f"UPDATE {JOB} SET state = 'DEAD', finished_at = %s{ran}, {sets}"
                 f"lease_owner = NULL, lease_until = NULL WHERE id = %s {fence}",
                 params,
             )
             if cursor.rowcount:
                 buried.append(DeadLetter(job_id=job_id, queue=queue, reason=reason,
-                                         error=error, deliveries=deliveries, failed_at=timezone.now()))
+                                         error=error or last_errors.get(job_id) or "", deliveries=deliveries,
+                                         failed_at=timezone.now()))
         DeadLetter.objects.using(self.alias).bulk_create(buried)
         if buried and job_dead.has_listeners():
             transaction.on_commit(lambda: [
@@ -386,7 +402,10 @@ class OrmBroker(Broker):
         return len(buried)
 
     def _db_now(self):
-        return self.connection.ops.adapt_datetimefield_value(timezone.now())
+        return self._adapt(timezone.now())
+
+    def _adapt(self, value: datetime.datetime | None):
+        return self.connection.ops.adapt_datetimefield_value(value)
 
     # -- ending a delivery --------------------------------------------------------------------
     def _fenced(self, reservation: Reservation, sets: str, params: list, extra_where: str = "") -> bool:
@@ -422,10 +441,10 @@ class OrmBroker(Broker):
         """Mark acknowledged rows SUCCEEDED in one transaction; return how many were still held."""
         now = timezone.now()
         adapt = self.connection.ops.adapt_datetimefield_value
-        result_field = Job._meta.get_field("result")
+        name, compress = self.settings.name, self.settings.compress
         rows = [
             (
-                result_field.get_db_prep_value(a.result, self.connection),
+                seal_result(a.result, name, compress),  # workers send results sealed already
                 adapt(a.started_at or now),
                 adapt(a.finished_at or now),
                 a.reservation.job_id,
@@ -435,7 +454,7 @@ class OrmBroker(Broker):
         ]
         with transaction.atomic(using=self.alias), self.connection.cursor() as cursor:
             cursor.executemany(
-                f"UPDATE {JOB} SET state = 'SUCCEEDED', result = %s, started_at = %s, finished_at = %s, "
+                f"UPDATE {JOB} SET state = 'SUCCEEDED', result_package = %s, started_at = %s, finished_at = %s, "
                 f"attempt = attempt + 1, lease_owner = NULL, lease_until = NULL, error = '', traceback = '' "
                 f"WHERE id = %s AND lease_token = %s AND state = 'RUNNING'",
                 rows,
@@ -450,20 +469,23 @@ class OrmBroker(Broker):
         return [r for r in reservations if tokens.get(r.job_id) != r.token]
 
     def nack(self, reservation: Reservation, requeue: bool = True, delay: float = 0, error: str = "",
-             traceback: str = "") -> bool:
+             traceback: str = "", started_at: datetime.datetime | None = None) -> bool:
+        """See :meth:`Broker.nack`; ``started_at`` is when the failed execution started (default now)."""
+        started_at = started_at or timezone.now()
         if not requeue:
-            return self.dead_letter(reservation, error or "rejected", error, traceback)
+            return self.dead_letter(reservation, error or "rejected", error, traceback, started_at=started_at)
         with transaction.atomic(using=self.alias):
             deliveries = self._deliveries(reservation)
             if deliveries is not None and deliveries >= reservation.max_deliveries:
                 return self.dead_letter(
-                    reservation, f"max deliveries exceeded: failed {deliveries} times", error, traceback
+                    reservation, f"max deliveries exceeded: failed {deliveries} times", error, traceback,
+                    started_at=started_at,
                 )
             return self._fenced(
                 reservation,
-                "state = 'RETRYING', visible_at = %s, attempt = attempt + 1, error = %s, traceback = %s, "
-                "lease_owner = NULL, lease_until = NULL",
-                [time.time() + max(delay, 0), error, traceback],
+                "state = 'RETRYING', visible_at = %s, attempt = attempt + 1, started_at = %s, error = %s, "
+                "traceback = %s, lease_owner = NULL, lease_until = NULL",
+                [time.time() + max(delay, 0), self._adapt(started_at), error, traceback],
             )
 
     def fail(self, reservation: Reservation, error: str, traceback: str = "", started_at=None,
@@ -534,14 +556,16 @@ class OrmBroker(Broker):
                 renewed += cursor.rowcount
         return renewed
 
-    def dead_letter(self, reservation: Reservation, reason: str, error: str = "", traceback: str = "") -> bool:
+    def dead_letter(self, reservation: Reservation, reason: str, error: str = "", traceback: str = "",
+                    started_at: datetime.datetime | None = None) -> bool:
+        """See :meth:`Broker.dead_letter`; with ``started_at``, the delivery ran (an execution counts)."""
         with self.write_transaction() as cursor:
             deliveries = self._deliveries(reservation)
             if deliveries is None:
                 self._raise_if_lost(reservation)
                 return False
             return bool(self._bury(cursor, [(reservation.job_id, reservation.queue, deliveries, reason)],
-                                   reservation.token, error, traceback))
+                                   reservation.token, error, traceback, started_at=started_at))
 
     def dead_letter_package(self, reservation: Reservation, reason: str) -> bool:
         """Dead-letter a package that failed to verify or unpickle (never executed)."""
@@ -563,7 +587,10 @@ class OrmBroker(Broker):
                 raise ConfigError(f"there is no dead letter {dead_letter_id}")
             if letter.replayed_at is not None:
                 raise ConfigError(f"dead letter {dead_letter_id} was already replayed at {letter.replayed_at}")
-            self._requeue_dead([letter.job_id], queue, priority)
+            if not self._requeue_dead([letter.job_id], queue, priority):
+                state = Job.objects.using(self.alias).filter(pk=letter.job_id).values_list("state", flat=True).first()
+                raise ConfigError(f"dead letter {dead_letter_id}: its job {letter.job_id} is no longer dead "
+                                  f"({state or 'deleted'}); nothing replayed")
             DeadLetter.objects.using(self.alias).filter(pk=letter.pk).update(
                 replayed_at=timezone.now(), replay_count=letter.replay_count + 1
             )
@@ -581,16 +608,34 @@ class OrmBroker(Broker):
         return Job.objects.using(self.alias).filter(pk__in=job_ids, state__in=[State.DEAD, State.FAILED]).update(**changes)
 
     def replay_all(self, queue: str | None = None) -> int:
+        """See :meth:`Broker.replay_all`; letters whose job is no longer dead are left as they are."""
         with transaction.atomic(using=self.alias):
-            letters = list(self.dead_letters(queue).select_for_update().values_list("pk", "job_id"))
-            if not letters:
-                return 0
+            letters = list(
+                self.dead_letters(queue).filter(job__state__in=[State.DEAD, State.FAILED])
+                .select_for_update(of=("self",)).values_list("pk", "job_id")
+            )
             for part in _chunks(letters):
                 self._requeue_dead([job_id for _, job_id in part], None, None)
                 DeadLetter.objects.using(self.alias).filter(pk__in=[pk for pk, _ in part]).update(
                     replayed_at=timezone.now(), replay_count=F("replay_count") + 1
                 )
         return len(letters)
+
+    def cancel(self, job_ids: Sequence[str]) -> int:
+        """Cancel jobs that have not started (QUEUED or RETRYING); return how many.
+
+        A job already leased, running or finished is left as it is: cancelling never interrupts work.
+        """
+        cancelled = 0
+        with transaction.atomic(using=self.alias), self.connection.cursor() as cursor:
+            for part in _chunks(list(job_ids)):
+                cursor.execute(
+                    f"UPDATE {JOB} SET state = 'CANCELLED', finished_at = %s "
+                    f"WHERE state IN {READY_SQL} AND id IN ({_marks(len(part))})",
+                    [self._db_now(), *part],
+                )
+                cancelled += cursor.rowcount
+        return cancelled
 
     def purge_dead(self, queue: str | None = None, ids: Sequence[int] | None = None) -> int:
         """See :meth:`Broker.purge_dead`; ``ids`` limits the purge to these dead letters."""

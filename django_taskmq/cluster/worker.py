@@ -15,17 +15,19 @@ import time
 from multiprocessing.connection import Connection
 
 from .. import execution as ex
+from ..conf import Settings
 
 logger = logging.getLogger(__name__)
 
 STOP = b"stop"  # the poison pill: never a pickle, which starts with b"\x80"
 
 
-def run(index: int, conn: Connection, timers, max_rss: int | None) -> None:
+def run(index: int, conn: Connection, timers, settings: Settings) -> None:
     """Serve tasks from ``conn`` until the poison pill (:data:`STOP`) arrives or the pipe closes.
 
     Tasks arrive as pickled :class:`~django_taskmq.execution.TaskMessage` bytes; outcomes leave
-    as a status byte and the pickled :class:`~django_taskmq.execution.Outcome`.
+    as a status byte and the pickled :class:`~django_taskmq.execution.Outcome`, its result
+    already signed for storage (signing here spreads that cost over the workers).
 
     ``timers[index]`` holds the monotonic start time of the running task (0 when idle): the
     sentinel reads it to enforce timeouts.
@@ -48,13 +50,15 @@ def run(index: int, conn: Connection, timers, max_rss: int | None) -> None:
         timers[index] = time.monotonic()
         outcome = ex.execute(pickle.loads(blob))
         timers[index] = 0.0
+        outcome = ex.seal(outcome, settings)
         try:
             data = pickle.dumps(outcome, pickle.HIGHEST_PROTOCOL)
-        except Exception as exc:  # an unpicklable result raises many types
-            outcome = ex.unpicklable(outcome, exc)
+        except Exception as exc:  # the envelope no longer pickles (its arguments changed while running)
+            outcome = outcome._replace(envelope=None, status=ex.UNSTORABLE, result=None,
+                                       error=f"outcome cannot be pickled: {ex.describe(exc)}", traceback="")
             data = pickle.dumps(outcome, pickle.HIGHEST_PROTOCOL)
         # One status byte in front lets the sentinel count outcomes without unpickling them.
         conn.send_bytes((b"S" if outcome.status == ex.SUCCESS else b"F") + data)
-        if max_rss and resource.getrusage(resource.RUSAGE_SELF).ru_maxrss > max_rss:
+        if settings.max_rss and resource.getrusage(resource.RUSAGE_SELF).ru_maxrss > settings.max_rss:
             logger.info("worker %s (pid %s) above max_rss, recycling", index, os.getpid())
             return

@@ -2,7 +2,6 @@
 
 import django.db.models.deletion
 import django.utils.timezone
-import picklefield.fields
 from django.db import migrations, models
 
 
@@ -101,7 +100,8 @@ class Migration(migrations.Migration):
                 ('enqueued_at', models.DateTimeField(default=django.utils.timezone.now)),
                 ('started_at', models.DateTimeField(blank=True, null=True)),
                 ('finished_at', models.DateTimeField(blank=True, null=True)),
-                ('result', picklefield.fields.PickledObjectField(blank=True, editable=False, null=True)),
+                # 0.1.0's PickledObjectField (django-picklefield): a text column of base64 pickles.
+                ('result', models.TextField(blank=True, editable=False, null=True)),
                 ('error', models.TextField(blank=True, default='')),
                 ('traceback', models.TextField(blank=True, default='')),
                 ('group', models.CharField(blank=True, max_length=100, null=True)),

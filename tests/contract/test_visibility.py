@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from django_taskmq import async_task
+from django_taskmq import ConfigError, async_task
 from django_taskmq.models import Job, State
 
 pytestmark = pytest.mark.django_db
@@ -85,12 +85,13 @@ def test_job_that_expires_while_queued_is_never_reserved(broker):
     assert reserve(broker) == []
 
 
-def test_delayed_job_that_expires_before_it_is_visible_never_runs(broker):
-    """delay beyond expires_at: when the delay passes the job is already expired and never reserved."""
-    job_id = async_task("tests.tasks.noop", delay=WAIT, expires_at=time.time() + WAIT / 2)
-    time.sleep(WAIT + 0.1)
-    assert reserve(broker) == []
-    assert Job.objects.get(pk=job_id).state == State.EXPIRED
+@pytest.mark.parametrize("option", ["delay", "eta"])
+def test_expiry_before_the_job_becomes_visible_is_refused_at_the_call(broker, option):
+    """delay or eta beyond expires_at: the job could never run, so the call raises and stores nothing."""
+    visible = {"delay": WAIT} if option == "delay" else {"eta": time.time() + WAIT}
+    with pytest.raises(ConfigError, match="expire before it could run"):
+        async_task("tests.tasks.noop", expires_at=time.time() + WAIT / 2, **visible)
+    assert not Job.objects.exists()
 
 
 def test_unexpired_job_runs_normally(broker):
