@@ -158,3 +158,8 @@ def exits(code: int = 3) -> None:
     import sys
 
     sys.exit(code)
+
+
+def fail_with_unstorable_text(name: str = "report-\udcff.csv") -> None:
+    """Raise an error whose text holds a NUL byte and a lone surrogate (no column stores either)."""
+    raise ValueError(f"cannot open {name}\x00 (NUL above)")
