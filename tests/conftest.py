@@ -48,10 +48,16 @@ def _is_postgresql() -> bool:
         return False
 
 
-def _postgresql_absent() -> bool:
-    """Return True when nothing accepts a TCP connection at the configured server."""
+def _postgresql_address() -> tuple[str, int]:
+    """Return the configured server's host (or socket directory) and port: PGHOST and PGPORT by default."""
     db = _default_db()
-    host, port = db.get("HOST") or "127.0.0.1", int(db.get("PORT") or 5432)
+    host = db.get("HOST") or os.environ.get("PGHOST") or "127.0.0.1"
+    return host, int(db.get("PORT") or os.environ.get("PGPORT") or 5432)
+
+
+def _postgresql_absent() -> bool:
+    """Return True when nothing accepts a connection at the configured server (TCP, or its Unix socket)."""
+    host, port = _postgresql_address()
     if host.startswith("/"):
         return not Path(host, f".s.PGSQL.{port}").exists()
     try:
@@ -64,9 +70,10 @@ def _postgresql_absent() -> bool:
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     if not _is_postgresql() or not _postgresql_absent():
         return
+    where = "{}:{}".format(*_postgresql_address())
     if os.environ.get("CI") == "true":
-        raise pytest.UsageError("PostgreSQL is not reachable and CI=true: the PostgreSQL suite must run in CI")
-    skip = pytest.mark.skip(reason="PostgreSQL server not reachable (set CI=true to make this an error)")
+        raise pytest.UsageError(f"PostgreSQL at {where} is not reachable and CI=true: the PostgreSQL suite must run")
+    skip = pytest.mark.skip(reason=f"PostgreSQL server at {where} not reachable (set CI=true to make this an error)")
     for item in items:
         if item.get_closest_marker("django_db") or {"db", "transactional_db", "broker"} & set(item.fixturenames):
             item.add_marker(skip)
