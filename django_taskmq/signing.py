@@ -1,7 +1,7 @@
 """Signed packages: ``django.core.signing`` with ``SECRET_KEY`` and the cluster name as salt.
 
 Two kinds of pickles are stored: task packages (the envelope, salt ``django_taskmq.<name>``) and
-results (salt ``django_taskmq:result:<name>``, so one can never pass for the other). Nothing read
+results (salt ``django_taskmq.:result:<name>``, so one can never pass for the other). Nothing read
 from the database is unpickled before its signature is verified. ``SECRET_KEY_FALLBACKS`` are
 honoured when verifying, so rotating the key does not destroy what is already stored.
 """
