@@ -61,8 +61,10 @@ def check_allowed(path: str, settings: Settings | None = None) -> str:
         owner = target.path if isinstance(target, Task) else f"{target.__module__}.{target.__qualname__}"
     elif inspect.isfunction(target):
         owner = f"{target.__module__}.{target.__qualname__}"
+    elif hasattr(target, "module_path") and hasattr(target, "get_backend"):  # a django.tasks Task
+        owner = target.module_path
     else:
-        raise ConfigError(f"func {path!r} is a {type(target).__name__}, not a Python function or a @task")
+        raise ConfigError(f"func {path!r} is a {type(target).__name__}, not a Python function or a task")
     # The object must live where the path says: "myapp.tasks.system" that is os.system imported
     # into myapp.tasks is not the project's function.
     if owner != path or not _inside(owner.rpartition(".")[0], prefixes):

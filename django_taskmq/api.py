@@ -49,7 +49,7 @@ PATH_MAX = 255  # Job.func and Schedule.func
 
 def check_path(path: str, what: str = "func") -> str:
     """Return ``path`` if it imports, in this process, as a callable; else raise ConfigError."""
-    from .execution import resolve
+    from .execution import resolve, runnable
 
     if len(path) > PATH_MAX:
         raise ConfigError(f"{what} {path[:40]!r}... is {len(path)} characters long; at most {PATH_MAX} fit")
@@ -59,7 +59,7 @@ def check_path(path: str, what: str = "func") -> str:
         target = resolve(path)
     except Exception as exc:
         raise ConfigError(f"{what} {path!r} cannot be imported: {type(exc).__name__}: {exc}") from exc
-    if not callable(target):
+    if not runnable(target):
         raise ConfigError(f"{what} {path!r} is a {type(target).__name__}, not a callable")
     return path
 

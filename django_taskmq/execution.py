@@ -95,9 +95,18 @@ def callable_for(path: str) -> Any:
         return target().run
     if isinstance(target, Task):
         return target.run
-    if hasattr(target, "call") and hasattr(target, "get_backend"):  # a django.tasks Task
+    if _is_django_task(target):
         return target.call
     return target
+
+
+def _is_django_task(target: Any) -> bool:
+    return hasattr(target, "call") and hasattr(target, "get_backend")  # a django.tasks Task
+
+
+def runnable(target: Any) -> bool:
+    """Return True when :func:`callable_for` can run ``target`` (a callable or a django.tasks Task)."""
+    return callable(target) or _is_django_task(target)
 
 
 def execute(message: TaskMessage) -> Outcome:

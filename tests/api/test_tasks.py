@@ -137,3 +137,15 @@ def test_a_chain_link_with_an_unknown_queue_fails_at_the_call():
     chain = Chain().append("tests.tasks.noop")
     with pytest.raises(ConfigError, match="unknown queue"):
         chain.append("tests.tasks.noop", q_options={"queue": "nope"})
+
+
+custom_named = task(name="billing.send-invoice")(tasks.add)
+
+
+def test_a_custom_task_name_labels_the_job_and_the_worker_imports_the_real_path(broker):
+    """@task(name=...) is a label: the job's task_name; the package names the importable function."""
+    job_id = custom_named.delay(2, 3)
+    job = Job.objects.get(pk=job_id)
+    assert (job.task_name, job.func) == ("billing.send-invoice", "tests.tasks.add")
+    run_sync(job_id)
+    assert result(job_id) == 5

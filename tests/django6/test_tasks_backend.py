@@ -71,3 +71,34 @@ def test_context_tasks_are_refused_and_unknown_ids_do_not_exist():
 
     with pytest.raises(TaskResultDoesNotExist):
         default_task_backend.get_result("nope")
+
+
+def test_a_forged_result_is_not_loaded_by_get_result(run_log):
+    """A pickle written into the result column with raw SQL: get_result raises, nothing runs."""
+    import base64
+    import pickle
+
+    from django.db import connection
+
+    from django_taskmq.exceptions import UnreadableResult
+    from tests.django6 import tasks_django
+    from tests.tasks import read_run_log, record_run
+
+    class Evil:
+        def __reduce__(self):
+            return record_run, ("unpickled",)
+
+    result = tasks_django.multiply.enqueue(6, 7)
+    run_sync(result.id)
+    with connection.cursor() as cursor:
+        cursor.execute(f"UPDATE {Job._meta.db_table} SET result_package = %s WHERE id = %s",
+                       [base64.b64encode(pickle.dumps(Evil())).decode(), result.id])
+    with pytest.raises(UnreadableResult, match="bad signature"):
+        tasks_django.multiply.get_result(result.id)
+    assert read_run_log(run_log) == []
+
+
+def test_a_django_task_in_an_allowed_module_may_be_scheduled():
+    from django_taskmq import schedule
+
+    assert schedule("tests.django6.tasks_django.multiply", 2, 3).func == "tests.django6.tasks_django.multiply"
