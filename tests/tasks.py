@@ -163,3 +163,8 @@ def exits(code: int = 3) -> None:
 def fail_with_unstorable_text(name: str = "report-\udcff.csv") -> None:
     """Raise an error whose text holds a NUL byte and a lone surrogate (no column stores either)."""
     raise ValueError(f"cannot open {name}\x00 (NUL above)")
+
+
+def blob(size: int) -> bytes:
+    """Return ``size`` bytes (a large result from a small call)."""
+    return b"y" * size
