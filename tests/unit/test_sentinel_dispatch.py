@@ -1,0 +1,136 @@
+"""The sentinel's waiting list and dispatch, without a cluster: a ``Sentinel`` that is never started,
+fed through real pipes (its pusher pipe and one pipe per worker slot); no process is spawned.
+
+Waiting tasks are ordered by priority (higher first), then by arrival; each idle worker gets the
+first waiting task; busy and retiring workers get nothing; a task whose send fails goes back.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+from collections.abc import Iterator
+
+import pytest
+
+from django_taskmq.brokers.base import Reservation
+from django_taskmq.cluster.messages import Batch, Ticket
+from django_taskmq.cluster.sentinel import Sentinel, Slot
+from django_taskmq.conf import get_settings
+
+
+def ticket(label: str, priority: int) -> Ticket:
+    """A task the pusher would hand over; its blob (what a worker receives) is the label."""
+    reservation = Reservation(label, "default", priority, 1, 0, f"token-{label}", "test-owner", 5)
+    return Ticket(reservation, None, label.encode())
+
+
+class Harness:
+    """A sentinel with a pusher pipe and ``add_slot()`` for worker slots; ``close()`` closes every pipe."""
+
+    def __init__(self) -> None:
+        self.sentinel = Sentinel(get_settings(), workers=1)
+        self.sentinel.pusher_pipe, self.pusher_end = multiprocessing.Pipe()
+        self.worker_ends: list = []
+
+    def add_slot(self) -> Slot:
+        # The sentinel's own process stands in for the worker: alive, and nothing is spawned.
+        parent, child = multiprocessing.Pipe()
+        slot = Slot(len(self.sentinel.slots), multiprocessing.current_process(), parent)
+        self.sentinel.slots.append(slot)
+        self.worker_ends.append(child)
+        return slot
+
+    def push(self, *tickets: Ticket) -> None:
+        """The pusher sends one batch; the sentinel reads it."""
+        self.pusher_end.send(Batch(tuple(tickets)))
+        self.sentinel._from_pusher()
+
+    def waiting(self) -> list[str]:
+        return [w.task.reservation.job_id for w in self.sentinel.waiting]
+
+    def received(self) -> list[str | None]:
+        """What each worker slot got since the last call (None: nothing), in slot order."""
+        got = []
+        for end in self.worker_ends:
+            got.append(end.recv_bytes().decode() if end is not None and end.poll(0) else None)
+            assert end is None or not end.poll(0), "a worker got more than one task in one dispatch"
+        return got
+
+    def close(self) -> None:
+        for pipe in [self.sentinel.pusher_pipe, self.pusher_end, *self.worker_ends,
+                     *(s.pipe for s in self.sentinel.slots)]:
+            if pipe is not None:
+                pipe.close()
+
+
+@pytest.fixture
+def harness() -> Iterator[Harness]:
+    h = Harness()
+    yield h
+    h.close()
+
+
+def test_waiting_tasks_are_ordered_by_priority_then_arrival(harness):
+    """Two batches: the waiting list holds the higher priorities first, equal ones in arrival order."""
+    harness.push(ticket("a0", 0), ticket("b5", 5), ticket("c0", 0))
+    harness.push(ticket("d9", 9), ticket("e5", 5), ticket("f-3", -3))
+    assert harness.waiting() == ["d9", "b5", "e5", "a0", "c0", "f-3"]
+
+
+def test_each_idle_worker_gets_the_most_urgent_waiting_task(harness):
+    """Five idle workers and six waiting tasks: the workers get them in priority-then-arrival order."""
+    slots = [harness.add_slot() for _ in range(5)]
+    harness.push(ticket("a0", 0), ticket("b5", 5), ticket("c0", 0))
+    harness.push(ticket("d9", 9), ticket("e5", 5), ticket("f-3", -3))
+
+    harness.sentinel._dispatch()
+
+    assert harness.received() == ["d9", "b5", "e5", "a0", "c0"]
+    assert [s.task.reservation.job_id for s in slots] == ["d9", "b5", "e5", "a0", "c0"]
+    assert harness.waiting() == ["f-3"]
+
+
+def test_a_later_urgent_task_overtakes_waiting_ones(harness):
+    """A task that arrives after others but with a higher priority is dispatched first."""
+    harness.add_slot()
+    harness.push(ticket("n1", 0), ticket("n2", 0))
+    harness.push(ticket("urgent", 7))
+
+    harness.sentinel._dispatch()
+
+    assert harness.received() == ["urgent"]
+    assert harness.waiting() == ["n1", "n2"]
+
+
+def test_busy_and_retiring_workers_get_nothing_and_the_rest_keeps_its_order(harness):
+    """Only idle, non-retiring workers are fed; what is left waits in order for the next free worker."""
+    busy, retiring, idle1, idle2 = (harness.add_slot() for _ in range(4))
+    busy.task = ticket("running", 0)
+    retiring.retiring = True
+    harness.push(ticket("x1", 1), ticket("y3", 3), ticket("z3", 3), ticket("w2", 2))
+
+    harness.sentinel._dispatch()
+
+    assert harness.received() == [None, None, "y3", "z3"]
+    assert (busy.task.reservation.job_id, retiring.task) == ("running", None)
+    assert harness.waiting() == ["w2", "x1"]
+
+    busy.task = None  # its outcome arrived
+    harness.sentinel._dispatch()
+    assert harness.received() == ["w2", None, None, None]
+    assert harness.waiting() == ["x1"]
+
+
+def test_a_task_whose_send_fails_goes_back_and_reaches_the_next_idle_worker(harness):
+    """A worker whose pipe broke gets no task; the task is not lost but given to the next idle worker."""
+    broken, healthy = harness.add_slot(), harness.add_slot()
+    harness.worker_ends[0].close()  # the worker's end is gone: sending to it fails
+    harness.worker_ends[0] = None
+    harness.push(ticket("urgent", 9), ticket("normal", 0))
+
+    harness.sentinel._dispatch()
+
+    assert broken.task is None
+    assert healthy.task.reservation.job_id == "urgent"
+    assert harness.received() == [None, "urgent"]
+    assert harness.waiting() == ["normal"]
