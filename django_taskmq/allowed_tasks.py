@@ -20,6 +20,8 @@ from django.conf import settings as django_settings
 
 from .conf import Settings, get_settings
 from .exceptions import ConfigError
+from .loading import DECLARED, is_django_task, is_task, is_task_class, resolve
+from .options import check_path
 
 
 def allowed_prefixes(settings: Settings | None = None) -> tuple[str, ...]:
@@ -40,10 +42,6 @@ def _inside(module: str, prefixes: tuple[str, ...]) -> bool:
 
 def check_allowed(path: str, settings: Settings | None = None) -> str:
     """Return ``path`` if a schedule may name it; raise :class:`ConfigError` saying why not."""
-    from .api import check_path
-    from .execution import resolve
-    from .tasks import DECLARED, Task
-
     if not isinstance(path, str):
         raise ConfigError(f"func must be a dotted path, got {path!r}")
     if path in DECLARED:  # declared with @task here: its module is imported already
@@ -57,11 +55,11 @@ def check_allowed(path: str, settings: Settings | None = None) -> str:
         )
     check_path(path)
     target = resolve(path)
-    if isinstance(target, Task) or (isinstance(target, type) and issubclass(target, Task)):
-        owner = target.path if isinstance(target, Task) else f"{target.__module__}.{target.__qualname__}"
+    if is_task(target) or is_task_class(target):
+        owner = target.path if is_task(target) else f"{target.__module__}.{target.__qualname__}"
     elif inspect.isfunction(target):
         owner = f"{target.__module__}.{target.__qualname__}"
-    elif hasattr(target, "module_path") and hasattr(target, "get_backend"):  # a django.tasks Task
+    elif is_django_task(target):
         owner = target.module_path
     else:
         raise ConfigError(f"func {path!r} is a {type(target).__name__}, not a Python function or a task")

@@ -7,7 +7,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from .api import func_path, validate_options
+from .api import async_task
+from .conf import get_settings
+from .exceptions import ConfigError
+from .options import func_path, validate_options
 
 
 class Chain:
@@ -25,8 +28,6 @@ class Chain:
 
     def append(self, func: Any, *args: Any, q_options: dict | None = None, **kwargs: Any) -> Chain:
         """Add a link: ``func(*args, **kwargs)`` with per-link options in ``q_options``."""
-        from .conf import get_settings
-
         options = {**self.options, **(q_options or {})}
         if self.group:
             options.setdefault("group", self.group)
@@ -36,11 +37,7 @@ class Chain:
 
     def run(self) -> str:
         """Queue the first link; return its job id."""
-        from .api import async_task
-
         if not self.links:
-            from .exceptions import ConfigError
-
             raise ConfigError("an empty chain cannot run")
         func, args, kwargs, options = self.links[0]
         rest = self.links[1:]

@@ -6,8 +6,6 @@ The cluster and sync mode share these functions, so a task runs the same way in 
 from __future__ import annotations
 
 import contextvars
-import functools
-import importlib
 import time
 import traceback as tb
 from typing import Any, NamedTuple
@@ -15,6 +13,8 @@ from typing import Any, NamedTuple
 from .brokers.base import Reservation
 from .envelope import Envelope
 from .exceptions import Defer, Reject, RetryLater
+from .loading import callable_for
+from .signals import pre_execute
 from .policy.storable import clip_head, clip_tail
 from .signing import seal_result, verify
 
@@ -63,56 +63,8 @@ def unpack(reservation: Reservation, salt: str) -> TaskMessage:
     return TaskMessage(reservation._replace(payload=""), envelope)
 
 
-@functools.lru_cache(maxsize=1024)
-def resolve(path: str) -> Any:
-    """Import ``package.module.attr`` (the longest importable module prefix wins).
-
-    Raises ImportError saying what could not be found, with the real cause chained.
-    """
-    module_path, _, attr = path.rpartition(".")
-    if not module_path or not attr:
-        raise ImportError(f"{path!r} is not a dotted path like 'app.tasks.send'")
-    try:
-        module = importlib.import_module(module_path)
-    except ModuleNotFoundError as exc:
-        if "." not in module_path or exc.name != module_path:
-            raise  # the module itself is missing, or it imports something missing: say which
-        owner = resolve(module_path)  # "module.Class.method": the prefix is an attribute
-    else:
-        owner = module
-    try:
-        return getattr(owner, attr)
-    except AttributeError:
-        raise ImportError(f"{module_path!r} has no attribute {attr!r}") from None
-
-
-def callable_for(path: str) -> Any:
-    """Return what to call for a task path: a function, a @task's function or a Task's run()."""
-    from .tasks import Task
-
-    target = resolve(path)
-    if isinstance(target, type) and issubclass(target, Task):
-        return target().run
-    if isinstance(target, Task):
-        return target.run
-    if _is_django_task(target):
-        return target.call
-    return target
-
-
-def _is_django_task(target: Any) -> bool:
-    return hasattr(target, "call") and hasattr(target, "get_backend")  # a django.tasks Task
-
-
-def runnable(target: Any) -> bool:
-    """Return True when :func:`callable_for` can run ``target`` (a callable or a django.tasks Task)."""
-    return callable(target) or _is_django_task(target)
-
-
 def execute(message: TaskMessage) -> Outcome:
     """Run the task of ``message`` and return its outcome; never raises for the task's errors."""
-    from .signals import pre_execute
-
     envelope = message.envelope
     started = time.time()
     try:

@@ -10,13 +10,19 @@ from __future__ import annotations
 import datetime
 from typing import Any
 
+from django.core.exceptions import ValidationError
 from django.db import models
 from django.db.models import Q
 from django.utils import timezone
 from django.utils.translation import gettext_lazy as _
 
+from .allowed_tasks import check_allowed
+from .conf import get_settings
+from .exceptions import ConfigError, UnreadableResult
+from .policy import cron as cron_policy
 from .policy.cron import ScheduleType
 from .policy.states import JobState
+from .signing import verify_result
 
 
 class State(models.TextChoices):
@@ -125,9 +131,6 @@ class Job(models.Model):
         cached = self.__dict__.get("_result")
         if cached is not None and cached[0] is self.result_package:
             return cached[1]
-        from .conf import get_settings
-        from .signing import verify_result
-
         value = verify_result(self.result_package, get_settings().name)
         self.__dict__["_result"] = (self.result_package, value)
         return value
@@ -135,8 +138,6 @@ class Job(models.Model):
     @property
     def result_error(self) -> str:
         """Why the stored result cannot be read ("" when it can, or when there is none)."""
-        from .exceptions import UnreadableResult
-
         try:
             self.result
         except UnreadableResult as exc:
@@ -213,13 +214,6 @@ class Schedule(models.Model):
 
     def clean(self) -> None:
         """Refuse a function that schedules may not name, and a broken cron or interval."""
-        from django.core.exceptions import ValidationError
-
-        from .allowed_tasks import check_allowed
-        from .conf import get_settings
-        from .exceptions import ConfigError
-        from .policy import cron as cron_policy
-
         errors = {}
         settings = get_settings()
         try:

@@ -8,17 +8,19 @@ from __future__ import annotations
 
 import datetime
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from django.db import InterfaceError, OperationalError, transaction
 
 from . import execution as ex
-from .brokers.base import Ack
+from .brokers.base import Ack, Broker
 from .conf import Settings
 from .exceptions import LeaseLost, UnreadableResult
-from .models import _from_epoch
+from .loading import resolve
+from .models import Job, _from_epoch
 from .policy.backoff import Retry
 from .policy.storable import clip_head, clip_tail
+from .signals import post_execute
 from .signing import SealedResult, verify_result
 
 logger = logging.getLogger(__name__)
@@ -42,16 +44,16 @@ def _acks_failure(outcome: ex.Outcome, settings: Settings) -> bool:
     return settings.ack_failures if value is None else value
 
 
-def record(outcomes: Sequence[ex.Outcome], broker, settings: Settings) -> list[tuple[ex.Outcome, str]]:
+def record(outcomes: Sequence[ex.Outcome], broker: Broker, settings: Settings,
+           enqueue: Callable[..., str] | None = None) -> list[tuple[ex.Outcome, str]]:
     """Record outcomes with the broker; return (outcome, final state) for those that ended.
 
     Final states are "SUCCEEDED", "FAILED" and "DEAD"; a lost lease is logged and skipped (the
-    message belongs to another delivery now). Each outcome is recorded in its own savepoint: one
+    message belongs to another delivery now). ``enqueue`` (``async_task``) queues a chain's next
+    link; it is handed in so that recording does not depend on the producer side. Each outcome is recorded in its own savepoint: one
     that cannot be stored fails its own job with the reason and leaves the others as they are.
     Only an error of the database itself (it is away) propagates, so the caller can retry.
     """
-    from .signals import post_execute
-
     finals: list[tuple[ex.Outcome, str]] = []
     outcomes = [_storable(o) for o in outcomes]
     successes = [o for o in outcomes if o.status == ex.SUCCESS]
@@ -71,7 +73,7 @@ def record(outcomes: Sequence[ex.Outcome], broker, settings: Settings) -> list[t
             if state == "SUCCEEDED" and o.envelope and o.envelope.options.get("chain"):
                 try:
                     with transaction.atomic(using=broker.alias):
-                        _next_link(o)
+                        _next_link(o, enqueue)
                 except Exception:
                     logger.exception("could not queue the next link of job %s", o.reservation.job_id)
     # Everything below runs after the outcomes are committed; its failures are logged, never raised.
@@ -193,20 +195,18 @@ def _record_other(o: ex.Outcome, broker, settings: Settings) -> str | None:
     return None
 
 
-def _next_link(o: ex.Outcome) -> None:
-    from .api import async_task
-
+def _next_link(o: ex.Outcome, enqueue: Callable[..., str] | None) -> None:
+    if enqueue is None:
+        raise RuntimeError("recorder.record() needs enqueue= to queue the next link of a chain")
     chain = list(o.envelope.options["chain"])
     func, args, kwargs, options = chain[0]
     options = dict(options)
     if len(chain) > 1:
         options["chain"] = chain[1:]
-    async_task(func, *args, q_options=options, **kwargs)
+    enqueue(func, *args, q_options=options, **kwargs)
 
 
-def _run_hooks(finals: list[tuple[ex.Outcome, str]], broker) -> None:
-    from .models import Job
-
+def _run_hooks(finals: list[tuple[ex.Outcome, str]], broker: Broker) -> None:
     wanted = {}
     for o, state in finals:
         options = o.envelope.options if o.envelope else {}
@@ -220,6 +220,6 @@ def _run_hooks(finals: list[tuple[ex.Outcome, str]], broker) -> None:
     for job_id, hooks in wanted.items():
         for hook in hooks:
             try:
-                ex.resolve(hook)(jobs[job_id])
+                resolve(hook)(jobs[job_id])
             except Exception:
                 logger.exception("hook %s of job %s failed", hook, job_id)

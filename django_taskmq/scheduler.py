@@ -8,16 +8,21 @@ due time fires once even with several clusters on one database.
 from __future__ import annotations
 
 import datetime
+import json
 import logging
 from typing import Any
 
 from django.db import DatabaseError, transaction
 from django.utils import timezone
 
+from .allowed_tasks import check_allowed
+from .api import async_task
+from .brokers import get_broker
 from .conf import Settings, get_settings
 from .exceptions import ConfigError
 from .models import Schedule
-from .policy import cron
+from .options import OPTIONS, func_path, validate_options
+from .policy import cron as cron_policy
 
 logger = logging.getLogger(__name__)
 
@@ -27,11 +32,6 @@ def schedule(func: Any, *args: Any, name: str | None = None, schedule_type: str 
              next_run: datetime.datetime | None = None, queue: str | None = None, priority: int = 0,
              catch_up: bool | None = None, **kwargs: Any) -> Schedule:
     """Create (or replace, by ``name``) a schedule; return it. Bad arguments raise ConfigError."""
-    from .api import func_path, validate_options
-    from .policy import cron as cron_policy
-
-    from .allowed_tasks import check_allowed
-
     settings = get_settings()
     path = check_allowed(func_path(func), settings)
     validate_options({"queue": queue, "priority": priority}, settings)
@@ -42,8 +42,6 @@ def schedule(func: Any, *args: Any, name: str | None = None, schedule_type: str 
     cron_policy.validate(kind, minutes, cron)
     if next_run is not None and timezone.is_naive(next_run):
         raise ConfigError("next_run must be an aware datetime")
-    import json
-
     try:
         json.dumps([list(args), kwargs])
     except TypeError as exc:
@@ -59,8 +57,6 @@ def schedule(func: Any, *args: Any, name: str | None = None, schedule_type: str 
 
 def tick(settings: Settings | None = None, now: datetime.datetime | None = None) -> list[str]:
     """Fire every due schedule once; return the ids of the jobs it enqueued."""
-    from .brokers import get_broker
-
     settings = settings or get_settings()
     now = now or timezone.now()
     tz = timezone.get_current_timezone()
@@ -90,9 +86,6 @@ def tick(settings: Settings | None = None, now: datetime.datetime | None = None)
 
 def _fire(item: Schedule, settings: Settings, now: datetime.datetime, tz) -> str:
     """Enqueue one due schedule and move it to its next run; return the job id."""
-    from .allowed_tasks import check_allowed
-    from .api import OPTIONS, async_task
-
     # The row is not signed: whoever can edit it chooses func, so only allowed functions fire.
     check_allowed(item.func, settings)
     # A kwarg named like an enqueue option goes to the function: naming it in q_options (None
@@ -101,9 +94,9 @@ def _fire(item: Schedule, settings: Settings, now: datetime.datetime, tz) -> str
     options.update(queue=item.queue or None, priority=item.priority, task_name=item.name)
     job_id = async_task(item.func, *item.args, q_options=options, **item.kwargs)
     item.last_job = job_id
-    kind = cron.ScheduleType(item.schedule_type)
+    kind = cron_policy.ScheduleType(item.schedule_type)
     catch_up = settings.catch_up if item.catch_up is None else item.catch_up
-    following = cron.advance(kind, item.next_run, now, catch_up=catch_up, minutes=item.minutes, cron=item.cron, tz=tz)
+    following = cron_policy.advance(kind, item.next_run, now, catch_up=catch_up, minutes=item.minutes, cron=item.cron, tz=tz)
     if item.repeats > 0:
         item.repeats -= 1
     if following is None:

@@ -5,9 +5,10 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-# Import paths of every Task declared in this process (@task, Task(...), Task subclasses):
-# schedules may name these wherever they live (see allowed_tasks.py).
-DECLARED: set[str] = set()
+from .api import async_task
+from .exceptions import ConfigError
+from .loading import DECLARED
+from .options import OPTIONS, validate_options
 
 OPTION_NAMES = ("queue", "priority", "retry", "timeout", "max_deliveries", "ack_failure", "hook", "on_dead")
 
@@ -20,6 +21,7 @@ class Task:
     dotted path of the function or class, which is what the worker imports.
     """
 
+    taskmq_task = True  # how options and loading recognise a Task without importing this module
     name: str | None = None
     queue: str | None = None
     priority: int | None = None
@@ -31,8 +33,6 @@ class Task:
     on_dead: Any = None
 
     def __init__(self, func: Callable | None = None, **options: Any) -> None:
-        from .api import validate_options
-
         self.func = func
         for key, value in options.items():
             setattr(self, key, value)
@@ -70,8 +70,6 @@ class Task:
 
     def apply_async(self, args: tuple | list = (), kwargs: dict | None = None, **options: Any) -> str:
         """Enqueue a call with ``options`` over the task's defaults; return the job id."""
-        from .api import OPTIONS, async_task
-
         kwargs = kwargs or {}
         # Every kwarg is the function's: naming same-named options in q_options (None = not given)
         # keeps async_task from taking them as options.
@@ -88,8 +86,6 @@ def task(func: Callable | None = None, /, *, name: str | None = None, **options:
     Options: ``queue``, ``priority``, ``retry``, ``timeout``, ``max_deliveries``, ``ack_failure``,
     ``hook``, ``on_dead`` and ``name``; a wrong one raises :class:`ConfigError` at decoration.
     """
-    from .exceptions import ConfigError
-
     unknown = set(options) - set(OPTION_NAMES)
     if unknown:
         raise ConfigError(f"@task got unknown option(s) {sorted(unknown)}; known: {list(OPTION_NAMES)} and name")

@@ -19,6 +19,7 @@ from ..api import async_task
 from ..conf import get_settings
 from ..models import Job, State
 from ..policy.priority import MAX_PRIORITY, MIN_PRIORITY
+from ..signing import verify
 
 STATUS = {
     State.QUEUED: TaskResultStatus.READY,
@@ -68,8 +69,6 @@ class TaskMQBackend(BaseTaskBackend):
         task = import_string(job.func)
         if not hasattr(task, "using"):
             raise TaskResultDoesNotExist(f"{result_id} is not a django.tasks task")
-        from ..signing import verify
-
         envelope = verify(job.payload, get_settings().name)
         errors = []
         if job.error and job.state != State.SUCCEEDED:

@@ -11,6 +11,8 @@ _brokers: dict[str, Broker] = {}
 
 def get_broker(alias: str | None = None) -> Broker:
     """Return the ORM broker on the database ``alias`` (default: ``TASKMQ['database']``)."""
+    # Imported here, not above: the ORM broker imports the models, and this package is imported
+    # (through .base) by modules that load before Django's app registry is ready.
     from ..conf import get_settings
     from .orm import OrmBroker
 
