@@ -15,6 +15,7 @@ class Command(BaseCommand):
         parser.add_argument("--burst", action="store_true", help="drain what is ready, then stop")
 
     def handle(self, *args, **options):
+        from django_taskmq.cluster import outage
         from django_taskmq.cluster.sentinel import Sentinel
 
         try:
@@ -29,6 +30,13 @@ class Command(BaseCommand):
                 raise CommandError(f"unknown queue(s) {unknown}; TASKMQ['queues'] has {sorted(settings.queues)}")
         if options["workers"] is not None and options["workers"] < 1:
             raise CommandError("--workers must be at least 1")
+        # Before anything is spawned: a database that is away or not migrated is one line and
+        # exit status 1, not a cluster retrying for ever (a running cluster does retry, see outage).
+        outage.prepare(settings.database)
+        problem = outage.check(settings.database)
+        if problem:
+            self.stderr.write(f"qcluster: {problem}")
+            raise SystemExit(1)
         status = Sentinel(settings, queues=queues, burst=options["burst"], workers=options["workers"],
                           name=options["name"]).start()
         if status:
