@@ -88,7 +88,7 @@ def enqueue_many(func: Callable | str, calls: Iterable[Any], **options: Any) -> 
         else:
             args, kwargs = (call,), {}
         rows.append(template.values(args, kwargs))
-    ids = get_broker().enqueue_values(rows)
+    ids = get_broker().enqueue_many(rows)
     if options.get("sync", settings.sync):
         for job_id in ids:
             run_sync(job_id)

@@ -10,7 +10,7 @@ import datetime
 import logging
 from collections.abc import Callable, Sequence
 
-from django.db import InterfaceError, OperationalError, transaction
+from django.db import InterfaceError, OperationalError
 
 from . import execution as ex
 from .brokers.base import Ack, Broker
@@ -19,6 +19,7 @@ from .exceptions import LeaseLost, UnreadableResult
 from .loading import resolve
 from .models import Job, _from_epoch
 from .policy.backoff import Retry
+from .policy.states import JobState
 from .policy.storable import clip_head, clip_tail
 from .signals import post_execute
 from .signing import SealedResult, verify_result
@@ -57,7 +58,7 @@ def record(outcomes: Sequence[ex.Outcome], broker: Broker, settings: Settings,
     finals: list[tuple[ex.Outcome, str]] = []
     outcomes = [_storable(o) for o in outcomes]
     successes = [o for o in outcomes if o.status == ex.SUCCESS]
-    with transaction.atomic(using=broker.alias):
+    with broker.atomic():
         if successes:
             finals += _ack(successes, broker, settings)
         for o in outcomes:
@@ -72,7 +73,7 @@ def record(outcomes: Sequence[ex.Outcome], broker: Broker, settings: Settings,
         for o, state in finals:
             if state == "SUCCEEDED" and o.envelope and o.envelope.options.get("chain"):
                 try:
-                    with transaction.atomic(using=broker.alias):
+                    with broker.atomic():
                         _next_link(o, enqueue)
                 except Exception:
                     logger.exception("could not queue the next link of job %s", o.reservation.job_id)
@@ -114,7 +115,7 @@ def _ack(successes: list[ex.Outcome], broker, settings: Settings) -> list[tuple[
         return [Ack(o.reservation, o.result, _dt(o.started_at), _dt(o.finished_at)) for o in items]
 
     try:
-        with transaction.atomic(using=broker.alias):
+        with broker.atomic():
             lost = {r.job_id for r in broker.ack_many(acks(successes))}
     except DATABASE_AWAY:
         raise
@@ -145,7 +146,7 @@ def _isolated(o: ex.Outcome, broker, settings: Settings, store) -> str | None:
     Returns the final state, or None (not final, lease lost, or nothing could be stored).
     """
     try:
-        with transaction.atomic(using=broker.alias):
+        with broker.atomic():
             return store(o)
     except LeaseLost:
         logger.warning("job %s: lease lost before its %s was recorded", o.reservation.job_id, o.status)
@@ -159,7 +160,7 @@ def _isolated(o: ex.Outcome, broker, settings: Settings, store) -> str | None:
         failed = o._replace(status=ex.UNSTORABLE, result=None, error=clip_head(reason), traceback="",
                             started_at=times[0], finished_at=times[1])
     try:
-        with transaction.atomic(using=broker.alias):
+        with broker.atomic():
             return _record_other(failed, broker, settings)
     except LeaseLost:
         return None
@@ -183,16 +184,13 @@ def _record_other(o: ex.Outcome, broker, settings: Settings) -> str | None:
     if o.status in (ex.FAILURE, ex.UNSTORABLE) and _acks_failure(o, settings):
         broker.fail(r, o.error, o.traceback, started, _dt(o.finished_at))
         return "FAILED"
-    if o.status == ex.UNSTORABLE:  # a re-run would return the same result: not retried
-        broker.dead_letter(r, o.error, o.error, o.traceback, started_at=started)
-        return "DEAD"
-    # A failed delivery: raised, asked to retry, timed out or crashed its worker.
-    if r.deliveries >= r.max_deliveries:
-        broker.nack(r, True, 0, o.error, o.traceback, started_at=started)
-        return "DEAD"
+    # A failed delivery: raised, asked to retry, timed out or crashed its worker. The broker's
+    # poison guard decides between RETRYING and DEAD. An unstorable result is not retried: a
+    # re-run would return it again.
+    requeue = o.status != ex.UNSTORABLE
     delay = o.delay if o.delay is not None else _retry_policy(o, settings).delay(r.deliveries)
-    broker.nack(r, True, delay, o.error, o.traceback, started_at=started)
-    return None
+    state = broker.settle(r, requeue=requeue, delay=delay, error=o.error, traceback=o.traceback, started_at=started)
+    return state.value if state is not None and state in JobState.FINAL else None
 
 
 def _next_link(o: ex.Outcome, enqueue: Callable[..., str] | None) -> None:

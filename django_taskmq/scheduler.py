@@ -12,12 +12,12 @@ import json
 import logging
 from typing import Any
 
-from django.db import DatabaseError, transaction
+from django.db import DatabaseError
 from django.utils import timezone
 
 from .allowed_tasks import check_allowed
 from .api import async_task
-from .brokers import get_broker
+from .brokers import Broker, get_broker
 from .conf import Settings, get_settings
 from .exceptions import ConfigError
 from .models import Schedule
@@ -55,32 +55,32 @@ def schedule(func: Any, *args: Any, name: str | None = None, schedule_type: str 
     return obj
 
 
-def tick(settings: Settings | None = None, now: datetime.datetime | None = None) -> list[str]:
-    """Fire every due schedule once; return the ids of the jobs it enqueued."""
+def tick(settings: Settings | None = None, now: datetime.datetime | None = None, *,
+         broker: Broker | None = None) -> list[str]:
+    """Fire every due schedule once; return the ids of the jobs it enqueued.
+
+    A cluster passes its own ``settings`` and ``broker``; without them the project's are used.
+    """
     settings = settings or get_settings()
     now = now or timezone.now()
     tz = timezone.get_current_timezone()
-    broker = get_broker()
+    broker = broker or get_broker()
     fired = []
-    with broker.write_transaction():
-        due = list(
-            Schedule.objects.using(settings.database).select_for_update(skip_locked=True)
-            .filter(next_run__lte=now).exclude(repeats=0).order_by("next_run")[:100]
-        )
-        for item in due:
+    with broker.atomic(write=True):
+        for item in broker.due_schedules(now):
             try:
                 # A savepoint per schedule: one broken schedule (edited in the admin, say) is
                 # disabled and logged, and the others still fire.
-                with transaction.atomic(using=settings.database):
+                with broker.atomic():
                     fired.append(_fire(item, settings, now, tz))
             except DatabaseError:
                 raise  # the database is away: leave every schedule as it is for the next tick
             except ConfigError as exc:
                 logger.error("schedule %s cannot run (%s); disabled (repeats = 0)", item.name, exc)
-                Schedule.objects.using(settings.database).filter(pk=item.pk).update(repeats=0)
+                broker.disable_schedule(item.pk)
             except Exception:
                 logger.exception("schedule %s cannot run; disabled (repeats = 0)", item.name)
-                Schedule.objects.using(settings.database).filter(pk=item.pk).update(repeats=0)
+                broker.disable_schedule(item.pk)
     return fired
 
 

@@ -8,8 +8,13 @@ changes nothing.
 from __future__ import annotations
 
 import abc
-from collections.abc import Iterable, Sequence
-from typing import Any, NamedTuple
+import datetime
+from collections.abc import Iterable, Mapping, Sequence
+from contextlib import AbstractContextManager
+from typing import Any, NamedTuple, Protocol
+
+from ..conf import Settings
+from ..policy.states import JobState
 
 
 class Reservation(NamedTuple):
@@ -38,30 +43,90 @@ class Ack(NamedTuple):
     finished_at: Any = None
 
 
+class Waker(Protocol):
+    """Sleeps an idle pusher until work may have arrived (see :meth:`Broker.waker`)."""
+
+    woken: bool
+
+    def wait(self, timeout: float, pipe: Any = None) -> None:
+        """Sleep up to ``timeout`` seconds, less if work may have arrived or ``pipe`` is readable;
+        afterwards ``woken`` says whether the broker signalled new work."""
+
+
 class Broker(abc.ABC):
-    """Stores messages and hands them out under leases, in pick order."""
+    """Stores messages and hands them out under leases, in pick order.
+
+    The cluster, the recorder, the scheduler, the API, the admin and the commands use a broker
+    only through the members declared here. A broker owns its transactions: callers that need
+    several writes to commit together ask for :meth:`atomic`, never open one themselves.
+    """
+
+    settings: Settings
+
+    # -- transactions and connections ---------------------------------------------------------
+    @abc.abstractmethod
+    def atomic(self, *, write: bool = False) -> AbstractContextManager[None]:
+        """Return a context in which this broker's writes commit together or not at all.
+
+        Nested, it is a savepoint: an error inside rolls back only the inner block. ``write``
+        takes the write lock up front where the engine has one (SQLite), so a block that reads
+        before it writes waits for other writers instead of failing.
+        """
 
     @abc.abstractmethod
-    def enqueue(self, job: Any, key: str | None = None) -> str:
-        """Store one job (an unsaved Job or its column values); return its id.
+    def close(self) -> None:
+        """Drop this process's connection (after an error; the next call reconnects)."""
+
+    @abc.abstractmethod
+    def check(self) -> None:
+        """Raise an exception naming the cause unless the store is reachable and set up."""
+
+    @abc.abstractmethod
+    def describe(self) -> str:
+        """Return a short name of the store for messages ("postgresql 'jobs' at db:5432")."""
+
+    @abc.abstractmethod
+    def waker(self) -> Waker:
+        """Return a :class:`Waker` for an idle pusher of this process."""
+
+    # -- enqueue ----------------------------------------------------------------------------
+    @abc.abstractmethod
+    def enqueue(self, job: Mapping[str, Any], key: str | None = None) -> str:
+        """Store one job (its column values by attribute name); return its id.
 
         With ``key``: within the idempotency TTL, return the id of the job that key already made
         and store nothing, also when callers race.
         """
 
     @abc.abstractmethod
-    def enqueue_many(self, jobs: Sequence[Any]) -> list[str]:
-        """Store many jobs in few statements; return their ids in order."""
+    def enqueue_many(self, rows: Sequence[Mapping[str, Any]]) -> list[str]:
+        """Store many jobs (column values by attribute name) in few statements; return their ids."""
 
+    # -- reserve ----------------------------------------------------------------------------
     @abc.abstractmethod
-    def reserve(self, queues: Sequence[str], limit: int, lease: float, owner: str) -> list[Reservation]:
+    def reserve(self, queues: Sequence[str], limit: int, lease: float, owner: str,
+                above: int | None = None) -> list[Reservation]:
         """Reserve up to ``limit`` ready messages of ``queues`` in pick order for ``lease`` seconds.
 
         Each reserved message counts one delivery. Expired leases are reclaimed first; an expired
         message is marked EXPIRED and a message past ``max_deliveries`` goes to the DLQ instead of
-        being returned.
+        being returned. ``above`` limits the claim to priorities greater than it (a full buffer
+        looking for urgent work only).
         """
 
+    @abc.abstractmethod
+    def reserve_job(self, job_id: str, lease: float, owner: str) -> Reservation | None:
+        """Reserve one given job if it is ready and has deliveries left (sync mode)."""
+
+    @abc.abstractmethod
+    def has_ready(self, queues: Sequence[str], above: int | None = None) -> bool:
+        """Return True when a visible ready message waits in ``queues`` (above a priority)."""
+
+    @abc.abstractmethod
+    def reclaim_expired(self) -> int:
+        """Put messages whose lease ran out back for redelivery; return how many."""
+
+    # -- ending or changing a delivery (fenced by the lease token) ----------------------------
     @abc.abstractmethod
     def ack(self, reservation: Reservation, result: Any = None) -> bool:
         """Record success. Return False when this holder already acknowledged it (a no-op).
@@ -71,17 +136,34 @@ class Broker(abc.ABC):
 
     @abc.abstractmethod
     def ack_many(self, acks: Iterable[Ack]) -> list[Reservation]:
-        """Record many successes in one transaction; return the reservations whose lease was lost."""
+        """Record many successes at once; return the reservations whose lease was lost."""
+
+    @abc.abstractmethod
+    def settle(self, reservation: Reservation, *, requeue: bool = True, delay: float = 0, error: str = "",
+               traceback: str = "", started_at: datetime.datetime | None = None) -> JobState | None:
+        """Record a failed execution and return the job's new state.
+
+        RETRYING (visible after ``delay``) while deliveries are left; DEAD when they are used up
+        or ``requeue`` is False. None when this holder already recorded it. Raises LeaseLost.
+        """
 
     @abc.abstractmethod
     def nack(self, reservation: Reservation, requeue: bool = True, delay: float = 0, error: str = "",
-             traceback: str = "") -> bool:
-        """Record a failed delivery: redeliver after ``delay`` or, when ``requeue`` is False or the
-        deliveries are used up, dead-letter it. Raises LeaseLost like :meth:`ack`."""
+             traceback: str = "", started_at: datetime.datetime | None = None) -> bool:
+        """:meth:`settle`, answering True when something was recorded."""
+
+    @abc.abstractmethod
+    def fail(self, reservation: Reservation, error: str, traceback: str = "",
+             started_at: datetime.datetime | None = None, finished_at: datetime.datetime | None = None) -> bool:
+        """Acknowledge a failure (``ack_failures``): the job ends FAILED, no redelivery."""
 
     @abc.abstractmethod
     def defer(self, reservation: Reservation, delay: float = 0) -> bool:
         """Put an unstarted or deferring message back, visible after ``delay``; not a delivery."""
+
+    @abc.abstractmethod
+    def defer_many(self, reservations: Sequence[Reservation]) -> int:
+        """Put many unstarted reservations back at once (a graceful stop); return how many."""
 
     @abc.abstractmethod
     def yield_reservation(self, reservation: Reservation, delay: float = 0) -> bool:
@@ -92,31 +174,79 @@ class Broker(abc.ABC):
 
     @abc.abstractmethod
     def extend_lease(self, reservation: Reservation, seconds: float) -> None:
-        """Renew the lease for ``seconds`` from now. Raises LeaseLost."""
+        """Renew one lease for ``seconds`` from now. Raises LeaseLost."""
 
     @abc.abstractmethod
-    def dead_letter(self, reservation: Reservation, reason: str, error: str = "", traceback: str = "") -> bool:
-        """Move the message to its queue's DLQ with ``reason``; its job becomes DEAD."""
+    def extend_leases(self, owner: str, job_ids: Sequence[str], seconds: float) -> int:
+        """Renew the leases ``owner`` still holds on ``job_ids``; return how many."""
 
+    @abc.abstractmethod
+    def dead_letter(self, reservation: Reservation, reason: str, error: str = "", traceback: str = "",
+                    started_at: datetime.datetime | None = None) -> bool:
+        """Move the message to its queue's DLQ with ``reason``; its job becomes DEAD.
+
+        With ``started_at`` the delivery ran (it counts as an execution); without ``error`` the
+        job keeps its last error and the letter carries it.
+        """
+
+    @abc.abstractmethod
+    def dead_letter_package(self, reservation: Reservation, reason: str) -> bool:
+        """Dead-letter a package that failed to verify or unpickle (it never ran)."""
+
+    # -- the DLQ and operator actions -----------------------------------------------------------
     @abc.abstractmethod
     def dead_letters(self, queue: str | None = None) -> Any:
         """Return the DLQ entries not yet replayed (of one queue or all), newest first."""
 
     @abc.abstractmethod
     def replay_dead(self, dead_letter_id: int, queue: str | None = None, priority: int | None = None) -> str:
-        """Requeue a dead-lettered job (same id, deliveries and yields reset); return its id."""
+        """Requeue a dead-lettered job (same id, deliveries and yields reset); return its id.
+
+        Raises ConfigError when the letter does not exist, was replayed, or its job is no longer dead.
+        """
 
     @abc.abstractmethod
     def replay_all(self, queue: str | None = None) -> int:
-        """Replay every pending DLQ entry (of one queue or all); return how many."""
+        """Replay every pending DLQ entry whose job is dead (of one queue or all); return how many."""
 
     @abc.abstractmethod
     def purge_dead(self, queue: str | None = None, ids: Sequence[int] | None = None) -> int:
         """Delete the pending DLQ entries (of one queue, or these ids) and their dead jobs; return how many."""
 
     @abc.abstractmethod
-    def reclaim_expired(self) -> int:
-        """Put messages whose lease ran out back for redelivery; return how many."""
+    def cancel(self, job_ids: Sequence[str]) -> int:
+        """Cancel the jobs of ``job_ids`` that have not started; return how many."""
+
+    # -- the cluster's upkeep -------------------------------------------------------------------
+    @abc.abstractmethod
+    def prune(self, keep: int, batch: int = 1000) -> int:
+        """Delete the oldest SUCCEEDED jobs beyond the newest ``keep``, at most ``batch``; return how many."""
+
+    @abc.abstractmethod
+    def prune_keys(self, batch: int = 1000) -> int:
+        """Delete idempotency keys whose TTL ran out, at most ``batch``; return how many."""
+
+    @abc.abstractmethod
+    def analyze(self) -> None:
+        """Refresh the store's statistics where it keeps any (a no-op elsewhere)."""
+
+    @abc.abstractmethod
+    def unfinished(self, queues: Sequence[str], now: float) -> bool:
+        """Return True while ``queues`` hold work a burst must wait for: leased, retrying, or
+        queued and visible by ``now`` (one consistent snapshot)."""
+
+    @abc.abstractmethod
+    def publish_heartbeat(self, cluster_id: str, **fields: Any) -> None:
+        """Create or update the heartbeat row of one cluster (see ``models.Cluster``)."""
+
+    @abc.abstractmethod
+    def due_schedules(self, now: datetime.datetime, limit: int = 100) -> list[Any]:
+        """Return the due, enabled schedules, locked against other clusters until the enclosing
+        :meth:`atomic` block ends; call it inside ``atomic(write=True)``."""
+
+    @abc.abstractmethod
+    def disable_schedule(self, schedule_id: int) -> None:
+        """Stop a schedule from firing again (``repeats = 0``)."""
 
     @abc.abstractmethod
     def stats(self) -> list[dict[str, Any]]:

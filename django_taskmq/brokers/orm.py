@@ -15,7 +15,7 @@ import logging
 import time
 import uuid
 from collections.abc import Iterable, Iterator, Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 from django.db import connections, transaction
 from django.db.models import F
@@ -23,9 +23,10 @@ from django.utils import timezone
 
 from ..conf import Settings
 from ..exceptions import ConfigError, LeaseLost
-from ..models import READY_STATES, DeadLetter, IdempotencyKey, Job, QueueState, State
+from ..models import Cluster, DeadLetter, IdempotencyKey, Job, QueueState, Schedule, State
 from ..policy import pick
 from ..policy.priority import validate_priority
+from ..policy.states import TRANSITIONS, Event, JobState
 from ..signals import job_dead
 from ..signing import seal_result
 from .base import Ack, Broker, Reservation
@@ -34,10 +35,42 @@ logger = logging.getLogger(__name__)
 
 JOB = Job._meta.db_table
 QSTATE = QueueState._meta.db_table
-READY_SQL = "(" + ", ".join(f"'{state}'" for state in READY_STATES) + ")"  # ('QUEUED', 'RETRYING')
+
+
+# -- states in SQL: every literal comes from policy.states, every state change from its table ------
+def _literal(*states: JobState) -> str:
+    """Return the SQL list of ``states``: ``('QUEUED', 'RETRYING')``."""
+    return "(" + ", ".join(f"'{state.value}'" for state in sorted(states)) + ")"
+
+
+class _Move(NamedTuple):
+    """One event of the state table as SQL: the state it sets and the states it may leave."""
+
+    to: str  # "'SUCCEEDED'"
+    sources: str  # "('RUNNING')"
+    target: JobState
+    allowed: frozenset[JobState]
+
+
+def _move(event: Event) -> _Move:
+    allowed = frozenset(state for (state, e) in TRANSITIONS if e is event)
+    (target,) = {TRANSITIONS[state, event] for state in allowed}
+    return _Move(f"'{target.value}'", _literal(*allowed), target, allowed)
+
+
+RESERVE, ACK, RETRY, FAIL, BURY, EXPIRE, CANCEL, GIVE, RECLAIM, REPLAY = (
+    _move(e) for e in (Event.RESERVE, Event.ACK, Event.FAIL_RETRY, Event.FAIL_FINAL, Event.DEAD_LETTER,
+                       Event.EXPIRE, Event.CANCEL, Event.DEFER, Event.RECLAIM, Event.REPLAY)
+)
+assert _move(Event.YIELD) == GIVE  # defer and yield are the same move
+READY_SQL = _literal(*JobState.READY)
+RUNNING = f"'{JobState.RUNNING.value}'"
+UNFINISHED = _literal(JobState.RETRYING, JobState.RUNNING)  # a burst waits for these, and for...
+RESERVE_FIRST = f"'{JobState.QUEUED.value}'"  # ...queued jobs already visible (not those for later)
+COUNTED = _literal(*JobState.READY, JobState.RUNNING, JobState.DEAD)  # the states stats() counts
 # A reservation handed back unstarted (defer, yield, a graceful stop): the delivery its claim
 # counted never ran, so it is taken back.
-GIVE_BACK = ("state = 'QUEUED', deliveries = deliveries - 1, lease_owner = NULL, lease_token = NULL, "
+GIVE_BACK = (f"state = {GIVE.to}, deliveries = deliveries - 1, lease_owner = NULL, lease_token = NULL, "
              "lease_until = NULL")
 CHUNK = 500  # rows per statement: well under SQLite's variable limit
 
@@ -71,6 +104,38 @@ class OrmBroker(Broker):
     @property
     def is_postgresql(self) -> bool:
         return self.connection.vendor == "postgresql"
+
+    def atomic(self, *, write: bool = False) -> contextlib.AbstractContextManager[None]:
+        """See :meth:`Broker.atomic`: a Django ``atomic`` block (a savepoint when nested)."""
+        if write:
+            return self._write_lock_only()
+        return transaction.atomic(using=self.alias)
+
+    @contextlib.contextmanager
+    def _write_lock_only(self) -> Iterator[None]:
+        with self.write_transaction():
+            yield
+
+    def close(self) -> None:
+        try:
+            self.connection.close()
+        except Exception:  # the connection may be broken already: nothing more to drop
+            logger.debug("closing the connection of %r failed", self.alias, exc_info=True)
+
+    def check(self) -> None:
+        with self.connection.cursor() as cursor:
+            cursor.execute(f"SELECT 1 FROM {JOB} WHERE 1 = 0")
+
+    def describe(self) -> str:
+        conf = self.connection.settings_dict
+        where = conf.get("NAME") if self.connection.vendor == "sqlite" else (
+            f"{conf.get('NAME')!r} at {conf.get('HOST') or 'localhost'}:{conf.get('PORT') or 'default port'}")
+        return f"{self.alias!r} ({self.connection.vendor} {where})"
+
+    def waker(self):
+        from ..cluster.wakeup import Waker  # engine-specific waiting, used only by the pusher
+
+        return Waker(self.connection)
 
     @contextlib.contextmanager
     def write_transaction(self, durable: bool = True) -> Iterator[Any]:
@@ -146,11 +211,7 @@ class OrmBroker(Broker):
             self._insert([job])
         return job_id
 
-    def enqueue_many(self, jobs: Sequence[Job]) -> list[str]:
-        """Insert many unsaved jobs with few statements (no idempotency keys)."""
-        return self.enqueue_values([{f.attname: getattr(job, f.attname) for f in _insert_fields()} for job in jobs])
-
-    def enqueue_values(self, rows: Sequence[dict[str, Any]]) -> list[str]:
+    def enqueue_many(self, rows: Sequence[dict[str, Any]]) -> list[str]:
         """Insert many jobs given as column values by attribute name; missing ones take defaults.
 
         The bulk path: no model instance per job, values adapted by one converter per column,
@@ -254,8 +315,8 @@ class OrmBroker(Broker):
                 self._mark_expired(cursor, [job_id])
                 return None
             cursor.execute(
-                f"UPDATE {JOB} SET state = 'RUNNING', deliveries = deliveries + 1, lease_owner = %s, "
-                f"lease_token = %s, lease_until = %s WHERE id = %s AND state IN {READY_SQL} "
+                f"UPDATE {JOB} SET state = {RESERVE.to}, deliveries = deliveries + 1, lease_owner = %s, "
+                f"lease_token = %s, lease_until = %s WHERE id = %s AND state IN {RESERVE.sources} "
                 f"AND deliveries < max_deliveries "
                 f"RETURNING id, queue, priority, deliveries, yields, max_deliveries, payload",
                 [owner, token, now + lease, job_id],
@@ -322,7 +383,7 @@ class OrmBroker(Broker):
         rows: dict[str, tuple] = {}
         for part in _chunks([c.id for c in chosen]):
             cursor.execute(
-                f"UPDATE {JOB} SET state = 'RUNNING', deliveries = deliveries + 1, lease_owner = %s, "
+                f"UPDATE {JOB} SET state = {RESERVE.to}, deliveries = deliveries + 1, lease_owner = %s, "
                 f"lease_token = %s, lease_until = %s, cluster = %s WHERE id IN ({_marks(len(part))}) "
                 f"RETURNING id, deliveries, yields, payload",
                 [owner, token, until, owner.split(":", 1)[0], *part],
@@ -359,8 +420,8 @@ class OrmBroker(Broker):
         finished = self._db_now()
         for part in _chunks(ids):
             cursor.execute(
-                f"UPDATE {JOB} SET state = 'EXPIRED', finished_at = %s, lease_owner = NULL, lease_token = NULL, "
-                f"lease_until = NULL WHERE id IN ({_marks(len(part))})",
+                f"UPDATE {JOB} SET state = {EXPIRE.to}, finished_at = %s, lease_owner = NULL, lease_token = NULL, "
+                f"lease_until = NULL WHERE state IN {EXPIRE.sources} AND id IN ({_marks(len(part))})",
                 [finished, *part],
             )
 
@@ -386,8 +447,8 @@ class OrmBroker(Broker):
             params += [error, traceback] if error else []
             params += [job_id] + ([token] if token else [])
             cursor.execute(
-                f"UPDATE {JOB} SET state = 'DEAD', finished_at = %s{ran}, {sets}"
-                f"lease_owner = NULL, lease_until = NULL WHERE id = %s {fence}",
+                f"UPDATE {JOB} SET state = {BURY.to}, finished_at = %s{ran}, {sets}"
+                f"lease_owner = NULL, lease_until = NULL WHERE id = %s AND state IN {BURY.sources} {fence}",
                 params,
             )
             if cursor.rowcount:
@@ -408,11 +469,12 @@ class OrmBroker(Broker):
         return self.connection.ops.adapt_datetimefield_value(value)
 
     # -- ending a delivery --------------------------------------------------------------------
-    def _fenced(self, reservation: Reservation, sets: str, params: list, extra_where: str = "") -> bool:
-        """Run a token-fenced update; return False for a holder's repeated call, raise LeaseLost."""
+    def _fenced(self, reservation: Reservation, sets: str, params: list) -> bool:
+        """Run a token-fenced update of a leased job; return False for a holder's repeated call,
+        raise LeaseLost."""
         with self.connection.cursor() as cursor:
             cursor.execute(
-                f"UPDATE {JOB} SET {sets} WHERE id = %s AND lease_token = %s AND state = 'RUNNING'{extra_where}",
+                f"UPDATE {JOB} SET {sets} WHERE id = %s AND lease_token = %s AND state = {RUNNING}",
                 [*params, reservation.job_id, reservation.token],
             )
             if cursor.rowcount:
@@ -454,9 +516,9 @@ class OrmBroker(Broker):
         ]
         with transaction.atomic(using=self.alias), self.connection.cursor() as cursor:
             cursor.executemany(
-                f"UPDATE {JOB} SET state = 'SUCCEEDED', result_package = %s, started_at = %s, finished_at = %s, "
+                f"UPDATE {JOB} SET state = {ACK.to}, result_package = %s, started_at = %s, finished_at = %s, "
                 f"attempt = attempt + 1, lease_owner = NULL, lease_until = NULL, error = '', traceback = '' "
-                f"WHERE id = %s AND lease_token = %s AND state = 'RUNNING'",
+                f"WHERE id = %s AND lease_token = %s AND state IN {ACK.sources}",
                 rows,
             )
             return cursor.rowcount
@@ -470,23 +532,29 @@ class OrmBroker(Broker):
 
     def nack(self, reservation: Reservation, requeue: bool = True, delay: float = 0, error: str = "",
              traceback: str = "", started_at: datetime.datetime | None = None) -> bool:
-        """See :meth:`Broker.nack`; ``started_at`` is when the failed execution started (default now)."""
+        return self.settle(reservation, requeue=requeue, delay=delay, error=error, traceback=traceback,
+                           started_at=started_at) is not None
+
+    def settle(self, reservation: Reservation, *, requeue: bool = True, delay: float = 0, error: str = "",
+               traceback: str = "", started_at: datetime.datetime | None = None) -> JobState | None:
+        """See :meth:`Broker.settle`; ``started_at`` is when the failed execution started (default now).
+
+        The one poison guard of a failed execution: the deliveries are read under the lease.
+        """
         started_at = started_at or timezone.now()
-        if not requeue:
-            return self.dead_letter(reservation, error or "rejected", error, traceback, started_at=started_at)
         with transaction.atomic(using=self.alias):
             deliveries = self._deliveries(reservation)
-            if deliveries is not None and deliveries >= reservation.max_deliveries:
-                return self.dead_letter(
-                    reservation, f"max deliveries exceeded: failed {deliveries} times", error, traceback,
-                    started_at=started_at,
-                )
-            return self._fenced(
+            if not requeue or (deliveries is not None and deliveries >= reservation.max_deliveries):
+                reason = (error or "rejected") if not requeue else f"max deliveries exceeded: failed {deliveries} times"
+                buried = self.dead_letter(reservation, reason, error, traceback, started_at=started_at)
+                return BURY.target if buried else None
+            retried = self._fenced(
                 reservation,
-                "state = 'RETRYING', visible_at = %s, attempt = attempt + 1, started_at = %s, error = %s, "
+                f"state = {RETRY.to}, visible_at = %s, attempt = attempt + 1, started_at = %s, error = %s, "
                 "traceback = %s, lease_owner = NULL, lease_until = NULL",
                 [time.time() + max(delay, 0), self._adapt(started_at), error, traceback],
             )
+            return RETRY.target if retried else None
 
     def fail(self, reservation: Reservation, error: str, traceback: str = "", started_at=None,
              finished_at=None) -> bool:
@@ -495,7 +563,7 @@ class OrmBroker(Broker):
         now = timezone.now()
         return self._fenced(
             reservation,
-            "state = 'FAILED', error = %s, traceback = %s, started_at = %s, finished_at = %s, "
+            f"state = {FAIL.to}, error = %s, traceback = %s, started_at = %s, finished_at = %s, "
             "attempt = attempt + 1, lease_owner = NULL, lease_until = NULL",
             [error, traceback, adapt(started_at or now), adapt(finished_at or now)],
         )
@@ -517,7 +585,7 @@ class OrmBroker(Broker):
             return 0
         with transaction.atomic(using=self.alias), self.connection.cursor() as cursor:
             cursor.executemany(
-                f"UPDATE {JOB} SET {GIVE_BACK} WHERE id = %s AND lease_token = %s AND state = 'RUNNING'",
+                f"UPDATE {JOB} SET {GIVE_BACK} WHERE id = %s AND lease_token = %s AND state IN {GIVE.sources}",
                 [(r.job_id, r.token) for r in reservations],
             )
             return cursor.rowcount
@@ -526,7 +594,7 @@ class OrmBroker(Broker):
         with self.connection.cursor() as cursor:
             cursor.execute(
                 f"UPDATE {JOB} SET {GIVE_BACK}, visible_at = %s, yields = yields + 1 "
-                f"WHERE id = %s AND lease_token = %s AND state = 'RUNNING' AND yields < %s",
+                f"WHERE id = %s AND lease_token = %s AND state IN {GIVE.sources} AND yields < %s",
                 [time.time() + max(delay, 0), reservation.job_id, reservation.token, self.settings.max_yields],
             )
             if cursor.rowcount:
@@ -549,7 +617,7 @@ class OrmBroker(Broker):
         with self.connection.cursor() as cursor:
             for part in _chunks(list(job_ids)):
                 cursor.execute(
-                    f"UPDATE {JOB} SET lease_until = %s WHERE lease_owner = %s AND state = 'RUNNING' "
+                    f"UPDATE {JOB} SET lease_until = %s WHERE lease_owner = %s AND state = {RUNNING} "
                     f"AND id IN ({_marks(len(part))})",
                     [until, owner, *part],
                 )
@@ -598,20 +666,20 @@ class OrmBroker(Broker):
 
     def _requeue_dead(self, job_ids: Sequence[str], queue: str | None, priority: int | None) -> int:
         changes: dict[str, Any] = dict(
-            state=State.QUEUED, deliveries=0, yields=0, visible_at=time.time(), lease_owner=None,
+            state=REPLAY.target, deliveries=0, yields=0, visible_at=time.time(), lease_owner=None,
             lease_token=None, lease_until=None, finished_at=None,
         )
         if queue is not None:
             changes["queue"] = queue
         if priority is not None:
             changes["priority"] = priority
-        return Job.objects.using(self.alias).filter(pk__in=job_ids, state__in=[State.DEAD, State.FAILED]).update(**changes)
+        return Job.objects.using(self.alias).filter(pk__in=job_ids, state__in=REPLAY.allowed).update(**changes)
 
     def replay_all(self, queue: str | None = None) -> int:
         """See :meth:`Broker.replay_all`; letters whose job is no longer dead are left as they are."""
         with transaction.atomic(using=self.alias):
             letters = list(
-                self.dead_letters(queue).filter(job__state__in=[State.DEAD, State.FAILED])
+                self.dead_letters(queue).filter(job__state__in=REPLAY.allowed)
                 .select_for_update(of=("self",)).values_list("pk", "job_id")
             )
             for part in _chunks(letters):
@@ -630,8 +698,8 @@ class OrmBroker(Broker):
         with transaction.atomic(using=self.alias), self.connection.cursor() as cursor:
             for part in _chunks(list(job_ids)):
                 cursor.execute(
-                    f"UPDATE {JOB} SET state = 'CANCELLED', finished_at = %s "
-                    f"WHERE state IN {READY_SQL} AND id IN ({_marks(len(part))})",
+                    f"UPDATE {JOB} SET state = {CANCEL.to}, finished_at = %s "
+                    f"WHERE state IN {CANCEL.sources} AND id IN ({_marks(len(part))})",
                     [self._db_now(), *part],
                 )
                 cancelled += cursor.rowcount
@@ -654,8 +722,8 @@ class OrmBroker(Broker):
         # Clearing the token fences the old holder: its ack no longer matches anything.
         with self.connection.cursor() as cursor:
             cursor.execute(
-                f"UPDATE {JOB} SET state = 'RETRYING', lease_owner = NULL, lease_token = NULL, lease_until = NULL, "
-                f"error = 'lease expired', visible_at = %s WHERE state = 'RUNNING' AND lease_until < %s",
+                f"UPDATE {JOB} SET state = {RECLAIM.to}, lease_owner = NULL, lease_token = NULL, lease_until = NULL, "
+                f"error = 'lease expired', visible_at = %s WHERE state IN {RECLAIM.sources} AND lease_until < %s",
                 [time.time(), time.time()],
             )
             count = cursor.rowcount
@@ -691,6 +759,29 @@ class OrmBroker(Broker):
             return 0
         return Job.objects.using(self.alias).filter(pk__in=ids, state=State.SUCCEEDED).delete()[0]
 
+    def unfinished(self, queues: Sequence[str], now: float) -> bool:
+        # One query, one snapshot: separate queries could each miss a job that moves from
+        # RUNNING to RETRYING between them.
+        with self.connection.cursor() as cursor:
+            cursor.execute(
+                f"SELECT 1 FROM {JOB} WHERE queue IN ({_marks(len(queues))}) AND (state IN {UNFINISHED} "
+                f"OR (state = {RESERVE_FIRST} AND visible_at <= %s)) LIMIT 1",
+                [*queues, now],
+            )
+            return cursor.fetchone() is not None
+
+    def publish_heartbeat(self, cluster_id: str, **fields: Any) -> None:
+        Cluster.objects.using(self.alias).update_or_create(id=cluster_id, defaults=fields)
+
+    def due_schedules(self, now: datetime.datetime, limit: int = 100) -> list[Schedule]:
+        return list(
+            Schedule.objects.using(self.alias).select_for_update(skip_locked=True)
+            .filter(next_run__lte=now).exclude(repeats=0).order_by("next_run")[:limit]
+        )
+
+    def disable_schedule(self, schedule_id: int) -> None:
+        Schedule.objects.using(self.alias).filter(pk=schedule_id).update(repeats=0)
+
     def stats(self) -> list[dict[str, Any]]:
         now = time.time()
         with self.connection.cursor() as cursor:
@@ -698,9 +789,9 @@ class OrmBroker(Broker):
                 f"SELECT queue, priority, "
                 f"SUM(CASE WHEN state IN {READY_SQL} AND visible_at <= %s THEN 1 ELSE 0 END), "
                 f"SUM(CASE WHEN state IN {READY_SQL} AND visible_at > %s THEN 1 ELSE 0 END), "
-                f"SUM(CASE WHEN state = 'RUNNING' THEN 1 ELSE 0 END), "
-                f"SUM(CASE WHEN state = 'DEAD' THEN 1 ELSE 0 END) "
-                f"FROM {JOB} WHERE state IN ('QUEUED', 'RETRYING', 'RUNNING', 'DEAD') "
+                f"SUM(CASE WHEN state = {RUNNING} THEN 1 ELSE 0 END), "
+                f"SUM(CASE WHEN state = {BURY.to} THEN 1 ELSE 0 END) "
+                f"FROM {JOB} WHERE state IN {COUNTED} "
                 f"GROUP BY queue, priority ORDER BY queue, priority DESC",
                 [now, now],
             )
