@@ -67,6 +67,12 @@ class Settings:
         """Return how many reserved-but-unstarted tasks a cluster may hold."""
         return self.queue_limit if self.queue_limit is not None else max(50, self.workers * 50)
 
+    def check_queue(self, queue: object) -> str:
+        """Return ``queue`` if it is one of ``TASKMQ['queues']``; else raise :class:`ConfigError`."""
+        if not isinstance(queue, str) or queue not in self.queues:
+            raise ConfigError(f"unknown queue {queue!r}: add it to TASKMQ['queues'] (known: {sorted(self.queues)})")
+        return queue
+
     def weights(self) -> dict[str, int]:
         """Return queue name -> weight."""
         return {name: q.weight for name, q in self.queues.items()}

@@ -6,6 +6,7 @@ The cluster and sync mode share these functions, so a task runs the same way in 
 from __future__ import annotations
 
 import contextvars
+import enum
 import time
 import traceback as tb
 from typing import Any, NamedTuple
@@ -18,14 +19,20 @@ from .signals import pre_execute
 from .policy.storable import clip_head, clip_tail
 from .signing import seal_result, verify
 
-SUCCESS = "success"
-FAILURE = "failure"  # the task raised
-RETRY = "retry"  # the task raised RetryLater
-DEFER = "defer"
-REJECT = "reject"
-TIMEOUT = "timeout"
-CRASH = "crash"  # the worker process died
-UNSTORABLE = "unstorable"  # the result cannot be stored; not retried: a re-run would return it again
+class Status(str, enum.Enum):
+    """How one delivery ended, as the worker (or the sentinel, for a lost one) reports it."""
+
+    SUCCESS = "success"
+    FAILURE = "failure"  # the task raised
+    RETRY = "retry"  # the task raised RetryLater
+    DEFER = "defer"  # the task raised Defer
+    REJECT = "reject"  # the task raised Reject, or its function cannot be imported
+    TIMEOUT = "timeout"  # the sentinel killed it at its timeout
+    CRASH = "crash"  # the worker process died
+    UNSTORABLE = "unstorable"  # the result cannot be stored; not retried: a re-run would return it again
+
+
+SUCCESS, FAILURE, RETRY, DEFER, REJECT, TIMEOUT, CRASH, UNSTORABLE = Status
 
 current_job_id: contextvars.ContextVar[str | None] = contextvars.ContextVar("taskmq_current_job", default=None)
 
@@ -47,7 +54,7 @@ class Outcome(NamedTuple):
 
     reservation: Reservation
     envelope: Envelope | None
-    status: str
+    status: Status
     result: Any = None
     error: str = ""
     traceback: str = ""
@@ -91,7 +98,7 @@ def execute(message: TaskMessage) -> Outcome:
     return Outcome(message.reservation, envelope, SUCCESS, value, started_at=started, finished_at=time.time())
 
 
-def _outcome(message: TaskMessage, status: str, started: float, exc: BaseException, delay: float | None = None) -> Outcome:
+def _outcome(message: TaskMessage, status: Status, started: float, exc: BaseException, delay: float | None = None) -> Outcome:
     return Outcome(
         message.reservation, message.envelope, status,
         error=clip_head(describe(exc)), traceback=clip_tail(tb.format_exc()),

@@ -47,20 +47,6 @@ def _from_epoch(value: float | None) -> datetime.datetime | None:
     return datetime.datetime.fromtimestamp(value, tz=datetime.UTC)
 
 
-class JobQuerySet(models.QuerySet):
-    def ready(self) -> JobQuerySet:
-        return self.filter(state__in=READY_STATES)
-
-    def leased(self) -> JobQuerySet:
-        return self.filter(state=State.RUNNING)
-
-    def finished(self) -> JobQuerySet:
-        return self.filter(state__in=FINAL_STATES)
-
-    def dead(self) -> JobQuerySet:
-        return self.filter(state=State.DEAD)
-
-
 class Job(models.Model):
     """One task: its state record and, with the ORM broker, the message itself."""
 
@@ -91,8 +77,6 @@ class Job(models.Model):
     traceback = models.TextField(blank=True, default="")
     group = models.CharField(max_length=100, null=True, blank=True)
     cluster = models.CharField(max_length=100, null=True, blank=True)
-
-    objects = JobQuerySet.as_manager()
 
     class Meta:
         verbose_name = _("job")
@@ -184,7 +168,6 @@ class DeadLetter(models.Model):
 class Schedule(models.Model):
     """A task enqueued repeatedly: an interval type (as django-q2) or a cron expression."""
 
-    Type = models.TextChoices("Type", [(t.name, t.value) for t in ScheduleType])
     TYPE_CHOICES = [(t.value, t.name.title()) for t in ScheduleType]
     ONCE = ScheduleType.ONCE.value
     MINUTES = ScheduleType.MINUTES.value
@@ -224,8 +207,11 @@ class Schedule(models.Model):
             cron_policy.validate(ScheduleType(self.schedule_type), self.minutes, self.cron)
         except (ConfigError, ValueError) as exc:
             errors["cron" if self.schedule_type == self.CRON else "minutes"] = str(exc)
-        if self.queue and self.queue not in settings.queues:
-            errors["queue"] = f"unknown queue {self.queue!r}: TASKMQ['queues'] has {sorted(settings.queues)}"
+        if self.queue:
+            try:
+                settings.check_queue(self.queue)
+            except ConfigError as exc:
+                errors["queue"] = str(exc)
         if errors:
             raise ValidationError(errors)
 

@@ -105,8 +105,8 @@ def validate_options(options: dict[str, Any], settings: Settings | None = None) 
         queue = out["queue"]
         if not isinstance(queue, str):
             raise ConfigError(f"queue must be a string, got {queue!r}")
-        if settings is not None and queue not in settings.queues:
-            raise ConfigError(f"unknown queue {queue!r}: add it to TASKMQ['queues'] (known: {sorted(settings.queues)})")
+        if settings is not None:
+            settings.check_queue(queue)
     if out.get("priority") is not None:
         out["priority"] = validate_priority(out["priority"], ConfigError)
     if out.get("key") is not None and (not isinstance(out["key"], str) or not 0 < len(out["key"]) <= 255):

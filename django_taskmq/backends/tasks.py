@@ -17,6 +17,7 @@ from django.utils.module_loading import import_string
 
 from ..api import async_task
 from ..conf import get_settings
+from ..exceptions import ConfigError
 from ..models import Job, State
 from ..policy.priority import MAX_PRIORITY, MIN_PRIORITY
 from ..signing import verify
@@ -52,9 +53,10 @@ class TaskMQBackend(BaseTaskBackend):
             raise InvalidTask("django_taskmq does not pass a TaskContext: use django_taskmq.current_job() instead.")
         if not MIN_PRIORITY <= task.priority <= MAX_PRIORITY:
             raise InvalidTask(f"django_taskmq priorities are {MIN_PRIORITY}..{MAX_PRIORITY}, got {task.priority}.")
-        queues = get_settings().queues
-        if task.queue_name not in queues:
-            raise InvalidTask(f"Queue {task.queue_name!r} is not in TASKMQ['queues'] {sorted(queues)}.")
+        try:
+            get_settings().check_queue(task.queue_name)
+        except ConfigError as exc:
+            raise InvalidTask(str(exc)) from None
 
     def enqueue(self, task, args, kwargs) -> TaskResult:
         self.validate_task(task)

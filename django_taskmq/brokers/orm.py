@@ -171,11 +171,6 @@ class OrmBroker(Broker):
             )
             self._known_queues |= missing
 
-    def check_queue(self, queue: str) -> str:
-        if queue not in self.settings.queues:
-            raise ConfigError(f"unknown queue {queue!r}: add it to TASKMQ['queues'] (known: {sorted(self.settings.queues)})")
-        return queue
-
     # -- enqueue ----------------------------------------------------------------------------
     def enqueue(self, job: Job | dict[str, Any], key: str | None = None) -> str:
         """Insert one job (an unsaved Job or its column values by attribute name).
@@ -646,7 +641,7 @@ class OrmBroker(Broker):
 
     def replay_dead(self, dead_letter_id: int, queue: str | None = None, priority: int | None = None) -> str:
         if queue is not None:
-            self.check_queue(queue)
+            self.settings.check_queue(queue)
         if priority is not None:
             validate_priority(priority, ConfigError)
         with transaction.atomic(using=self.alias):
