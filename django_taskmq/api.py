@@ -16,7 +16,7 @@ from .brokers import get_broker
 from .exceptions import ConfigError
 from .conf import get_settings
 from .models import FINAL_STATES, Job, State
-from .options import OPTIONS, JobTemplate
+from .options import CALL_OPTIONS, OPTIONS, JobTemplate
 from .policy.backoff import Retry
 from .signals import pre_enqueue
 
@@ -37,9 +37,8 @@ def async_task(func: Callable | str, *args: Any, queue: str | None = None, prior
     ``key``, a second call within ``TASKMQ['idempotency_ttl']`` returns the first job's id and
     enqueues nothing. Bad options raise :class:`~django_taskmq.ConfigError` here, at the call.
     """
-    given = dict(queue=queue, priority=priority, key=key, delay=delay, eta=eta, expires_at=expires_at,
-                 timeout=timeout, max_deliveries=max_deliveries, ack_failure=ack_failure, retry=retry,
-                 hook=hook, on_dead=on_dead, group=group, task_name=task_name, sync=sync)
+    arguments = locals()
+    given = {name: arguments[name] for name in CALL_OPTIONS}
     if q_options is None:
         q_options = {}
     if not isinstance(q_options, dict):
@@ -55,12 +54,11 @@ def async_task(func: Callable | str, *args: Any, queue: str | None = None, prior
     options.update({k: v for k, v in q_options.items() if v is not None or k not in OPTIONS})
     settings = get_settings()
     values = JobTemplate(func, options, settings).values(args, kwargs)
-    job: Job | dict = values
     if pre_enqueue.has_listeners():  # only then is a model instance worth building
         job = Job(**values)
-        pre_enqueue.send(sender=Job, job=job)
-        values = {"id": job.id, "key": job.key}
-    job_id = get_broker().enqueue(job, key=values["key"])
+        pre_enqueue.send(sender=Job, job=job)  # receivers may change the job's fields
+        values = {f.attname: getattr(job, f.attname) for f in Job._meta.concrete_fields}
+    job_id = get_broker().enqueue(values, key=values["key"])
     run_inline = options.get("sync")
     if run_inline is None:
         run_inline = settings.sync

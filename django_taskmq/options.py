@@ -22,10 +22,11 @@ from .policy.states import JobState
 from .signing import sign
 
 DELAY_MAX = 10 * 366 * 86400.0  # ten years: a longer delay is a mistake, not a plan
-OPTIONS = frozenset({
-    "queue", "priority", "key", "delay", "eta", "expires_at", "timeout", "max_deliveries", "ack_failure",
-    "retry", "hook", "on_dead", "group", "task_name", "sync", "chain",
-})
+# The one list of enqueue options. A @task or Task class may fix the TASK_OPTIONS as defaults;
+# async_task takes every option but "chain" as a keyword (a chain is built with Chain).
+TASK_OPTIONS = ("queue", "priority", "retry", "timeout", "max_deliveries", "ack_failure", "hook", "on_dead")
+CALL_OPTIONS = (*TASK_OPTIONS, "key", "delay", "eta", "expires_at", "group", "task_name", "sync")
+OPTIONS = frozenset({*CALL_OPTIONS, "chain"})
 
 
 def func_path(func: Any, what: str = "func") -> str:

@@ -8,9 +8,9 @@ from typing import Any
 from .api import async_task
 from .exceptions import ConfigError
 from .loading import DECLARED
-from .options import OPTIONS, validate_options
+from .options import OPTIONS, TASK_OPTIONS, validate_options
 
-OPTION_NAMES = ("queue", "priority", "retry", "timeout", "max_deliveries", "ack_failure", "hook", "on_dead")
+OPTION_NAMES = TASK_OPTIONS  # the options a task fixes as its defaults
 
 
 class Task:

@@ -14,7 +14,7 @@ import functools
 import logging
 import time
 import uuid
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any, NamedTuple
 
 from django.db import connections, transaction
@@ -172,13 +172,11 @@ class OrmBroker(Broker):
             self._known_queues |= missing
 
     # -- enqueue ----------------------------------------------------------------------------
-    def enqueue(self, job: Job | dict[str, Any], key: str | None = None) -> str:
-        """Insert one job (an unsaved Job or its column values by attribute name).
+    def enqueue(self, job: Mapping[str, Any], key: str | None = None) -> str:
+        """Insert one job (its column values by attribute name).
 
         With ``key``, return the id of the job that key made within the TTL instead, if any.
         """
-        if isinstance(job, Job):
-            job = {f.attname: getattr(job, f.attname) for f in _insert_fields()}
         job_id = job["id"]
         if key is None:
             self._insert([job])
@@ -206,7 +204,7 @@ class OrmBroker(Broker):
             self._insert([job])
         return job_id
 
-    def enqueue_many(self, rows: Sequence[dict[str, Any]]) -> list[str]:
+    def enqueue_many(self, rows: Sequence[Mapping[str, Any]]) -> list[str]:
         """Insert many jobs given as column values by attribute name; missing ones take defaults.
 
         The bulk path: no model instance per job, values adapted by one converter per column,
