@@ -194,7 +194,7 @@ def _record_other(o: ex.Outcome, broker, settings: Settings) -> str | None:
 
 
 def _next_link(o: ex.Outcome, enqueue: Callable[..., str] | None) -> None:
-    if enqueue is None:
+    if enqueue is None or o.envelope is None:
         raise RuntimeError("recorder.record() needs enqueue= to queue the next link of a chain")
     chain = list(o.envelope.options["chain"])
     func, args, kwargs, options = chain[0]
@@ -214,7 +214,7 @@ def _run_hooks(finals: list[tuple[ex.Outcome, str]], broker: Broker) -> None:
             wanted[o.reservation.job_id] = hooks
     if not wanted:
         return
-    jobs = Job.objects.using(broker.alias).in_bulk(list(wanted))
+    jobs = broker.jobs(list(wanted))
     for job_id, hooks in wanted.items():
         for hook in hooks:
             try:

@@ -249,5 +249,9 @@ class Broker(abc.ABC):
         """Stop a schedule from firing again (``repeats = 0``)."""
 
     @abc.abstractmethod
+    def jobs(self, job_ids: Sequence[str]) -> dict[str, Any]:
+        """Return the state records (``models.Job``) of ``job_ids`` that exist, by id."""
+
+    @abc.abstractmethod
     def stats(self) -> list[dict[str, Any]]:
         """Return per queue and priority counts: ready, delayed, reserved, dead."""

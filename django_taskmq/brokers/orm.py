@@ -94,7 +94,8 @@ class OrmBroker(Broker):
         self.alias = alias
         self._last_reclaim = 0.0
         self._known_queues: set[str] = set()
-        self._plan = None  # (connection, names, converters, fields, quoted columns) for inserts
+        # (connection, names, converters, fields, quoted columns) for inserts
+        self._plan: tuple[Any, list[str], list, list, str] | None = None
 
     # -- plumbing ---------------------------------------------------------------------------
     @property
@@ -228,7 +229,7 @@ class OrmBroker(Broker):
                                    [v for values in part for v in values])
         return [row["id"] for row in rows]
 
-    def _table(self, rows: Sequence[dict[str, Any]]) -> tuple[str, int, list[list]]:
+    def _table(self, rows: Sequence[Mapping[str, Any]]) -> tuple[str, int, list[list]]:
         """Return (quoted column list, column count, DB-ready values per row).
 
         Values missing from a row take the field's default (computed once per call).
@@ -253,7 +254,7 @@ class OrmBroker(Broker):
             table.append(values)
         return columns, len(names), table
 
-    def _insert(self, rows: Sequence[dict[str, Any]]) -> None:
+    def _insert(self, rows: Sequence[Mapping[str, Any]]) -> None:
         """INSERT jobs given as column values in one statement (the single-enqueue hot path)."""
         columns, width, table = self._table(rows)
         row = f"({_marks(width)})"
@@ -775,6 +776,9 @@ class OrmBroker(Broker):
     def disable_schedule(self, schedule_id: int) -> None:
         Schedule.objects.using(self.alias).filter(pk=schedule_id).update(repeats=0)
 
+    def jobs(self, job_ids: Sequence[str]) -> dict[str, Job]:
+        return Job.objects.using(self.alias).in_bulk(list(job_ids))
+
     def stats(self) -> list[dict[str, Any]]:
         now = time.time()
         with self.connection.cursor() as cursor:
@@ -814,12 +818,16 @@ def _columns(connection) -> tuple[list[str], list, list]:
         if field.get_internal_type() in plain:
             converters.append(_same)
         else:
-            converters.append(lambda v, f=field: f.get_db_prep_save(v, connection))
+            converters.append(functools.partial(_prepare, field, connection))
     return names, converters, fields
 
 
-def _same(value):
+def _same(value: Any) -> Any:
     return value
+
+
+def _prepare(field: Any, connection: Any, value: Any) -> Any:
+    return field.get_db_prep_save(value, connection)
 
 
 class _Head:

@@ -7,7 +7,7 @@ import math
 import random
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeGuard
 
 from django_taskmq.exceptions import ConfigError
 
@@ -17,7 +17,7 @@ BACKOFFS = ("exponential", "linear", "fixed")
 DEFAULT_JITTER = 0.1
 
 
-def _is_number(value: object) -> bool:
+def _is_number(value: object) -> TypeGuard[int | float]:
     # bool is an int subclass; True as a number of seconds is always a mistake.
     return isinstance(value, (int, float)) and not isinstance(value, bool)
 
