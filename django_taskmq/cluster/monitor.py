@@ -10,6 +10,7 @@ import signal
 import time
 
 from ..conf import Settings
+from . import outage
 
 logger = logging.getLogger(__name__)
 
@@ -27,6 +28,8 @@ def run(results, settings: Settings) -> None:
     from ..signals import post_spawn
 
     broker = get_broker()
+    # While the database is away: one line every few seconds with a count, not a traceback a try.
+    failures = outage.FailureLog("monitor", logger)
     post_spawn.send(sender=run, proc_name="monitor")
     last_prune = time.monotonic()
     parent = os.getppid()
@@ -52,7 +55,7 @@ def run(results, settings: Settings) -> None:
         # Outcomes travel as lists of pickled bytes: the sentinel forwards them unopened.
         batch = [pickle.loads(o) for part in batch if part is not None for o in part]
         if batch:
-            _record(batch, broker, settings)
+            _record(batch, broker, settings, failures)
         if time.monotonic() - last_prune > PRUNE_EVERY:
             last_prune = time.monotonic()
             try:
@@ -60,28 +63,36 @@ def run(results, settings: Settings) -> None:
                 while broker.prune(settings.save_limit) and time.monotonic() < deadline:
                     pass
                 broker.prune_keys()
-            except Exception:
-                logger.exception("pruning old successes or expired keys failed")
+            except Exception as exc:
+                failures.failed("pruning old successes or expired keys", exc)
+                outage.close_quietly(broker.alias)  # a broken connection would fail every later prune
+            else:
+                failures.succeeded()
 
 
-def _record(batch: list, broker, settings: Settings) -> None:
+def _record(batch: list, broker, settings: Settings, failures: outage.FailureLog | None = None) -> None:
     """Record a batch, retrying while the database is away (a restart); then give up on it.
 
     Giving up loses nothing: the leases of these jobs run out and the jobs are delivered again.
+    ``failures`` logs the failed tries (rate-limited) and the recovery.
     """
-    from django.db import connections
-
     from .. import recorder
+    from ..api import async_task
 
-    deadline = time.monotonic() + settings.lease / 2
+    failures = failures or outage.FailureLog("monitor", logger)
+    started = time.monotonic()
+    deadline = started + settings.lease / 2
     while True:
         try:
-            recorder.record(batch, broker, settings)
-            return
-        except Exception:
-            connections[broker.alias].close()
+            recorder.record(batch, broker, settings, enqueue=async_task)
+        except Exception as exc:
+            outage.close_quietly(broker.alias)
+            failures.failed(f"recording {len(batch)} outcome(s)", exc)
             if time.monotonic() > deadline:
-                logger.exception("could not record %d outcome(s); their leases will bring them back", len(batch))
+                logger.error("monitor: gave up recording %d outcome(s) after %.0f s (%s); their leases will bring "
+                             "them back", len(batch), time.monotonic() - started, outage.cause(exc))
                 return
-            logger.warning("recording %d outcome(s) failed; retrying", len(batch), exc_info=True)
             time.sleep(0.5)
+        else:
+            failures.succeeded()
+            return

@@ -13,6 +13,7 @@ from multiprocessing.connection import Connection
 
 from ..conf import Settings
 from ..exceptions import BadPackage
+from . import outage
 from .messages import Batch, Stop, Ticket, Want
 
 logger = logging.getLogger(__name__)
@@ -30,6 +31,8 @@ def run(pipe: Connection, settings: Settings, queues: list[str], owner: str, bur
     from .wakeup import Waker
 
     broker = get_broker()
+    # While the database is away: one line every few seconds with a count, not a traceback a claim.
+    failures = outage.FailureLog("pusher", logger)
     waker = Waker(broker.connection)
     post_spawn.send(sender=run, proc_name="pusher")
     found_last_time = True
@@ -41,8 +44,9 @@ def run(pipe: Connection, settings: Settings, queues: list[str], owner: str, bur
         if isinstance(message, Stop):
             return
         assert isinstance(message, Want)
-        tasks = _claim_safely(broker, settings, queues, owner, message, not found_last_time, workers)
-        if tasks is None:
+        tasks = _claim_safely(broker, settings, queues, owner, message, not found_last_time, workers, failures)
+        failed = tasks is None
+        if failed:
             pipe.poll(1.0)  # the database is away: do not hammer it
             tasks = []
         elif not tasks and message.count == 0:
@@ -54,26 +58,34 @@ def run(pipe: Connection, settings: Settings, queues: list[str], owner: str, bur
             waker.wait(min(settings.poll, 0.05) if burst else settings.poll, pipe)
             if not pipe.poll(0):
                 # Woken early: work very likely arrived, claim without asking first.
-                tasks = _claim_safely(broker, settings, queues, owner, message, not waker.woken, workers) or []
+                tasks = _claim_safely(broker, settings, queues, owner, message, not waker.woken, workers, failures)
+                failed = tasks is None
+                tasks = tasks or []
         found_last_time = bool(tasks)
         try:
-            pipe.send(Batch(tuple(tasks), drained=not tasks and message.count > 0))
+            # A failed claim found out nothing: it does not say the queues are drained.
+            pipe.send(Batch(tuple(tasks), drained=not tasks and message.count > 0 and not failed))
         except (BrokenPipeError, OSError):
             return
 
 
 def _claim_safely(broker, settings: Settings, queues: list[str], owner: str, want: Want,
-                  check_first: bool, workers: int | None = None) -> list | None:
+                  check_first: bool, workers: int | None = None,
+                  failures: outage.FailureLog | None = None) -> list | None:
     """Return :func:`claim`'s tasks, or None when the database failed (a restart, a lost connection).
 
     Whatever a failed claim reserved was never handed over, so its lease runs out and it returns.
+    ``failures`` counts and logs the failures (rate-limited) and the recovery.
     """
+    failures = failures or outage.FailureLog("pusher", logger)
     try:
-        return claim(broker, settings, queues, owner, want, check_first, workers)
-    except Exception:
-        logger.warning("reserve failed; retrying", exc_info=True)
-        broker.connection.close()
+        tasks = claim(broker, settings, queues, owner, want, check_first, workers)
+    except Exception as exc:
+        failures.failed("claim", exc)
+        outage.close_quietly(broker.alias)
         return None
+    failures.succeeded()
+    return tasks
 
 
 def claim(broker, settings: Settings, queues: list[str], owner: str, want: Want, check_first: bool,

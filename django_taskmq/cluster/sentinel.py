@@ -28,7 +28,7 @@ from django.utils import timezone
 from .. import execution as ex
 from ..conf import Settings
 from ..policy.lease import renew_interval
-from . import monitor, pusher, worker
+from . import monitor, outage, pusher, worker
 from .messages import Batch, Stop, Ticket, Want
 
 logger = logging.getLogger(__name__)
@@ -37,6 +37,13 @@ HEARTBEAT_EVERY = 2.0
 ANALYZE_EVERY = 600.0  # seconds between planner statistics refreshes (PostgreSQL)
 IDLE_WAIT = 0.5  # seconds the guard loop may sleep while no task waits or runs
 BURST_CHECK_EVERY = 0.2
+# A burst gives up after this many seconds without a successful database operation of the sentinel,
+# so it exits within 30 s of losing the database even when each attempt waits for a connect timeout.
+BURST_GIVE_UP = 15.0
+
+
+class DatabaseAway(Exception):
+    """A burst gives up: the database has been unreachable for :data:`BURST_GIVE_UP` seconds."""
 
 
 @dataclass
@@ -90,27 +97,48 @@ class Sentinel:
         self.counts = {"succeeded": 0, "failed": 0, "timeouts": 0, "crashes": 0, "yields": 0, "reincarnations": 0}
         self.started = time.time()
         self._next = {"analyze": 0.0, "guard": 0.0, "renew": 0.0, "heartbeat": 0.0, "scheduler": 0.0, "burst": 0.0}
+        # While the database is away: one line per component every few seconds, not a traceback a try.
+        self.failures = outage.FailureLog("sentinel", logger)
+        self.scheduler_failures = outage.FailureLog("scheduler", logger)
 
     # -- life cycle -------------------------------------------------------------------------
     def start(self) -> int:
         """Run the cluster; return the exit status (0 after a graceful stop)."""
         signal.signal(signal.SIGTERM, self._on_signal)
         signal.signal(signal.SIGINT, self._on_signal)
+        outage.prepare(self.broker.alias)  # qcluster did it already; for a Sentinel started otherwise
         self._spawn_all()
         self.state = "running"
         logger.info("cluster %s started: %d workers, queues %s", self.owner, self.workers, ", ".join(self.queues))
+        gave_up = False
         try:
-            while not self.signals:
-                self.step()
-                if self.burst and self._burst_done_safely():
-                    break
-            if self.signals < 2:
-                self.stop()
+            try:
+                while not self.signals:
+                    self.step()
+                    if self.burst and self._burst_done_safely():
+                        break
+                    self._give_up_if_away()
+                if self.signals < 2:
+                    self.stop()
+            except DatabaseAway as exc:
+                gave_up = True
+                logger.error("%s", exc)
         finally:
-            if self.signals >= 2:
+            if self.signals >= 2 or gave_up:
                 self._kill_all()
-            self._publish(final=True)
-        return 0 if self.signals < 2 else 1
+            published = not gave_up and self._publish(final=True)
+        if self.signals >= 2 or gave_up:
+            return 1
+        # A burst that could not record its end (the database went away) did not surely finish.
+        return 1 if self.burst and not published else 0
+
+    def _give_up_if_away(self) -> None:
+        """In a burst, end the run once the sentinel has reached no database for BURST_GIVE_UP s."""
+        if self.burst and self.failures.down_for() >= BURST_GIVE_UP:
+            raise DatabaseAway(
+                f"qcluster --burst: giving up, database {self.broker.alias!r} ({outage.describe(self.broker.alias)}) "
+                f"unreachable for {self.failures.down_for():.0f} s ({self.failures.failures} failures; "
+                f"last {self.failures.last}); stopping the cluster")
 
     def _on_signal(self, signum, frame) -> None:
         self.signals += 1
@@ -145,7 +173,7 @@ class Sentinel:
         connections.close_all()
         self.timers[index] = 0.0
         parent, child = self.ctx.Pipe()
-        process = self._spawn(worker.run, (index, child, self.timers, self.settings.max_rss),
+        process = self._spawn(worker.run, (index, child, self.timers, self.settings),
                               f"taskmq-worker-{index}", own_parent_end=parent)
         child.close()
         return Slot(index, process, parent)
@@ -199,8 +227,8 @@ class Sentinel:
             item = self.waiting.pop()
             try:
                 given_back = self.broker.yield_reservation(item.task.reservation)
-            except Exception:
-                logger.exception("yield of job %s failed", item.task.reservation.job_id)
+            except Exception as exc:
+                self._failed(f"yield of job {item.task.reservation.job_id}", exc)
                 given_back = False
             if given_back:
                 self.counts["yields"] += 1
@@ -323,54 +351,75 @@ class Sentinel:
         return True
 
     def _upkeep(self) -> None:
+        """Renew, tick, beat, analyze when due. A failure ends this turn's upkeep; what was not
+        tried stays due, and what failed is tried again at its next due time with a new connection.
+        """
         from .. import scheduler
 
-        try:
-            if self._due("renew", renew_interval(self.settings.lease)):
-                self._renew()
-            if self._due("scheduler", self.settings.scheduler_interval) and not self.burst:
-                scheduler.tick(self.settings)
-            if self._due("heartbeat", HEARTBEAT_EVERY):
-                self._publish()
-            if self._due("analyze", ANALYZE_EVERY):
-                self.broker.analyze()
-        except Exception:
-            # The database may be restarting: keep the processes alive, reconnect next time.
-            logger.exception("sentinel upkeep failed; retrying")
-            connections[self.broker.alias].close()
+        # Nothing held, nothing to renew: no statement, so no sign either way of the database.
+        if self._due("renew", renew_interval(self.settings.lease)) and self._held() \
+                and not self._attempt("lease renewal", self._renew):
+            return
+        if self._due("scheduler", self.settings.scheduler_interval) and not self.burst:
+            if not self._attempt("tick", lambda: scheduler.tick(self.settings), self.scheduler_failures):
+                return
+        if self._due("heartbeat", HEARTBEAT_EVERY) and not self._publish():
+            return
+        if self._due("analyze", ANALYZE_EVERY) and self.broker.is_postgresql:
+            self._attempt("ANALYZE", self.broker.analyze)
 
-    def _publish(self, final: bool = False) -> None:
+    def _attempt(self, what: str, operation, failures: outage.FailureLog | None = None) -> bool:
+        """Run one database operation; on failure count it (rate-limited log) and reconnect next time."""
+        try:
+            operation()
+        except Exception as exc:
+            # The database may be restarting: keep the processes alive, reconnect next time.
+            self._failed(what, exc, failures)
+            return False
+        (failures or self.failures).succeeded()
+        return True
+
+    def _failed(self, what: str, exc: BaseException, failures: outage.FailureLog | None = None) -> None:
+        (failures or self.failures).failed(what, exc)
+        outage.close_quietly(self.broker.alias)
+
+    def _publish(self, final: bool = False) -> bool:
+        """Write the heartbeat row; return whether it was written."""
+        return self._attempt("heartbeat", lambda: self._write_heartbeat(final))
+
+    def _write_heartbeat(self, final: bool) -> None:
         from ..models import Cluster
 
-        try:
-            Cluster.objects.using(self.broker.alias).update_or_create(
-                id=self.owner,
-                defaults=dict(
-                    name=self.name, host=self.host, pid=os.getpid(),
-                    state="stopped" if final else self.state, workers=len(self.slots), queues=self.queues,
-                    counts={**self.counts, "waiting": len(self.waiting),
-                            "running": sum(1 for s in self.slots if s.task is not None),
-                            "uptime": round(time.time() - self.started, 1)},
-                    started_at=datetime.datetime.fromtimestamp(self.started, tz=datetime.UTC),
-                    beat_at=timezone.now(),
-                ),
-            )
-        except Exception:
-            logger.exception("could not publish the heartbeat")
+        Cluster.objects.using(self.broker.alias).update_or_create(
+            id=self.owner,
+            defaults=dict(
+                name=self.name, host=self.host, pid=os.getpid(),
+                state="stopped" if final else self.state, workers=len(self.slots), queues=self.queues,
+                counts={**self.counts, "waiting": len(self.waiting),
+                        "running": sum(1 for s in self.slots if s.task is not None),
+                        "uptime": round(time.time() - self.started, 1)},
+                started_at=datetime.datetime.fromtimestamp(self.started, tz=datetime.UTC),
+                beat_at=timezone.now(),
+            ),
+        )
 
     def _burst_done_safely(self) -> bool:
         try:
-            return self._burst_done()
-        except Exception:
-            logger.exception("burst check failed (database away?); going on")
-            connections[self.broker.alias].close()
+            done = self._burst_done()
+        except Exception as exc:
+            self._failed("burst check", exc)
             return False
+        if done is not None:
+            self.failures.succeeded()
+        return bool(done)
 
-    def _burst_done(self) -> bool:
+    def _burst_done(self) -> bool | None:
+        """Return whether the burst is over; None when it did not look at the database."""
         if not self.drained or self.waiting or any(s.task for s in self.slots):
-            return False
-        if not self._due("burst", BURST_CHECK_EVERY):
-            return False
+            return None
+        # While the database is away, look no more often than the heartbeat does.
+        if not self._due("burst", HEARTBEAT_EVERY if self.failures.failing else BURST_CHECK_EVERY):
+            return None
         from django.db.models import Q
 
         from ..models import Job, State
@@ -395,14 +444,17 @@ class Sentinel:
         while self.pusher.is_alive() and self.signals < 2:
             if self.pusher_pipe.poll(0.05):
                 self._from_pusher()
+            self._give_up_if_away()
         self.pusher.join(timeout=1)
         # 2. Reservations that never started go back without counting a delivery.
         if self.waiting:
             try:
                 returned = self.broker.defer_many([w.task.reservation for w in self.waiting])
                 logger.info("returned %d unstarted reservation(s) to the broker", returned)
-            except Exception:
-                logger.exception("could not return unstarted reservations; their leases bring them back")
+                self.failures.succeeded()
+            except Exception as exc:
+                self._failed(f"returning {len(self.waiting)} unstarted reservation(s) (their leases bring them back)",
+                             exc)
             self.waiting.clear()
         # 3. Poison pills: idle workers get one now, busy ones after their task.
         for slot in self.slots:
@@ -420,30 +472,34 @@ class Sentinel:
                         self._send(slot, worker.STOP)
             self._guard()
             self._flush()
-            self._renew_quietly()
+            self._stopping_upkeep()
         # 4. The monitor records what is left, then exits.
         self._flush()
         self.results.put(None)
         while self.monitor.is_alive() and self.signals < 2:
             self.monitor.join(timeout=0.1)
-            self._renew_quietly()
+            self._stopping_upkeep()
         self.state = "stopped"
         logger.info("cluster %s stopped", self.owner)
 
-    def _renew(self) -> None:
-        """Renew the leases of what the cluster holds: waiting and running tasks, one statement."""
+    def _held(self) -> list[str]:
+        """The job ids of what the cluster holds: waiting and running tasks."""
         held = [w.task.reservation.job_id for w in self.waiting]
-        held += [s.task.reservation.job_id for s in self.slots if s.task is not None]
+        return held + [s.task.reservation.job_id for s in self.slots if s.task is not None]
+
+    def _renew(self) -> None:
+        """Renew the leases of what the cluster holds, one statement."""
+        held = self._held()
         if held:
             self.broker.extend_leases(self.owner, held, self.settings.lease)
 
-    def _renew_quietly(self) -> None:
-        try:
-            if self._due("renew", renew_interval(self.settings.lease)):
-                self._renew()
-        except Exception:
-            logger.exception("lease renewal failed")
-            connections[self.broker.alias].close()
+    def _stopping_upkeep(self) -> None:
+        """While stopping: renew what still runs, beat (state ``stopping``), give up a burst on an outage."""
+        renewed = not (self._due("renew", renew_interval(self.settings.lease)) and self._held()) \
+            or self._attempt("lease renewal", self._renew)
+        if renewed and self._due("heartbeat", HEARTBEAT_EVERY):
+            self._publish()
+        self._give_up_if_away()
 
     def _kill_all(self) -> None:
         for process in [self.pusher, self.monitor, *(s.process for s in self.slots)]:

@@ -18,6 +18,8 @@ import struct
 import time
 from multiprocessing.connection import Connection
 
+from .outage import FailureLog
+
 logger = logging.getLogger(__name__)
 
 CHANNEL = "taskmq_job"
@@ -30,6 +32,9 @@ class Waker:
 
     def __init__(self, connection) -> None:
         self.connection = connection
+        # A channel that keeps failing (the database is away, psycopg2) logs a line every few
+        # seconds with a count, not a traceback at each wait.
+        self.failures = FailureLog("pusher wake-up channel", logger)
         self._listening = False
         self._version = None
         self._watch: FileWatch | None = None
@@ -46,11 +51,13 @@ class Waker:
                 self._wait_version(timeout, pipe)
             else:
                 _sleep(timeout, pipe)
-        except Exception:
+        except Exception as exc:
             # A lost connection must not kill the pusher: fall back to sleeping, listen again later.
-            logger.warning("wake-up channel failed; polling", exc_info=True)
+            self.failures.failed("wait (polling instead)", exc)
             self._listening = False
             _sleep(timeout, pipe)
+        else:
+            self.failures.succeeded()
 
     def _wait_version(self, timeout: float, pipe: Connection | None) -> None:
         deadline = time.monotonic() + timeout

@@ -1,0 +1,181 @@
+"""A database that is away: ``qcluster`` fails fast at start, a burst gives up, a running cluster
+logs sparingly and resumes.
+
+The start-up tests run ``manage.py qcluster`` against a database that cannot be used (a closed
+PostgreSQL port, a missing SQLite file, a database without the tables) and need no test database.
+The outage tests take a PostgreSQL test database away under a running cluster: ``ALTER DATABASE ...
+ALLOW_CONNECTIONS false`` and ``pg_terminate_backend`` on its sessions, which is what the cluster
+sees when the server goes away, without touching the server other test runs use.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import socket
+import sqlite3
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+
+import pytest
+from django.db import connections
+
+from django_taskmq import enqueue_many
+from tests.conftest import ROOT
+
+from .conftest import DEADLINE, engine_is_postgresql, job_states
+
+pytestmark = [pytest.mark.cluster]
+
+ISSUE_BOUND = 30.0  # seconds: the issue's bound for a burst to exit once the database is unreachable
+COMPONENTS = ("sentinel", "scheduler", "pusher", "monitor")
+
+
+def closed_port() -> int:
+    """A TCP port on 127.0.0.1 where nothing listens (it was free a moment ago)."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def run_qcluster(settings_module: str, env: dict[str, str], *args: str) -> tuple[int, list[str], float]:
+    """Run ``manage.py qcluster *args`` to its end; return its status, output lines and duration."""
+    full = {**os.environ, "DJANGO_SETTINGS_MODULE": settings_module, "PYTHONUNBUFFERED": "1",
+            "PYTHONPATH": os.pathsep.join(p for p in [str(ROOT), os.environ.get("PYTHONPATH", "")] if p), **env}
+    full.pop("TASKMQ_OVERRIDES", None)
+    started = time.monotonic()
+    proc = subprocess.run([sys.executable, "manage.py", "qcluster", *args], cwd=str(ROOT), env=full,
+                          stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                          timeout=DEADLINE)
+    return proc.returncode, proc.stdout.splitlines(), time.monotonic() - started
+
+
+# -- start-up ------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("args", [("--burst",), ()], ids=["burst", "running"])
+def test_a_closed_port_stops_qcluster_at_once_with_one_line(args):
+    port = closed_port()
+    code, lines, seconds = run_qcluster("tests.settings_postgresql",
+                                        {"PGHOST": "127.0.0.1", "PGPORT": str(port), "TASKMQ_DB_NAME": "taskmq_away"},
+                                        *args)
+    assert code == 1, lines
+    assert len(lines) == 1, lines
+    assert lines[0].startswith(f"qcluster: cannot reach database 'default' (postgresql taskmq_away at 127.0.0.1:{port}): ")
+    assert "refused" in lines[0].lower()
+    assert seconds < ISSUE_BOUND  # the issue's bound; measured about 1 s (the interpreter and Django)
+
+
+def test_a_missing_sqlite_file_stops_qcluster_with_one_line(tmp_path):
+    path = tmp_path / "absent" / "db.sqlite3"
+    code, lines, _ = run_qcluster("tests.settings_sqlite", {"TASKMQ_DB_NAME": str(path)}, "--burst")
+    assert code == 1, lines
+    assert lines == [f"qcluster: cannot reach database 'default' (sqlite {path}): the file does not exist "
+                     "(run manage.py migrate)"]
+    assert not path.parent.exists()
+
+
+def test_a_database_without_the_tables_stops_qcluster_with_one_line(tmp_path):
+    path = tmp_path / "db.sqlite3"
+    with contextlib.closing(sqlite3.connect(path)) as conn:
+        conn.execute("CREATE TABLE unrelated (id integer)")
+    code, lines, _ = run_qcluster("tests.settings_sqlite", {"TASKMQ_DB_NAME": str(path)})
+    assert code == 1, lines
+    assert len(lines) == 1, lines
+    assert lines[0].startswith(f"qcluster: database 'default' (sqlite {path}) has no table django_taskmq_job ")
+    assert lines[0].endswith(": run manage.py migrate")
+
+
+# -- outages under a running cluster (PostgreSQL) --------------------------------------------------
+
+needs_postgresql = pytest.mark.skipif(not engine_is_postgresql(),
+                                      reason="takes a PostgreSQL database away; a local SQLite file cannot go away")
+
+
+def _admin(sql: str, *params) -> None:
+    """Run ``sql`` on the server's maintenance database (not the test database)."""
+    import psycopg
+
+    db = connections["default"].settings_dict
+    with psycopg.connect(host=db.get("HOST") or None, port=db.get("PORT") or None, user=db.get("USER") or None,
+                         dbname="postgres", autocommit=True) as conn:
+        conn.execute(sql, params or None)
+
+
+@contextlib.contextmanager
+def database_away() -> Iterator[None]:
+    """Refuse new connections to the test database and end its sessions; allow them again after."""
+    name = connections["default"].settings_dict["NAME"]
+    quoted = '"' + name.replace('"', '""') + '"'
+    _admin(f"ALTER DATABASE {quoted} ALLOW_CONNECTIONS false")
+    try:
+        _admin("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = %s AND pid <> pg_backend_pid()",
+               name)
+        yield
+    finally:
+        _admin(f"ALTER DATABASE {quoted} ALLOW_CONNECTIONS true")
+        for conn in connections.all():
+            conn.close()  # this test's own session was ended too
+
+
+def component_lines(lines: list[str], component: str) -> list[str]:
+    return [line for line in lines if line.startswith(f"{component}: ")]
+
+
+@needs_postgresql
+@pytest.mark.django_db(transaction=True)
+def test_a_burst_gives_up_within_the_bound_once_the_database_is_away(cluster):
+    """The issue: ``qcluster --burst`` exits non-zero in under 30 s with fewer than 50 lines."""
+    ids = enqueue_many("tests.cluster.tasks_cluster.sleeper", [(0.05,)] * 2000)
+    qc = cluster.start("--burst", "-w", "2")
+    cluster.wait_until(lambda: job_states(ids).get("SUCCEEDED", 0) >= 20, "some jobs to succeed", alive=[qc])
+    with database_away():
+        away = time.monotonic()
+        code = qc.wait()
+        seconds = time.monotonic() - away
+    output = qc.output(tail=10**7)
+    lines = output.splitlines()
+    print(f"burst exited {code} {seconds:.1f} s after the database went away, {len(lines)} lines")
+    assert code == 1, output
+    assert seconds < ISSUE_BOUND, output
+    assert len(lines) < 50, output
+    assert "Traceback" not in output
+    assert lines[-1].startswith("qcluster --burst: giving up, database 'default' (postgresql "), output
+    assert "unreachable for" in lines[-1]
+    # Each component said it once, then counted: a line per 5 s at most (plus the monitor's give-up).
+    for component in COMPONENTS:
+        assert len(component_lines(lines, component)) <= 2 + seconds / 5, output
+    assert not qc.tree(), "the cluster's processes must be gone"
+
+
+@needs_postgresql
+@pytest.mark.django_db(transaction=True)
+def test_a_running_cluster_logs_an_outage_sparingly_and_resumes(cluster):
+    ids = enqueue_many("tests.cluster.tasks_cluster.sleeper", [(0.02,)] * 300)
+    qc = cluster.start("-w", "2")
+    cluster.wait_until(lambda: job_states(ids).get("SUCCEEDED", 0) >= 20, "some jobs to succeed", alive=[qc])
+    before = len(qc.output(tail=10**7).splitlines())
+    with database_away():
+        away = time.monotonic()
+        # Away long enough for the sentinel and the pusher to log a count line each.
+        cluster.wait_until(
+            lambda: all(f"{c}: still failing" in qc.output(tail=10**7) for c in ("sentinel", "pusher")),
+            lambda: f"count lines from the sentinel and the pusher:\n{qc.output()}", alive=[qc])
+        seconds = time.monotonic() - away
+        during = qc.output(tail=10**7).splitlines()[before:]
+        print(f"away {seconds:.1f} s: {len(during)} lines")
+    later = enqueue_many("tests.cluster.tasks_cluster.sleeper", [(0.02,)] * 100)
+    cluster.wait_final(ids + later, alive=[qc])
+    assert job_states(ids + later) == {"SUCCEEDED": 400}
+
+    output = qc.output(tail=10**7)
+    assert "Traceback" not in output
+    for component in COMPONENTS:
+        assert len(component_lines(during, component)) <= 2 + seconds / 5, "\n".join(during)
+    for component in ("sentinel", "pusher"):
+        back = [line for line in output.splitlines() if line.startswith(f"{component}: database is back after")]
+        assert len(back) == 1, output
+    qc.send(signal.SIGTERM)
+    assert qc.wait() == 0, qc.output()
