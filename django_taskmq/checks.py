@@ -33,7 +33,9 @@ def check_database(app_configs=None, databases=None, **kwargs) -> list[checks.Ch
         if db.get("OPTIONS", {}).get("transaction_mode") != "IMMEDIATE":
             messages.append(checks.Warning(
                 "the SQLite broker database does not use transaction_mode IMMEDIATE",
-                hint="Set DATABASES[...]['OPTIONS']['transaction_mode'] = 'IMMEDIATE' to avoid 'database is locked'.",
+                hint="qcluster takes the write lock up front on its own connections whatever DATABASES says; set "
+                     "DATABASES[...]['OPTIONS']['transaction_mode'] = 'IMMEDIATE' so that web processes do too "
+                     "and wait for the lock instead of failing with 'database is locked'.",
                 id="taskmq.W001",
             ))
     return messages

@@ -1,0 +1,134 @@
+"""The cluster on Django's default SQLite settings: no ``transaction_mode``, the 5 s busy timeout, a
+rollback journal (not WAL). Its own connections take the write lock at ``BEGIN`` and wait for it,
+so a busy project prints no ``database is locked`` and no traceback (``tests.settings_sqlite_defaults``).
+
+Each test migrates a database file of its own with those settings: the run's test database was
+switched to WAL by ``tests.settings_sqlite``, and WAL stays with the file.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import sqlite3
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import ROOT, finish, start_script
+
+from .conftest import DEADLINE, QCluster, engine_is_postgresql
+
+pytestmark = [
+    pytest.mark.cluster,
+    pytest.mark.skipif(engine_is_postgresql(), reason="SQLite's defaults"),
+]
+
+WRITER = """
+import sys, time
+from django_taskmq import async_task
+
+# A web process on the same defaults, enqueuing one job per request.
+for i in range(int(sys.argv[1])):
+    async_task("tests.tasks.add", i, 1)
+    time.sleep(0.005)
+"""
+
+
+def defaults_env(path: Path) -> dict[str, str]:
+    env = {**os.environ, "DJANGO_SETTINGS_MODULE": "tests.settings_sqlite_defaults", "TASKMQ_DB_NAME": str(path),
+           "PYTHONUNBUFFERED": "1",
+           "PYTHONPATH": os.pathsep.join(p for p in [str(ROOT), os.environ.get("PYTHONPATH", "")] if p)}
+    env.pop("TASKMQ_OVERRIDES", None)
+    return env
+
+
+@pytest.fixture
+def defaults_db(tmp_path: Path) -> tuple[Path, dict[str, str]]:
+    """A migrated database file on Django's default SQLite settings, and the environment to use it."""
+    path = tmp_path / "db.sqlite3"
+    env = defaults_env(path)
+    subprocess.run([sys.executable, "manage.py", "migrate", "-v", "0"], cwd=str(ROOT), env=env, check=True,
+                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=DEADLINE)
+    with contextlib.closing(sqlite3.connect(path)) as conn:
+        assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "delete"
+    return path, env
+
+
+def states(path: Path) -> dict[str, int]:
+    with contextlib.closing(sqlite3.connect(path, timeout=30)) as conn:
+        return dict(conn.execute("SELECT state, count(*) FROM django_taskmq_job GROUP BY state").fetchall())
+
+
+def wait_for(predicate, what: str, qc: QCluster) -> None:
+    import time
+
+    deadline = time.monotonic() + DEADLINE
+    while not predicate():
+        if not qc.running() or time.monotonic() > deadline:
+            pytest.fail(f"waiting for {what}:\n{qc.output()}")
+        time.sleep(0.1)
+
+
+def test_a_busy_cluster_on_the_defaults_prints_no_lock_error(defaults_db, tmp_path):
+    """A cluster and a process enqueuing 1000 jobs, one every few ms, on Django's SQLite defaults."""
+    path, env = defaults_db
+    qc = QCluster(["-w", "2"], env, tmp_path / "qcluster.log")
+    try:
+        wait_for(lambda: "started:" in qc.output(), "the cluster to start", qc)
+        finish(start_script(WRITER, "1000", env=env), timeout=DEADLINE)
+        wait_for(lambda: states(path).get("SUCCEEDED") == 1000, "1000 jobs to succeed", qc)
+        qc.send(signal.SIGTERM)
+        code = qc.wait()
+        output = qc.output(tail=10**7)
+    finally:
+        qc.close()
+    assert code == 0, output
+    assert states(path) == {"SUCCEEDED": 1000}
+    assert "Traceback" not in output
+    assert "OperationalError" not in output
+    # taskmq.W001 names the error in its hint (it stays, for the web processes); nothing else may.
+    assert [line for line in output.splitlines() if "locked" in line and "HINT" not in line] == []
+
+
+FORKED = """
+import multiprocessing
+from django.db import connections
+from django_taskmq.cluster import outage
+
+def show(label):
+    conn = connections["default"]
+    conn.ensure_connection()
+    timeout = conn.connection.execute("PRAGMA busy_timeout").fetchone()[0]
+    print(label, conn.transaction_mode, timeout, flush=True)
+    conn.close()
+
+show("before")
+outage.prepare("default")
+show("sentinel")
+process = multiprocessing.get_context("fork").Process(target=show, args=("child",))
+process.start()
+process.join()
+"""
+
+
+def test_the_cluster_connections_take_the_write_lock_up_front_in_forked_children(defaults_db):
+    """What the project's DATABASES says (nothing) is replaced in the cluster's processes only."""
+    _, env = defaults_db
+    out = finish(start_script(FORKED, env=env), timeout=DEADLINE)
+    assert out.splitlines() == ["before None 5000", "sentinel IMMEDIATE 20000", "child IMMEDIATE 20000"]
+
+
+def test_a_longer_busy_timeout_of_the_project_is_kept(tmp_path):
+    code = """
+from django.db import connections
+from django_taskmq.cluster import outage
+connections.settings["default"]["OPTIONS"] = {"timeout": 45}
+outage.prepare("default")
+print(connections["default"].settings_dict["OPTIONS"])
+"""
+    out = finish(start_script(code, env=defaults_env(tmp_path / "db.sqlite3")), timeout=DEADLINE)
+    assert out.strip() == "{'timeout': 45.0, 'transaction_mode': 'IMMEDIATE'}"
