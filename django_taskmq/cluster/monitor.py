@@ -65,7 +65,7 @@ def run(results, settings: Settings) -> None:
                 broker.prune_keys()
             except Exception as exc:
                 failures.failed("pruning old successes or expired keys", exc)
-                outage.close_quietly(broker.alias)  # a broken connection would fail every later prune
+                broker.close()  # a broken connection would fail every later prune
             else:
                 failures.succeeded()
 
@@ -86,7 +86,7 @@ def _record(batch: list, broker, settings: Settings, failures: outage.FailureLog
         try:
             recorder.record(batch, broker, settings, enqueue=async_task)
         except Exception as exc:
-            outage.close_quietly(broker.alias)
+            broker.close()
             failures.failed(f"recording {len(batch)} outcome(s)", exc)
             if time.monotonic() > deadline:
                 logger.error("monitor: gave up recording %d outcome(s) after %.0f s (%s); their leases will bring "

@@ -28,12 +28,11 @@ def run(pipe: Connection, settings: Settings, queues: list[str], owner: str, bur
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
     from ..brokers import get_broker
     from ..signals import post_spawn
-    from .wakeup import Waker
 
     broker = get_broker()
     # While the database is away: one line every few seconds with a count, not a traceback a claim.
     failures = outage.FailureLog("pusher", logger)
-    waker = Waker(broker.connection)
+    waker = broker.waker()
     post_spawn.send(sender=run, proc_name="pusher")
     found_last_time = True
     while True:
@@ -44,11 +43,11 @@ def run(pipe: Connection, settings: Settings, queues: list[str], owner: str, bur
         if isinstance(message, Stop):
             return
         assert isinstance(message, Want)
-        tasks = _claim_safely(broker, settings, queues, owner, message, not found_last_time, workers, failures)
-        failed = tasks is None
+        claimed = _claim_safely(broker, settings, queues, owner, message, not found_last_time, workers, failures)
+        failed = claimed is None
+        tasks = claimed or []
         if failed:
             pipe.poll(1.0)  # the database is away: do not hammer it
-            tasks = []
         elif not tasks and message.count == 0:
             # Only looking for urgent work while the sentinel's buffer is full: a short fixed nap,
             # not the wake-up channel, which fires on every commit while the cluster is busy.
@@ -58,9 +57,9 @@ def run(pipe: Connection, settings: Settings, queues: list[str], owner: str, bur
             waker.wait(min(settings.poll, 0.05) if burst else settings.poll, pipe)
             if not pipe.poll(0):
                 # Woken early: work very likely arrived, claim without asking first.
-                tasks = _claim_safely(broker, settings, queues, owner, message, not waker.woken, workers, failures)
-                failed = tasks is None
-                tasks = tasks or []
+                claimed = _claim_safely(broker, settings, queues, owner, message, not waker.woken, workers, failures)
+                failed = claimed is None
+                tasks = claimed or []
         found_last_time = bool(tasks)
         try:
             # A failed claim found out nothing: it does not say the queues are drained.
@@ -82,7 +81,7 @@ def _claim_safely(broker, settings: Settings, queues: list[str], owner: str, wan
         tasks = claim(broker, settings, queues, owner, want, check_first, workers)
     except Exception as exc:
         failures.failed("claim", exc)
-        outage.close_quietly(broker.alias)
+        broker.close()
         return None
     failures.succeeded()
     return tasks

@@ -106,7 +106,7 @@ class Sentinel:
         """Run the cluster; return the exit status (0 after a graceful stop)."""
         signal.signal(signal.SIGTERM, self._on_signal)
         signal.signal(signal.SIGINT, self._on_signal)
-        outage.prepare(self.broker.alias)  # qcluster did it already; for a Sentinel started otherwise
+        outage.prepare(self.settings.database)  # qcluster did it already; for a Sentinel started otherwise
         self._spawn_all()
         self.state = "running"
         logger.info("cluster %s started: %d workers, queues %s", self.owner, self.workers, ", ".join(self.queues))
@@ -136,7 +136,7 @@ class Sentinel:
         """In a burst, end the run once the sentinel has reached no database for BURST_GIVE_UP s."""
         if self.burst and self.failures.down_for() >= BURST_GIVE_UP:
             raise DatabaseAway(
-                f"qcluster --burst: giving up, database {self.broker.alias!r} ({outage.describe(self.broker.alias)}) "
+                f"qcluster --burst: giving up, database {self.broker.describe()} "
                 f"unreachable for {self.failures.down_for():.0f} s ({self.failures.failures} failures; "
                 f"last {self.failures.last}); stopping the cluster")
 
@@ -365,42 +365,43 @@ class Sentinel:
                 return
         if self._due("heartbeat", HEARTBEAT_EVERY) and not self._publish():
             return
-        if self._due("analyze", ANALYZE_EVERY) and self.broker.is_postgresql:
-            self._attempt("ANALYZE", self.broker.analyze)
+        if self._due("analyze", ANALYZE_EVERY):
+            # A no-op on some engines: its success says nothing about the database.
+            self._attempt("ANALYZE", self.broker.analyze, proof=False)
 
-    def _attempt(self, what: str, operation, failures: outage.FailureLog | None = None) -> bool:
-        """Run one database operation; on failure count it (rate-limited log) and reconnect next time."""
+    def _attempt(self, what: str, operation, failures: outage.FailureLog | None = None, proof: bool = True) -> bool:
+        """Run one database operation; on failure count it (rate-limited log) and reconnect next time.
+
+        ``proof``: whether its success shows the database is there (it ran a statement).
+        """
         try:
             operation()
         except Exception as exc:
             # The database may be restarting: keep the processes alive, reconnect next time.
             self._failed(what, exc, failures)
             return False
-        (failures or self.failures).succeeded()
+        if proof:
+            (failures or self.failures).succeeded()
         return True
 
     def _failed(self, what: str, exc: BaseException, failures: outage.FailureLog | None = None) -> None:
         (failures or self.failures).failed(what, exc)
-        outage.close_quietly(self.broker.alias)
+        self.broker.close()
 
     def _publish(self, final: bool = False) -> bool:
         """Write the heartbeat row; return whether it was written."""
         return self._attempt("heartbeat", lambda: self._write_heartbeat(final))
 
     def _write_heartbeat(self, final: bool) -> None:
-        from ..models import Cluster
-
-        Cluster.objects.using(self.broker.alias).update_or_create(
-            id=self.owner,
-            defaults=dict(
-                name=self.name, host=self.host, pid=os.getpid(),
-                state="stopped" if final else self.state, workers=len(self.slots), queues=self.queues,
-                counts={**self.counts, "waiting": len(self.waiting),
-                        "running": sum(1 for s in self.slots if s.task is not None),
-                        "uptime": round(time.time() - self.started, 1)},
-                started_at=datetime.datetime.fromtimestamp(self.started, tz=datetime.UTC),
-                beat_at=timezone.now(),
-            ),
+        self.broker.publish_heartbeat(
+            self.owner,
+            name=self.name, host=self.host, pid=os.getpid(),
+            state="stopped" if final else self.state, workers=len(self.slots), queues=self.queues,
+            counts={**self.counts, "waiting": len(self.waiting),
+                    "running": sum(1 for s in self.slots if s.task is not None),
+                    "uptime": round(time.time() - self.started, 1)},
+            started_at=datetime.datetime.fromtimestamp(self.started, tz=datetime.UTC),
+            beat_at=timezone.now(),
         )
 
     def _burst_done_safely(self) -> bool:
@@ -420,15 +421,9 @@ class Sentinel:
         # While the database is away, look no more often than the heartbeat does.
         if not self._due("burst", HEARTBEAT_EVERY if self.failures.failing else BURST_CHECK_EVERY):
             return None
-        from django.db.models import Q
-
-        from ..models import Job, State
-
-        # One query, one snapshot: separate queries could each miss a job that moves from
-        # RUNNING to RETRYING between them, and the burst would end with work left.
+        # One query, one snapshot (a job moving from RUNNING to RETRYING is seen in one of them).
         # Jobs queued for later (eta/delay) do not keep a burst alive; retries do.
-        unfinished = Q(state__in=[State.RETRYING, State.RUNNING]) | Q(state=State.QUEUED, visible_at__lte=time.time())
-        return not Job.objects.using(self.broker.alias).filter(unfinished, queue__in=self.queues).exists()
+        return not self.broker.unfinished(self.queues, time.time())
 
     # -- the stop procedure -------------------------------------------------------------------
     def stop(self) -> None:
