@@ -421,7 +421,8 @@ class Sentinel:
         # While the database is away, look no more often than the heartbeat does.
         if not self._due("burst", HEARTBEAT_EVERY if self.failures.failing else BURST_CHECK_EVERY):
             return None
-        # One query, one snapshot (a job moving from RUNNING to RETRYING is seen in one of them).
+        # The broker looks in one query, one snapshot: separate queries could each miss a job that
+        # moves from RUNNING to RETRYING between them, and the burst would end with work left.
         # Jobs queued for later (eta/delay) do not keep a burst alive; retries do.
         return not self.broker.unfinished(self.queues, time.time())
 
@@ -490,9 +491,9 @@ class Sentinel:
 
     def _stopping_upkeep(self) -> None:
         """While stopping: renew what still runs, beat (state ``stopping``), give up a burst on an outage."""
-        renewed = not (self._due("renew", renew_interval(self.settings.lease)) and self._held()) \
-            or self._attempt("lease renewal", self._renew)
-        if renewed and self._due("heartbeat", HEARTBEAT_EVERY):
+        renew = self._due("renew", renew_interval(self.settings.lease)) and self._held()
+        failed = renew and not self._attempt("lease renewal", self._renew)
+        if not failed and self._due("heartbeat", HEARTBEAT_EVERY):
             self._publish()
         self._give_up_if_away()
 
