@@ -1,0 +1,124 @@
+"""The architecture's rules, read from the source: no import cycles (also inside functions), every
+member used on a broker is declared on the Broker contract, and nothing outside ``brokers/`` opens
+a transaction on the broker's database."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+import django_taskmq
+from django_taskmq.brokers.base import Broker
+
+PACKAGE = Path(django_taskmq.__file__).parent
+ROOT = PACKAGE.parent
+SOURCES = sorted(p for p in PACKAGE.rglob("*.py") if "migrations" not in p.parts)
+
+
+def module_name(path: Path) -> str:
+    parts = list(path.relative_to(ROOT).with_suffix("").parts)
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def _exists(module: str) -> bool:
+    base = ROOT / module.replace(".", "/")
+    return base.with_suffix(".py").exists() or (base / "__init__.py").exists()
+
+
+def imported_modules(path: Path) -> set[str]:
+    """Every django_taskmq module ``path`` imports, at module level or inside functions."""
+    name = module_name(path)
+    package = name.split(".") if path.name == "__init__.py" else name.split(".")[:-1]
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            found |= {alias.name for alias in node.names if alias.name.startswith("django_taskmq")}
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package[: len(package) - node.level + 1]
+                target = ".".join(base + ([node.module] if node.module else []))
+            else:
+                target = node.module or ""
+            if target.startswith("django_taskmq"):
+                for alias in node.names:  # "from . import recorder" imports a module
+                    sub = f"{target}.{alias.name}"
+                    found.add(sub if _exists(sub) else target)
+    found.discard(name)
+    return {m for m in found if _exists(m)}
+
+
+def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
+    state: dict[str, int] = {}
+    stack: list[str] = []
+
+    def visit(node: str) -> list[str] | None:
+        state[node] = 1
+        stack.append(node)
+        for nxt in sorted(graph.get(node, ())):
+            if state.get(nxt) == 1:
+                return stack[stack.index(nxt):] + [nxt]
+            if nxt not in state and (cycle := visit(nxt)):
+                return cycle
+        stack.pop()
+        state[node] = 2
+        return None
+
+    for node in sorted(graph):
+        if node not in state and (cycle := visit(node)):
+            return cycle
+    return None
+
+
+def test_no_module_imports_one_that_imports_it_back():
+    graph = {module_name(p): imported_modules(p) for p in SOURCES}
+    assert find_cycle(graph) is None, " -> ".join(find_cycle(graph) or [])
+
+
+def test_the_cycle_finder_finds_a_cycle():
+    assert find_cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]
+    assert find_cycle({"a": {"b"}, "b": set()}) is None
+
+
+def broker_members_used(path: Path) -> set[tuple[str, int]]:
+    """``broker.x``, ``self.broker.x`` and ``get_broker().x`` in ``path``: (x, line)."""
+    used = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if not isinstance(node, ast.Attribute):
+            continue
+        owner = node.value
+        if (isinstance(owner, ast.Name) and owner.id == "broker") or (
+                isinstance(owner, ast.Attribute) and owner.attr == "broker") or (
+                isinstance(owner, ast.Call) and isinstance(owner.func, ast.Name) and owner.func.id == "get_broker"):
+            used.add((node.attr, node.lineno))
+    return used
+
+
+@pytest.mark.parametrize("path", [p for p in SOURCES if "brokers" not in p.parts], ids=lambda p: p.name)
+def test_every_member_used_on_a_broker_is_declared_on_the_contract(path):
+    undeclared = sorted((attr, line) for attr, line in broker_members_used(path) if not hasattr(Broker, attr)
+                        and attr not in Broker.__annotations__)
+    assert undeclared == [], f"{path.name} uses members the Broker ABC does not declare: {undeclared}"
+
+
+TRANSACTIONS = {"atomic", "select_for_update", "write_transaction", "on_commit", "set_autocommit"}
+
+
+def transaction_calls(path: Path) -> list[tuple[str, int]]:
+    """Calls that open or hook into a database transaction directly: ``transaction.atomic(...)``,
+    ``qs.select_for_update()``, ... (``broker.atomic()`` is asking the broker, and allowed)."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in TRANSACTIONS:
+            owner = node.func.value
+            asks_broker = (isinstance(owner, ast.Name) and owner.id == "broker") or (
+                isinstance(owner, ast.Attribute) and owner.attr == "broker")
+            if not asks_broker:
+                found.append((node.func.attr, node.lineno))
+    return found
+
+
+@pytest.mark.parametrize("path", [p for p in SOURCES if "brokers" not in p.parts], ids=lambda p: p.name)
+def test_only_brokers_open_transactions(path):
+    assert transaction_calls(path) == [], f"{path.name} opens a transaction itself: ask the broker (Broker.atomic)"
