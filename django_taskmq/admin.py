@@ -17,6 +17,15 @@ HEAVY = ("payload", "result_package", "traceback")  # never loaded by a list pag
 RESULT_SHOWN = 2000  # characters of a result's repr shown on the job page
 
 
+def _without_delete_selected(self, request, action_location=None):
+    """``ModelAdmin.get_actions`` without Django's "delete selected" (Django 6.1 passes
+    ``action_location``; 5.2 does not)."""
+    extra = {} if action_location is None else {"action_location": action_location}
+    actions = admin.ModelAdmin.get_actions(self, request, **extra)
+    actions.pop("delete_selected", None)
+    return actions
+
+
 class ReadOnlyMixin:
     def has_add_permission(self, request, obj=None):
         return False
@@ -45,11 +54,8 @@ class JobAdmin(ReadOnlyMixin, admin.ModelAdmin):
             queryset = queryset.defer(*HEAVY)
         return queryset
 
-    def get_actions(self, request):
-        # Deleting rows bypasses the broker (a running job's lease, its dead letters): cancel instead.
-        actions = super().get_actions(request)
-        actions.pop("delete_selected", None)
-        return actions
+    # Deleting rows bypasses the broker (a running job's lease, its dead letters): cancel instead.
+    get_actions = _without_delete_selected
 
     @admin.display(description=_("result"))
     def return_value(self, job: Job) -> str:
@@ -83,10 +89,8 @@ class DeadLetterAdmin(ReadOnlyMixin, admin.ModelAdmin):
     def get_queryset(self, request):
         return super().get_queryset(request).select_related("job").defer(*(f"job__{name}" for name in HEAVY))
 
-    def get_actions(self, request):
-        actions = super().get_actions(request)
-        actions.pop("delete_selected", None)  # purge deletes letters with their jobs, through the broker
-        return actions
+    # Purge deletes letters with their jobs, through the broker.
+    get_actions = _without_delete_selected
 
     def has_purge_permission(self, request) -> bool:
         """Purging deletes dead jobs too: it needs the delete permission on both models."""
