@@ -62,6 +62,8 @@ class Broker(abc.ABC):
     """
 
     settings: Settings
+    #: Seconds between the sweeps of expired leases that :meth:`reserve` does itself (0: every call).
+    reclaim_every: float = 1.0
 
     # -- transactions and connections ---------------------------------------------------------
     @abc.abstractmethod
@@ -108,7 +110,8 @@ class Broker(abc.ABC):
                 above: int | None = None) -> list[Reservation]:
         """Reserve up to ``limit`` ready messages of ``queues`` in pick order for ``lease`` seconds.
 
-        Each reserved message counts one delivery. Expired leases are reclaimed first; an expired
+        Each reserved message counts one delivery. Expired leases are reclaimed first (at most
+        every :attr:`reclaim_every` seconds); an expired
         message is marked EXPIRED and a message past ``max_deliveries`` goes to the DLQ instead of
         being returned. ``above`` limits the claim to priorities greater than it (a full buffer
         looking for urgent work only).

@@ -87,7 +87,6 @@ def _chunks(items: Sequence, size: int = CHUNK) -> Iterator[Sequence]:
 class OrmBroker(Broker):
     """Broker on the Django database ``alias``; see :class:`~.base.Broker` for the contract."""
 
-    reclaim_every = 1.0  # seconds between lease sweeps done inside reserve()
 
     def __init__(self, settings: Settings, alias: str = "default") -> None:
         self.settings = settings
