@@ -70,7 +70,7 @@ class Settings:
     def check_queue(self, queue: object) -> str:
         """Return ``queue`` if it is one of ``TASKMQ['queues']``; else raise :class:`ConfigError`."""
         if not isinstance(queue, str) or queue not in self.queues:
-            raise ConfigError(f"unknown queue {queue!r}: add it to TASKMQ['queues'] (known: {sorted(self.queues)})")
+            raise ConfigError(f"unknown queue {queue!r}: it is not in TASKMQ['queues'] {sorted(self.queues)}; add it there")
         return queue
 
     def weights(self) -> dict[str, int]:
