@@ -133,3 +133,19 @@ def test_results_stored_by_0_1_0_are_signed_by_the_migration(run_log):
         executor = MigrationExecutor(connection)
         executor.loader.build_graph()
         executor.migrate(executor.loader.graph.leaf_nodes())
+
+
+def test_qdead_list_and_the_job_dead_path_never_load_a_forged_result(broker, run_log):
+    """``manage.py qdead list`` reads dead letters with their jobs: a forged result stays unread."""
+    from io import StringIO
+
+    from django.core.management import call_command
+
+    job_id = async_task("tests.tasks.fail", max_deliveries=1)
+    run_sync(job_id)
+    write_raw_result(job_id, unsigned_pickle())
+    Job.objects.filter(pk=job_id).update(state=State.DEAD)
+    out = StringIO()
+    call_command("qdead", "list", stdout=out)
+    assert job_id in out.getvalue()
+    assert read_run_log(run_log) == []
