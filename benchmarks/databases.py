@@ -20,8 +20,8 @@ SQLITE_DIR = WORK_DIR / "db"
 
 
 def _sqlite_paths(system: System):
-    live = SQLITE_DIR / f"{system.project}.sqlite3"
-    return live, SQLITE_DIR / f"{system.project}-template.sqlite3"
+    live = SQLITE_DIR / f"{system.sqlite_name}.sqlite3"
+    return live, SQLITE_DIR / f"{system.sqlite_name}-template.sqlite3"
 
 
 def _template_name(system: System) -> str:

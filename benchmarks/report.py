@@ -128,9 +128,29 @@ def header(results: dict) -> list[str]:
     return ["metric", "unit"] + systems + [f"{SUBJECT}/{b}" for b in baselines]
 
 
+def provenance(results: dict) -> list[str]:
+    """Which code ``taskmq`` and ``taskmq-base`` ran: HEAD (+ uncommitted files), the baseline."""
+    lines = []
+    systems = results["systems"]
+    tree = results.get("working_tree") or {}
+    if SUBJECT in systems and tree.get("head"):
+        changed = tree.get("uncommitted") or []
+        state = "no uncommitted change"
+        if changed:
+            more = " ..." if len(changed) > 6 else ""
+            state = f"{len(changed)} uncommitted: {', '.join(changed[:6])}{more}"
+        lines.append(f"{SUBJECT}: working tree at {tree['head'][:12]} ({state})")
+    base = results.get("baseline")
+    if base and "taskmq-base" in systems:
+        lines.append(f"taskmq-base: {base['ref']} = {base['sha'][:12]} \"{base['subject']}\"")
+    return lines
+
+
 def text_table(results: dict) -> str:
     head = header(results)
     out = []
+    if "taskmq-base" in results["systems"]:
+        out += ["", *provenance(results)]
     for engine, table in rows(results).items():
         widths = [max(len(r[i]) for r in [head] + table) for i in range(len(head))]
         out.append(f"\n== {engine} ==")
@@ -157,6 +177,7 @@ def markdown(results: dict) -> str:
         "",
         "Machine: " + ", ".join(f"{k} {v}" for k, v in results["machine"].items()) + "  ",
     ]
+    lines += [line + "  " for line in provenance(results)]
     for venv, per_engine in results.get("versions", {}).items():
         merged: dict = {}
         for info in per_engine.values():
@@ -187,7 +208,11 @@ def merge(all_results: list[dict]) -> dict:
     Only compare systems inside one file: numbers from different sessions are not
     comparable, which is why engines are merged but runs are not pooled across files.
     """
+    baselines = {r["baseline"]["sha"] for r in all_results if r.get("baseline")}
+    if len(baselines) > 1:
+        raise ValueError(f"these files used different --baseline commits: {', '.join(sorted(baselines))}")
     merged = dict(all_results[0])
+    merged["baseline"] = next((r["baseline"] for r in all_results if r.get("baseline")), None)
     merged["records"] = []
     for key in ("engines", "systems", "workloads"):
         merged[key] = list(dict.fromkeys(x for r in all_results for x in r[key]))
@@ -206,7 +231,10 @@ if __name__ == "__main__":
     if len(sys.argv) < 2:
         sys.exit("usage: python3 benchmarks/report.py results-A.json [results-B.json ...] "
                  "(several files: e.g. one per engine)")
-    data = merge([json.loads(Path(p).read_text()) for p in sys.argv[1:]])
+    try:
+        data = merge([json.loads(Path(p).read_text()) for p in sys.argv[1:]])
+    except ValueError as exc:
+        sys.exit(f"report.py: {exc}")
     print(text_table(data))
     print()
     print(markdown(data))

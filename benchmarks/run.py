@@ -4,6 +4,7 @@
     python3 benchmarks/run.py                      # everything: both engines, 3 runs
     python3 benchmarks/run.py --quick              # smoke run, a few minutes
     python3 benchmarks/run.py --engines sqlite --systems taskmq,djangoq2 --workloads drain,latency
+    python3 benchmarks/run.py --baseline HEAD~5 --systems taskmq,taskmq-base   # before/after
 
 Needs only python3 (stdlib): it builds its own venvs under benchmarks/.work/, runs each
 workload in a subprocess of the system's venv (``workloads.py``), interleaves systems
@@ -19,8 +20,10 @@ import os
 import platform
 import shlex
 import signal
+import shutil
 import subprocess
 import sys
+import tarfile
 import time
 from pathlib import Path
 
@@ -29,7 +32,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import report  # noqa: E402
 import venvs  # noqa: E402
 from cluster import trim_log  # noqa: E402
-from systems import BENCH_DIR, ENGINES, SYSTEMS, VENVS, WORK_DIR, WORKLOADS  # noqa: E402
+from systems import (  # noqa: E402
+    BASELINE_MARKER, BASELINE_VENV, BENCH_DIR, DEFAULT_SYSTEMS, ENGINES, REPO_ROOT, SYSTEMS, VENVS,
+    WORK_DIR, WORKLOADS, baseline_tree, baseline_venv,
+)
 
 RESULT_PREFIX = "BENCH-RESULT "
 
@@ -55,8 +61,11 @@ def csv(choices):
 def parse_args(argv=None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--engines", type=csv(ENGINES), default=list(ENGINES))
-    p.add_argument("--systems", type=csv(tuple(SYSTEMS)), default=list(SYSTEMS),
-                   help="default: taskmq,djangoq2,djangoq2-tuned")
+    p.add_argument("--systems", type=csv(tuple(SYSTEMS)),
+                   help=f"default: {','.join(DEFAULT_SYSTEMS)} (and {BASELINE_VENV} with --baseline)")
+    p.add_argument("--baseline", metavar="REF",
+                   help=f"git ref of an earlier django_taskmq to run as system {BASELINE_VENV} "
+                        "(exported under .work/, own venv and databases)")
     p.add_argument("--workloads", type=csv(WORKLOADS), default=list(WORKLOADS),
                    help=f"default: all of {','.join(WORKLOADS)}")
     p.add_argument("--quick", action="store_true", help="small sizes, 1 run: a smoke test")
@@ -76,6 +85,15 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--retries", type=int, default=1,
                    help="re-run a failed workload this many times (default 1; 0 to debug)")
     args = p.parse_args(argv)
+    if args.systems is None:
+        args.systems = list(DEFAULT_SYSTEMS)
+    elif not args.baseline and args.systems == list(SYSTEMS):  # "all" without a baseline
+        args.systems = [s for s in args.systems if s != BASELINE_VENV]
+    if args.baseline and BASELINE_VENV not in args.systems:
+        at = args.systems.index("taskmq") + 1 if "taskmq" in args.systems else len(args.systems)
+        args.systems.insert(at, BASELINE_VENV)
+    if BASELINE_VENV in args.systems and not args.baseline:
+        p.error(f"system {BASELINE_VENV} needs --baseline <git ref>")
     preset = QUICK if args.quick else FULL
     for key, value in preset.items():
         if getattr(args, key) is None:
@@ -98,6 +116,61 @@ def machine_info() -> dict:
             "os": platform.platform(), "host python": platform.python_version()}
 
 
+def git(*argv: str) -> str:
+    """Run a read-only git command in the repository; never takes the index lock."""
+    result = subprocess.run(["git", "--no-optional-locks", "-C", str(REPO_ROOT), *argv],
+                            capture_output=True, text=True)
+    if result.returncode != 0:
+        raise RuntimeError(f"git {' '.join(argv)}: {result.stderr.strip() or f'exit {result.returncode}'}")
+    return result.stdout.rstrip("\n")
+
+
+def export_baseline(ref: str, log) -> dict:
+    """Export commit ``ref`` to ``.work/baseline-<short sha>/`` (reused if already there).
+
+    ``git archive``, not a worktree: it only reads the object store, so the repository's
+    working tree, index and worktree list stay untouched, and deleting ``.work/`` leaves
+    nothing behind. The tree is extracted next to its final place and renamed into it, so
+    an interrupted export is never mistaken for a complete one.
+    """
+    try:
+        sha = git("rev-parse", "--verify", "--quiet", f"{ref}^{{commit}}")
+    except RuntimeError:
+        raise RuntimeError(f"{ref!r} is not a commit of {REPO_ROOT}") from None
+    short = git("rev-parse", "--short", sha)
+    tree = baseline_tree(short)
+    info = {"ref": ref, "sha": sha, "tree": str(tree),
+            "subject": git("log", "-1", "--format=%s", sha)}
+    marker = tree / BASELINE_MARKER
+    if marker.exists() and marker.read_text().strip() == sha:
+        return info
+    log(f"exporting {ref} ({short}) to {tree}")
+    partial = tree.with_name(f"{tree.name}.partial-{os.getpid()}")
+    shutil.rmtree(partial, ignore_errors=True)
+    partial.mkdir(parents=True)
+    archive = subprocess.Popen(["git", "-C", str(REPO_ROOT), "archive", "--format=tar", sha],
+                               stdout=subprocess.PIPE)
+    with tarfile.open(fileobj=archive.stdout, mode="r|") as tar:
+        if hasattr(tarfile, "data_filter"):
+            tar.extractall(partial, filter="data")
+        else:
+            tar.extractall(partial)
+    if archive.wait() != 0:
+        shutil.rmtree(partial, ignore_errors=True)
+        raise RuntimeError(f"git archive {sha} failed ({archive.returncode})")
+    (partial / BASELINE_MARKER).write_text(sha + "\n")
+    shutil.rmtree(tree, ignore_errors=True)
+    partial.rename(tree)
+    return info
+
+
+def working_tree_info() -> dict:
+    """HEAD and the uncommitted files that make up the ``taskmq`` system."""
+    changed = git("status", "--porcelain", "--", "django_taskmq", "setup.cfg", "pyproject.toml")
+    return {"head": git("rev-parse", "HEAD"),
+            "uncommitted": [line[3:] for line in changed.splitlines()]}
+
+
 class Runner:
     """Runs ``workloads.py`` in the right venv and keeps every result in one JSON file."""
 
@@ -115,6 +188,10 @@ class Runner:
             "options": {k: getattr(args, k) for k in FULL},
             "machine": machine_info(), "versions": {}, "records": [],
         }
+        try:
+            self.results["working_tree"] = working_tree_info()
+        except (OSError, RuntimeError) as exc:  # not a git checkout: the numbers still count
+            self.results["working_tree"] = {"error": str(exc)}
 
     def save(self) -> None:
         self.results_path.write_text(json.dumps(self.results, indent=1))
@@ -124,8 +201,12 @@ class Runner:
         python = VENVS[SYSTEMS[system].venv].python
         argv = [str(python), str(BENCH_DIR / "workloads.py"), "--system", system, "--engine", engine, *extra]
         driver_log = self.log_dir / f"{log_name}.driver.log"
+        # No PYTHONPATH: each venv must import its own django_taskmq (the working tree or
+        # the baseline), which a PYTHONPATH naming a checkout would override.
+        env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
         with open(driver_log, "w") as err:
-            proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=err, text=True, cwd=BENCH_DIR)
+            proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=err, text=True, cwd=BENCH_DIR,
+                                    env=env)
             try:
                 out, _ = proc.communicate(timeout=timeout)
             except KeyboardInterrupt:
@@ -175,7 +256,21 @@ def log(message: str) -> None:
 
 def main(argv=None) -> int:
     args = parse_args(argv)
+    # Where each taskmq venv must import django_taskmq from.
+    expected_package = {"taskmq": REPO_ROOT / "django_taskmq"}
+    baseline = None
+    if args.baseline:
+        try:
+            baseline = export_baseline(args.baseline, log)
+        except (OSError, RuntimeError, tarfile.TarError) as exc:
+            log(f"!! --baseline {args.baseline}: {exc}")
+            return 2
+        VENVS[BASELINE_VENV] = baseline_venv(Path(baseline["tree"]))
+        expected_package[BASELINE_VENV] = Path(baseline["tree"]) / "django_taskmq"
     runner = Runner(args)
+    if baseline:
+        runner.results["baseline"] = baseline
+        log(f"baseline: {baseline['ref']} = {baseline['sha'][:12]} {baseline['subject']}")
     log(f"results: {runner.results_path}\nlogs:    {runner.log_dir}")
 
     # 1. Environments, versions and template databases.
@@ -197,15 +292,26 @@ def main(argv=None) -> int:
                 info = runner.call(system, engine, ["--info"], f"info-{name}-{engine}", 300)
                 info.pop("driver_log", None)
                 runner.results["versions"].setdefault(name, {})[engine] = info
-    prepared: dict[tuple[str, str], dict] = {}
+                problem = import_problem(info, expected_package.get(name))
+                if problem:
+                    log(f"!! venv-{name} on {engine}: {problem}")
+                    for s in args.systems:
+                        if SYSTEMS[s].venv == name:
+                            broken[s, engine] = problem
+        if name in expected_package:
+            paths = {i.get("django_taskmq path") for i in runner.results["versions"].get(name, {}).values()}
+            log(f"venv-{name}: django_taskmq from {', '.join(sorted(p or '?' for p in paths))}")
+    prepared: dict[tuple, dict] = {}
     for system in args.systems:
         for engine in args.engines:
-            key = (SYSTEMS[system].project, engine)
+            db = SYSTEMS[system].database_key
+            key = (db, engine)
             if (system, engine) in broken:
                 continue
             if key not in prepared:
-                log(f"preparing template database: {key[0]} on {engine}")
-                prepared[key] = runner.call(system, engine, ["--prepare"], f"prepare-{key[0]}-{engine}", 600)
+                log(f"preparing template database: {db[0]} ({SYSTEMS[system].project}, venv-"
+                    f"{SYSTEMS[system].venv}) on {engine}")
+                prepared[key] = runner.call(system, engine, ["--prepare"], f"prepare-{db[0]}-{engine}", 600)
             if not prepared[key].get("ok"):
                 broken[system, engine] = f"template database: {prepared[key].get('error', '?')}"
                 log(f"!! {system} on {engine} will be skipped: {broken[system, engine]}")
@@ -218,6 +324,18 @@ def main(argv=None) -> int:
         log("\n!! interrupted: reporting what was measured so far")
         failed = True
     return finish(runner, args, 1 if failed else 0)
+
+
+def import_problem(info: dict, expected: Path | None) -> str | None:
+    """Return why a taskmq venv imports the wrong django_taskmq (or none), else None."""
+    if expected is None:
+        return None
+    found = info.get("django_taskmq path")
+    if found is None:
+        return f"django_taskmq could not be imported: {info.get('error', '?')}"
+    if Path(found).resolve() != expected.resolve():
+        return f"imports django_taskmq from {found}, expected {expected}"
+    return None
 
 
 def run_rounds(runner: Runner, args: argparse.Namespace, broken: dict) -> bool:

@@ -53,7 +53,30 @@ VENVS: dict[str, VenvSpec] = {
     ),
     # Only for the PNG plot; kept apart so plotting never changes a measured environment.
     "tools": VenvSpec(name="tools", requirements=("matplotlib",)),
+    # "taskmq-base" (an earlier commit of django_taskmq) is added by run.py --baseline:
+    # its tree is only known at run time (see baseline_venv).
 }
+
+BASELINE_VENV = "taskmq-base"
+BASELINE_MARKER = ".bench-baseline"  # in the exported tree: the full sha it was exported from
+
+
+def baseline_tree(short_sha: str) -> Path:
+    """Where ``run.py --baseline`` exports the baseline commit (``git archive``)."""
+    return WORK_DIR / f"baseline-{short_sha}"
+
+
+def baseline_venv(tree: Path) -> VenvSpec:
+    """The venv of ``taskmq-base``: ``tree`` installed like the working tree in ``taskmq``.
+
+    The tree's directory names the commit and its marker file holds the full sha, so
+    another ``--baseline`` commit changes the fingerprint and reinstalls.
+    """
+    return VenvSpec(
+        name=BASELINE_VENV,
+        requirements=("-e", f"{tree}[postgres]", DJANGO_REQUIREMENT),
+        fingerprint_files=(tree / BASELINE_MARKER, tree / "setup.cfg", tree / "pyproject.toml"),
+    )
 
 
 @dataclass(frozen=True)
@@ -62,6 +85,8 @@ class System:
 
     ``env`` is added to the environment of the driver and of the cluster, which is how
     a variant (``djangoq2-tuned``) changes a setting without a second project.
+    ``db_name`` names the SQLite files (``.work/db/<db_name>.sqlite3`` and its template;
+    default: the project's name); two systems share databases only if they share a schema.
     """
 
     name: str
@@ -71,6 +96,16 @@ class System:
     adapter: str
     pg_database: str
     env: dict[str, str] = field(default_factory=dict)
+    db_name: str = ""
+
+    @property
+    def sqlite_name(self) -> str:
+        return self.db_name or self.project
+
+    @property
+    def database_key(self) -> tuple[str, str]:
+        """Systems with the same key share their live and template databases."""
+        return (self.sqlite_name, self.pg_database)
 
     @property
     def project_dir(self) -> Path:
@@ -93,6 +128,17 @@ SYSTEMS: dict[str, System] = {
             pg_database="bench_taskmq",
         ),
         System(
+            # An earlier commit of django_taskmq (run.py --baseline <ref>): same project,
+            # adapter and workloads, its own venv and databases (its own migrations).
+            name="taskmq-base",
+            label="django_taskmq (baseline commit)",
+            venv=BASELINE_VENV,
+            project="taskmq_project",
+            adapter="taskmq",
+            pg_database="bench_taskmq_base",
+            db_name="taskmq_base",
+        ),
+        System(
             name="djangoq2",
             label="django-q2 (ORM broker)",
             venv="djangoq2",
@@ -112,9 +158,13 @@ SYSTEMS: dict[str, System] = {
     )
 }
 
-# The system every ratio is computed against, and the system whose ratio is reported.
+# The system every ratio is computed against, and the systems it is compared with
+# (a ratio column each, when both are in the results).
 SUBJECT = "taskmq"
-BASELINES = ("djangoq2", "djangoq2-tuned")
+BASELINES = ("taskmq-base", "djangoq2", "djangoq2-tuned")
+
+# What --systems means when not given (taskmq-base is added by --baseline).
+DEFAULT_SYSTEMS = ("taskmq", "djangoq2", "djangoq2-tuned")
 
 ENGINES = ("sqlite", "postgresql")
 

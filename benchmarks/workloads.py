@@ -456,7 +456,8 @@ def main(argv=None) -> int:
 
     if options.prepare:
         prepare_template(system, options.engine)
-        emit({"ok": True, "prepared": system.project, "engine": options.engine})
+        emit({"ok": True, "prepared": system.project, "database": system.database_key,
+              "engine": options.engine})
         return 0
 
     log_prefix = options.log_prefix or (

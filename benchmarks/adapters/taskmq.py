@@ -2,13 +2,21 @@
 
 Contract used (nothing else): ``async_task``, ``enqueue_many``, ``Priority`` from
 ``django_taskmq``; ``django_taskmq.models.Job`` with ``state``.
+
+The same adapter serves ``taskmq`` (the working tree) and ``taskmq-base`` (an earlier
+commit exported under ``.work/``): each venv has its own tree installed editable, and
+:func:`installed_from` checks that the imported package is that tree's.
 """
 
 from __future__ import annotations
 
+import json
 from collections import defaultdict
-from importlib.metadata import version
+from importlib.metadata import distributions, version
+from pathlib import Path
+from urllib.parse import unquote, urlparse
 
+import django_taskmq
 from django_taskmq import Priority, async_task, enqueue_many
 from django_taskmq.models import Job
 
@@ -27,10 +35,44 @@ def _options(queue: str | None, priority: str | None) -> dict:
     return options
 
 
+def package_dir() -> Path:
+    return Path(django_taskmq.__file__).resolve().parent
+
+
+def installed_from() -> list[Path]:
+    """Return the source trees django-taskmq was installed from (pip's direct_url.json).
+
+    Every distribution on sys.path is looked at: an ``.egg-info`` left in a checkout that
+    is on the path would otherwise hide the venv's own record.
+    """
+    trees = []
+    for dist in distributions(name="django-taskmq"):
+        url = json.loads(dist.read_text("direct_url.json") or "{}").get("url", "")
+        if url.startswith("file:"):
+            trees.append(Path(unquote(urlparse(url).path)).resolve())
+    return trees
+
+
+def check_import() -> None:
+    """Fail if django_taskmq was imported from anywhere but the venv's own install.
+
+    A PYTHONPATH or a current directory holding another checkout would otherwise
+    benchmark the wrong code without a word (e.g. the working tree as the baseline).
+    """
+    trees = installed_from()
+    if trees and not any(package_dir().is_relative_to(tree) for tree in trees):
+        raise RuntimeError(f"django_taskmq imported from {package_dir()}, but this venv has it "
+                           f"installed from {', '.join(map(str, trees))}: check PYTHONPATH and "
+                           "the current directory")
+
+
 class Adapter:
     name = "taskmq"
     supports_bulk = True
     supports_priority = True
+
+    def __init__(self) -> None:
+        check_import()
 
     def enqueue(self, tag=None, queue=None, priority=None) -> str:
         args = () if tag is None else (tag,)
@@ -57,4 +99,4 @@ class Adapter:
         return Job.objects.filter(state__in=FAILED_STATES).count()
 
     def versions(self) -> dict:
-        return {"django-taskmq": version("django-taskmq")}
+        return {"django-taskmq": version("django-taskmq"), "django_taskmq path": str(package_dir())}
