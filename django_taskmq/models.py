@@ -194,6 +194,7 @@ class Schedule(models.Model):
     priority = models.SmallIntegerField(default=0)
     catch_up = models.BooleanField(null=True, blank=True, help_text=_("empty = TASKMQ['catch_up']"))
     last_job = models.CharField(max_length=32, null=True, blank=True)
+    paused = models.BooleanField(default=False, help_text=_("a paused schedule does not fire until resumed"))
 
     def clean(self) -> None:
         """Refuse a function that schedules may not name, and a broken cron or interval."""

@@ -244,7 +244,7 @@ class Broker(abc.ABC):
 
     @abc.abstractmethod
     def due_schedules(self, now: datetime.datetime, limit: int = 100) -> list[Any]:
-        """Return the due, enabled schedules, locked against other clusters until the enclosing
+        """Return the due schedules that are neither used up nor paused, locked against other clusters until the enclosing
         :meth:`atomic` block ends; call it inside ``atomic(write=True)``."""
 
     @abc.abstractmethod

@@ -769,7 +769,7 @@ class OrmBroker(Broker):
     def due_schedules(self, now: datetime.datetime, limit: int = 100) -> list[Schedule]:
         return list(
             Schedule.objects.using(self.alias).select_for_update(skip_locked=True)
-            .filter(next_run__lte=now).exclude(repeats=0).order_by("next_run")[:limit]
+            .filter(next_run__lte=now, paused=False).exclude(repeats=0).order_by("next_run")[:limit]
         )
 
     def disable_schedule(self, schedule_id: int) -> None:

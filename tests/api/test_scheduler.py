@@ -64,3 +64,18 @@ def test_bad_schedule_arguments_raise_config_error():
         schedule("tests.tasks.noop", name="x", schedule_type=Schedule.MINUTES)
     with pytest.raises(ConfigError):
         schedule("tests.tasks.noop", name="y", schedule_type="nope")
+
+
+def test_a_paused_schedule_does_not_fire_until_resumed(broker):
+    import datetime
+
+    from django.utils import timezone
+
+    from django_taskmq.models import Job, Schedule
+    from django_taskmq.scheduler import tick
+
+    Schedule.objects.create(name="p", func="tests.tasks.noop", next_run=timezone.now() - datetime.timedelta(seconds=1),
+                            paused=True)
+    assert tick() == [] and not Job.objects.exists()
+    Schedule.objects.filter(name="p").update(paused=False)
+    assert len(tick()) == 1
