@@ -109,7 +109,7 @@ def _value(o: ex.Outcome, settings: Settings):
     return o.result
 
 
-def _ack(successes: list[ex.Outcome], broker, settings: Settings) -> list[tuple[ex.Outcome, str]]:
+def _ack(successes: list[ex.Outcome], broker: Broker, settings: Settings) -> list[tuple[ex.Outcome, str]]:
     """Acknowledge successes in one statement; if that fails on one row, one by one."""
     def acks(items):
         return [Ack(o.reservation, o.result, _dt(o.started_at), _dt(o.finished_at)) for o in items]
@@ -133,14 +133,14 @@ def _ack(successes: list[ex.Outcome], broker, settings: Settings) -> list[tuple[
     return [(o, "SUCCEEDED") for o in successes if o.reservation.job_id not in lost]
 
 
-def _ack_one(o: ex.Outcome, broker, acks) -> str | None:
+def _ack_one(o: ex.Outcome, broker: Broker, acks) -> str | None:
     if o.status != ex.SUCCESS:  # the fallback of an unstorable success
         return None
     broker.ack_many(acks([o]))
     return "SUCCEEDED"
 
 
-def _isolated(o: ex.Outcome, broker, settings: Settings, store) -> str | None:
+def _isolated(o: ex.Outcome, broker: Broker, settings: Settings, store) -> str | None:
     """Run ``store(o)`` in a savepoint; if it fails, record ``o`` as a failure saying why.
 
     Returns the final state, or None (not final, lease lost, or nothing could be stored).
@@ -172,7 +172,7 @@ def _isolated(o: ex.Outcome, broker, settings: Settings, store) -> str | None:
         return None
 
 
-def _record_other(o: ex.Outcome, broker, settings: Settings) -> str | None:
+def _record_other(o: ex.Outcome, broker: Broker, settings: Settings) -> str | None:
     r = o.reservation
     started = _dt(o.started_at)
     if o.status == ex.DEFER:
