@@ -1,0 +1,391 @@
+"""An in-memory broker for unit tests: the Broker contract, kept simple, on dicts.
+
+No database and no process. Built only on the ABC (and the pure policy modules it names): leases
+with tokens that fence every write, one delivery counted per reservation, the ``max_deliveries``
+poison guard at reserve time and on failure, yields up to ``max_yields``, unstarted give-backs
+(defer, yield, a graceful stop) that take their delivery back, pick order by priority then arrival
+(the queues' weights through ``policy.pick``).
+
+``atomic()`` nests like savepoints (a block that raises restores what it changed) and counts the
+outermost blocks in ``transactions``; ``closes`` counts ``close()``. ``job(id)`` and ``letters``
+show the state. Members the cluster's pure parts never call raise NotImplementedError.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import itertools
+import time
+import uuid
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, replace
+from typing import Any
+
+from django_taskmq.brokers.base import Ack, Broker, Reservation, Waker
+from django_taskmq.conf import Settings
+from django_taskmq.exceptions import LeaseLost
+from django_taskmq.policy import pick
+from django_taskmq.policy.states import Event, JobState, transition
+
+
+@dataclass
+class Job:
+    """One stored message and its delivery state."""
+
+    id: str
+    queue: str = "default"
+    priority: int = 0
+    payload: str = ""
+    state: JobState = JobState.QUEUED
+    deliveries: int = 0
+    max_deliveries: int = 5
+    yields: int = 0
+    visible_at: float = 0.0
+    expires_at: float | None = None
+    lease_owner: str | None = None
+    lease_token: str | None = None
+    lease_until: float | None = None
+    attempt: int = 0
+    result: Any = None
+    error: str = ""
+    traceback: str = ""
+    started_at: Any = None
+    finished_at: Any = None
+    arrival: int = 0
+
+
+@dataclass
+class Letter:
+    """One dead-letter entry."""
+
+    id: int
+    job_id: str
+    queue: str
+    reason: str
+    error: str
+    deliveries: int
+    replayed: bool = False
+
+
+def _unused(name: str) -> NotImplementedError:
+    return NotImplementedError(f"MemoryBroker.{name}: the cluster's pure parts do not use it; test it on a real broker")
+
+
+class MemoryBroker(Broker):
+    """The broker contract in memory; see the module docstring."""
+
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+        self._jobs: dict[str, Job] = {}
+        self.letters: list[Letter] = []
+        self.heartbeats: dict[str, dict[str, Any]] = {}
+        self._keys: dict[str, tuple[str, float]] = {}  # idempotency key -> (job id, expires at)
+        self._served: dict[str, int] = {}
+        self._arrivals = itertools.count()
+        self._depth = 0
+        self.transactions = 0  # outermost atomic() blocks
+        self.closes = 0
+
+    def job(self, job_id: str) -> Job:
+        return self._jobs[job_id]
+
+    # -- transactions and connections ---------------------------------------------------------
+    def atomic(self, *, write: bool = False) -> contextlib.AbstractContextManager[None]:
+        return self._atomic()
+
+    @contextlib.contextmanager
+    def _atomic(self) -> Iterator[None]:
+        if self._depth == 0:
+            self.transactions += 1
+        saved = copy.deepcopy((self._jobs, self.letters, self.heartbeats, self._keys, self._served))
+        self._depth += 1
+        try:
+            yield
+        except BaseException:
+            self._jobs, self.letters, self.heartbeats, self._keys, self._served = saved
+            raise
+        finally:
+            self._depth -= 1
+
+    def close(self) -> None:
+        self.closes += 1
+
+    def check(self) -> None:
+        return None
+
+    def describe(self) -> str:
+        return "memory broker"
+
+    def waker(self) -> Waker:
+        raise _unused("waker")
+
+    # -- enqueue ------------------------------------------------------------------------------
+    def enqueue(self, job: Mapping[str, Any], key: str | None = None) -> str:
+        now = time.time()
+        if key is not None:
+            known = self._keys.get(key)
+            if known is not None and known[1] > now:
+                return known[0]
+            self._keys[key] = (job["id"], now + self.settings.idempotency_ttl)
+        self._jobs[job["id"]] = Job(
+            id=job["id"], queue=job.get("queue") or self.settings.default_queue, priority=job.get("priority") or 0,
+            payload=job.get("payload", ""), state=JobState(job.get("state") or JobState.QUEUED),
+            max_deliveries=job.get("max_deliveries") or self.settings.max_deliveries,
+            visible_at=job.get("visible_at") or 0.0, expires_at=job.get("expires_at"), arrival=next(self._arrivals))
+        return job["id"]
+
+    def enqueue_many(self, rows: Sequence[Mapping[str, Any]]) -> list[str]:
+        return [self.enqueue(row) for row in rows]
+
+    # -- reserve ------------------------------------------------------------------------------
+    def _ready(self, queues: Iterable[str], above: int | None, now: float) -> list[Job]:
+        """Visible ready jobs of ``queues`` (above a priority), in pick order within a queue."""
+        wanted = set(queues)
+        ready = [j for j in self._jobs.values() if j.state in JobState.READY and j.queue in wanted
+                 and j.visible_at <= now and (above is None or j.priority > above)]
+        return sorted(ready, key=lambda j: (-j.priority, j.arrival))
+
+    def reserve(self, queues: Sequence[str], limit: int, lease: float, owner: str,
+                above: int | None = None) -> list[Reservation]:
+        if limit <= 0 or not queues:
+            return []
+        self.reclaim_expired()
+        now = time.time()
+        ready = self._ready(queues, above, now)
+        heads = {q: [j for j in ready if j.queue == q][:limit] for q in sorted(set(queues))}
+        chosen, _ = pick.plan(heads, self._served, self.settings.weights(), limit)
+        token = uuid.uuid4().hex
+        reservations = []
+        for job in chosen:
+            if job.expires_at is not None and job.expires_at <= now:
+                self._move(job, Event.EXPIRE)
+            elif job.deliveries >= job.max_deliveries:
+                self._bury(job, f"max deliveries exceeded: delivered {job.deliveries} times without an ack")
+            else:
+                reservations.append(self._lease(job, token, owner, now + lease))
+        for r in reservations:
+            self._served[r.queue] = self._served.get(r.queue, 0) + 1
+        return reservations
+
+    def _lease(self, job: Job, token: str, owner: str, until: float) -> Reservation:
+        self._move(job, Event.RESERVE)
+        job.deliveries += 1
+        job.lease_owner, job.lease_token, job.lease_until = owner, token, until
+        return Reservation(job.id, job.queue, job.priority, job.deliveries, job.yields, token, owner,
+                           job.max_deliveries, job.payload)
+
+    def reserve_job(self, job_id: str, lease: float, owner: str) -> Reservation | None:
+        job = self._jobs.get(job_id)
+        if job is None or job.state not in JobState.READY or job.deliveries >= job.max_deliveries:
+            return None
+        return self._lease(job, uuid.uuid4().hex, owner, time.time() + lease)
+
+    def has_ready(self, queues: Sequence[str], above: int | None = None) -> bool:
+        return bool(self._ready(queues, above, time.time()))
+
+    def reclaim_expired(self) -> int:
+        now = time.time()
+        expired = [j for j in self._jobs.values()
+                   if j.state == JobState.RUNNING and j.lease_until is not None and j.lease_until < now]
+        for job in expired:
+            self._move(job, Event.RECLAIM)
+            job.lease_owner = job.lease_token = job.lease_until = None
+            job.error, job.visible_at = "lease expired", now
+        return len(expired)
+
+    # -- ending or changing a delivery (fenced by the lease token) ----------------------------
+    def _move(self, job: Job, event: Event) -> None:
+        job.state = transition(job.state, event)  # raises on a move the state table does not allow
+
+    def _held(self, reservation: Reservation) -> Job | None:
+        """The job, when ``reservation`` still holds it; None when this holder already ended it.
+
+        Raises LeaseLost when the token no longer matches (reclaimed, given back, gone).
+        """
+        job = self._jobs.get(reservation.job_id)
+        if job is None or job.lease_token != reservation.token:
+            raise LeaseLost(f"job {reservation.job_id}: lease lost (token {reservation.token} no longer holds it)")
+        return job if job.state == JobState.RUNNING else None
+
+    def _end(self, job: Job, event: Event, error: str = "", traceback: str = "", started_at: Any = None) -> None:
+        """End a delivery that ran: the token stays (a repeated call by the holder is a no-op)."""
+        self._move(job, event)
+        job.attempt += 1
+        job.error, job.traceback, job.started_at = error, traceback, started_at
+        job.lease_owner = job.lease_until = None
+
+    def _give_back(self, job: Job, delay: float) -> None:
+        """An unstarted delivery goes back: not counted, the lease and its token dropped."""
+        self._move(job, Event.DEFER)
+        job.deliveries -= 1
+        job.lease_owner = job.lease_token = job.lease_until = None
+        job.visible_at = time.time() + max(delay, 0)
+
+    def ack(self, reservation: Reservation, result: Any = None) -> bool:
+        job = self._held(reservation)
+        if job is None:
+            return False
+        self._end(job, Event.ACK)
+        job.result = result
+        return True
+
+    def ack_many(self, acks: Iterable[Ack]) -> list[Reservation]:
+        lost = []
+        for a in acks:
+            try:
+                job = self._held(a.reservation)
+            except LeaseLost:
+                lost.append(a.reservation)
+                continue
+            if job is not None:
+                self._end(job, Event.ACK, started_at=a.started_at)
+                job.result, job.finished_at = a.result, a.finished_at
+        return lost
+
+    def settle(self, reservation: Reservation, *, requeue: bool = True, delay: float = 0, error: str = "",
+               traceback: str = "", started_at: Any = None) -> JobState | None:
+        job = self._held(reservation)
+        if job is None:
+            return None
+        if not requeue or job.deliveries >= reservation.max_deliveries:
+            reason = (error or "rejected") if not requeue else f"max deliveries exceeded: failed {job.deliveries} times"
+            self.dead_letter(reservation, reason, error, traceback, started_at=started_at)
+            return JobState.DEAD
+        self._end(job, Event.FAIL_RETRY, error, traceback, started_at)
+        job.visible_at = time.time() + max(delay, 0)
+        return JobState.RETRYING
+
+    def nack(self, reservation: Reservation, requeue: bool = True, delay: float = 0, error: str = "",
+             traceback: str = "", started_at: Any = None) -> bool:
+        return self.settle(reservation, requeue=requeue, delay=delay, error=error, traceback=traceback,
+                           started_at=started_at) is not None
+
+    def fail(self, reservation: Reservation, error: str, traceback: str = "", started_at: Any = None,
+             finished_at: Any = None) -> bool:
+        job = self._held(reservation)
+        if job is None:
+            return False
+        self._end(job, Event.FAIL_FINAL, error, traceback, started_at)
+        job.finished_at = finished_at
+        return True
+
+    def defer(self, reservation: Reservation, delay: float = 0) -> bool:
+        job = self._held(reservation)
+        if job is None:
+            return False
+        self._give_back(job, delay)
+        return True
+
+    def defer_many(self, reservations: Sequence[Reservation]) -> int:
+        returned = 0
+        for r in reservations:
+            job = self._jobs.get(r.job_id)
+            if job is not None and job.lease_token == r.token and job.state == JobState.RUNNING:
+                self._give_back(job, 0)
+                returned += 1
+        return returned
+
+    def yield_reservation(self, reservation: Reservation, delay: float = 0) -> bool:
+        job = self._held(reservation)
+        if job is None or job.yields >= self.settings.max_yields:
+            return False
+        self._give_back(job, delay)
+        job.yields += 1
+        return True
+
+    def extend_lease(self, reservation: Reservation, seconds: float) -> None:
+        job = self._held(reservation)
+        if job is None:
+            raise LeaseLost(f"job {reservation.job_id}: no longer leased")
+        job.lease_until = time.time() + seconds
+
+    def extend_leases(self, owner: str, job_ids: Sequence[str], seconds: float) -> int:
+        renewed = 0
+        for job_id in job_ids:
+            job = self._jobs.get(job_id)
+            if job is not None and job.lease_owner == owner and job.state == JobState.RUNNING:
+                job.lease_until = time.time() + seconds
+                renewed += 1
+        return renewed
+
+    def _bury(self, job: Job, reason: str, error: str = "") -> None:
+        self._move(job, Event.DEAD_LETTER)
+        job.lease_owner = job.lease_until = None
+        job.error = error or job.error
+        self.letters.append(Letter(len(self.letters) + 1, job.id, job.queue, reason, job.error, job.deliveries))
+
+    def dead_letter(self, reservation: Reservation, reason: str, error: str = "", traceback: str = "",
+                    started_at: Any = None) -> bool:
+        job = self._held(reservation)
+        if job is None:
+            return False
+        if started_at is not None:
+            job.attempt += 1
+            job.started_at = started_at
+        if error:
+            job.traceback = traceback
+        self._bury(job, reason, error)
+        return True
+
+    def dead_letter_package(self, reservation: Reservation, reason: str) -> bool:
+        return self.dead_letter(reservation, reason, error=reason)
+
+    # -- the DLQ and operator actions -----------------------------------------------------------
+    def dead_letters(self, queue: str | None = None) -> list[Letter]:
+        return [x for x in reversed(self.letters) if not x.replayed and queue in (None, x.queue)]
+
+    def replay_dead(self, dead_letter_id: int, queue: str | None = None, priority: int | None = None) -> str:
+        raise _unused("replay_dead")
+
+    def replay_all(self, queue: str | None = None) -> int:
+        raise _unused("replay_all")
+
+    def purge_dead(self, queue: str | None = None, ids: Sequence[int] | None = None) -> int:
+        raise _unused("purge_dead")
+
+    def cancel(self, job_ids: Sequence[str]) -> int:
+        cancelled = [j for i in job_ids if (j := self._jobs.get(i)) is not None and j.state in JobState.READY]
+        for job in cancelled:
+            self._move(job, Event.CANCEL)
+        return len(cancelled)
+
+    # -- the cluster's upkeep -------------------------------------------------------------------
+    def prune(self, keep: int, batch: int = 1000) -> int:
+        if keep <= 0:
+            return 0
+        done = sorted((j for j in self._jobs.values() if j.state == JobState.SUCCEEDED),
+                      key=lambda j: j.arrival, reverse=True)
+        for job in done[keep:keep + batch]:
+            del self._jobs[job.id]
+        return len(done[keep:keep + batch])
+
+    def prune_keys(self, batch: int = 1000) -> int:
+        now = time.time()
+        expired = [k for k, (_, until) in self._keys.items() if until < now][:batch]
+        for key in expired:
+            del self._keys[key]
+        return len(expired)
+
+    def analyze(self) -> None:
+        return None
+
+    def unfinished(self, queues: Sequence[str], now: float) -> bool:
+        return any(j.queue in queues and (j.state in (JobState.RUNNING, JobState.RETRYING)
+                                          or (j.state == JobState.QUEUED and j.visible_at <= now))
+                   for j in self._jobs.values())
+
+    def publish_heartbeat(self, cluster_id: str, **fields: Any) -> None:
+        self.heartbeats[cluster_id] = {**self.heartbeats.get(cluster_id, {}), **fields}
+
+    def due_schedules(self, now: Any, limit: int = 100) -> list[Any]:
+        raise _unused("due_schedules")
+
+    def disable_schedule(self, schedule_id: int) -> None:
+        raise _unused("disable_schedule")
+
+    def jobs(self, job_ids: Sequence[str]) -> dict[str, Any]:
+        return {i: replace(self._jobs[i]) for i in job_ids if i in self._jobs}
+
+    def stats(self) -> list[dict[str, Any]]:
+        raise _unused("stats")
