@@ -1,21 +1,44 @@
-"""What the cluster's processes say to each other: named tuples (immutable, fast to pickle)."""
+"""What the cluster's processes say to each other. Every message between processes is defined here.
+
+Sentinel and pusher, over their pipe (pickled named tuples: immutable, fast to pickle):
+
+* :class:`Want` (sentinel -> pusher), answered by one :class:`Batch` of :class:`Ticket`\\ s
+  (pusher -> sentinel); :class:`Stop` (sentinel -> pusher) ends the pusher.
+
+Sentinel and each worker, over the worker's own pipe (raw bytes, never unpickled by the sentinel):
+
+* sentinel -> worker: a :attr:`Ticket.blob` (a pickled
+  :class:`~django_taskmq.execution.TaskMessage`, opened by :func:`load_task`), or :data:`STOP`,
+  the poison pill;
+* worker -> sentinel: an outcome frame, one status byte (:data:`SUCCEEDED` or :data:`FAILED`) then
+  the pickled :class:`~django_taskmq.execution.Outcome`: :func:`outcome_frame` builds it,
+  :func:`read_outcome_frame` splits it without unpickling.
+
+Sentinel and monitor, over the result queue:
+
+* a list of pickled outcomes (``bytes``), forwarded unopened, one list per turn of the guard
+  loop; :data:`END_OF_RESULTS` (None) asks the monitor to record what it has and exit.
+  :func:`load_outcomes` opens what the monitor gathered.
+"""
 
 from __future__ import annotations
 
 import pickle
+from collections.abc import Iterable
 from typing import NamedTuple
 
+from .. import execution as ex
 from ..brokers.base import Reservation
-from ..execution import TaskMessage
+from ..execution import Outcome, TaskMessage
 
 
 class Want(NamedTuple):
-    """Sentinel -> pusher: room for ``count`` more tasks; ``floor`` is the lowest waiting priority.
+    """Sentinel -> pusher: room for ``room`` more tasks; ``floor`` is the lowest waiting priority.
 
-    With ``count == 0`` the pusher only looks for work above ``floor`` (to make the cluster yield).
+    With ``room == 0`` the pusher only looks for work above ``floor`` (to make the cluster yield).
     """
 
-    count: int
+    room: int
     floor: int | None
 
 
@@ -33,7 +56,12 @@ class Ticket(NamedTuple):
                    pickle.dumps(message, pickle.HIGHEST_PROTOCOL))
 
     def message(self) -> TaskMessage:
-        return pickle.loads(self.blob)
+        return load_task(self.blob)
+
+
+def load_task(blob: bytes) -> TaskMessage:
+    """Open a :attr:`Ticket.blob` (what a worker receives)."""
+    return pickle.loads(blob)
 
 
 class Batch(NamedTuple):
@@ -45,3 +73,43 @@ class Batch(NamedTuple):
 
 class Stop(NamedTuple):
     """Sentinel -> pusher: reserve nothing more and exit."""
+
+
+# -- the workers' pipes ----------------------------------------------------------------------------
+STOP = b"stop"  # sentinel -> worker, the poison pill: never a pickle, which starts with b"\x80"
+SUCCEEDED = b"S"  # status byte of an outcome frame: the task succeeded
+FAILED = b"F"  # status byte of an outcome frame: any other outcome
+
+
+def dump_outcome(outcome: Outcome) -> bytes:
+    """Pickle one outcome for the monitor (a worker's, or one the sentinel records for a lost task)."""
+    return pickle.dumps(outcome, pickle.HIGHEST_PROTOCOL)
+
+
+def outcome_frame(outcome: Outcome) -> bytes:
+    """Worker -> sentinel: the status byte, then the pickled outcome.
+
+    An outcome whose envelope no longer pickles (its arguments changed while running) is sent as
+    UNSTORABLE, saying why. The status byte lets the sentinel count outcomes without unpickling them.
+    """
+    try:
+        data = dump_outcome(outcome)
+    except Exception as exc:
+        outcome = outcome._replace(envelope=None, status=ex.UNSTORABLE, result=None,
+                                   error=f"outcome cannot be pickled: {ex.describe(exc)}", traceback="")
+        data = dump_outcome(outcome)
+    return (SUCCEEDED if outcome.status == ex.SUCCESS else FAILED) + data
+
+
+def read_outcome_frame(frame: bytes) -> tuple[bool, bytes]:
+    """Split an outcome frame: (whether the task succeeded, the pickled outcome, unopened)."""
+    return frame[:1] == SUCCEEDED, frame[1:]
+
+
+# -- the result queue ------------------------------------------------------------------------------
+END_OF_RESULTS = None  # sentinel -> monitor: record what is left, then exit
+
+
+def load_outcomes(parts: Iterable[list[bytes] | None]) -> list[Outcome]:
+    """Unpickle the outcomes of the lists the monitor took from the result queue (skipping the end mark)."""
+    return [pickle.loads(o) for part in parts if part is not END_OF_RESULTS for o in part]

@@ -1,16 +1,23 @@
-"""The monitor process: record outcomes in batches, one transaction for many results."""
+"""The monitor process: record outcomes in batches, one transaction for many results.
+
+:func:`run` is the process's entry point; :class:`Monitor` does the work (gather, record, prune)
+and can be driven without a process.
+"""
 
 from __future__ import annotations
 
 import logging
 import os
-import pickle
 import queue as queue_module
 import signal
 import time
+from typing import Any, Protocol
 
+from .. import execution as ex
+from ..brokers.base import Broker
 from ..conf import Settings
 from . import outage
+from .messages import END_OF_RESULTS, load_outcomes
 
 logger = logging.getLogger(__name__)
 
@@ -20,79 +27,107 @@ PRUNE_EVERY = 1.0  # seconds between pruning rounds
 PRUNE_BUDGET = 0.1  # seconds a round may spend deleting (short deletes keep SQLite's write lock free)
 
 
-def run(results, settings: Settings) -> None:
-    """Record outcomes from ``results`` until a ``None`` arrives; prune old successes on the side."""
+class Results(Protocol):
+    """The monitor's end of the result queue (a ``multiprocessing`` queue, or a ``queue.Queue``)."""
+
+    def get(self, block: bool = True, timeout: float | None = None) -> Any: ...
+
+
+def run(results: Results, settings: Settings) -> None:
+    """Record outcomes from ``results`` until the end mark arrives; prune old successes on the side."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
     from ..brokers import get_broker
     from ..signals import post_spawn
 
-    broker = get_broker()
-    # While the database is away: one line every few seconds with a count, not a traceback a try.
-    failures = outage.FailureLog("monitor", logger)
+    broker = get_broker()  # this process's own (a forked child must not share the sentinel's connection)
     post_spawn.send(sender=run, proc_name="monitor")
-    last_prune = time.monotonic()
-    parent = os.getppid()
-    stopping = False
-    while not stopping:
-        if os.getppid() != parent:  # the sentinel was killed: its leases bring the work back
-            return
+    Monitor(results, broker, settings).serve()
+
+
+class Monitor:
+    """Takes the outcomes the sentinel puts on ``results`` and records them with ``broker``."""
+
+    def __init__(self, results: Results, broker: Broker, settings: Settings) -> None:
+        self.results = results
+        self.broker = broker
+        self.settings = settings
+        # While the database is away: one line every few seconds with a count, not a traceback a try.
+        self.failures = outage.FailureLog("monitor", logger)
+        self.last_prune = time.monotonic()
+        self.parent = os.getppid()
+        self.stopping = False  # the end mark arrived: record what was gathered, then exit
+
+    def serve(self) -> None:
+        """Gather and record until the end mark arrives (or the sentinel is gone); prune every second."""
+        while not self.stopping:
+            if os.getppid() != self.parent:  # the sentinel was killed: its leases bring the work back
+                return
+            batch = self.gather()
+            if batch:
+                self.record(batch)
+            self.prune_if_due()
+
+    def gather(self) -> list[ex.Outcome]:
+        """Wait up to a second for outcomes, then take what else arrives within :data:`GATHER` s (at
+        most :data:`BATCH` messages); return them. Sets ``stopping`` when the end mark was among them."""
         try:
-            first = results.get(timeout=1.0)
+            first = self.results.get(timeout=1.0)
         except queue_module.Empty:
-            first = ()
-        batch = [first] if first != () else []
+            return []
+        parts = [first]
         # Gather for a few milliseconds: one commit for many outcomes leaves the database's write
         # lock to the pusher's claims most of the time (SQLite has one writer).
         gather_until = time.monotonic() + GATHER
-        while batch and len(batch) < BATCH:
+        while len(parts) < BATCH:
             try:
-                batch.append(results.get(timeout=max(gather_until - time.monotonic(), 0)))
+                parts.append(self.results.get(timeout=max(gather_until - time.monotonic(), 0)))
             except queue_module.Empty:
                 break
-        if None in batch:
-            stopping = True
+        if END_OF_RESULTS in parts:
+            self.stopping = True
         # Outcomes travel as lists of pickled bytes: the sentinel forwards them unopened.
-        batch = [pickle.loads(o) for part in batch if part is not None for o in part]
-        if batch:
-            _record(batch, broker, settings, failures)
-        if time.monotonic() - last_prune > PRUNE_EVERY:
-            last_prune = time.monotonic()
+        return load_outcomes(parts)
+
+    def record(self, batch: list[ex.Outcome]) -> None:
+        """Record a batch, retrying while the database is away (a restart); then give up on it.
+
+        Giving up loses nothing: the leases of these jobs run out and the jobs are delivered again.
+        The failed tries are logged (rate-limited), and the recovery.
+        """
+        from .. import recorder
+        from ..api import async_task
+
+        started = time.monotonic()
+        deadline = started + self.settings.lease / 2
+        while True:
             try:
-                deadline = time.monotonic() + PRUNE_BUDGET
-                while broker.prune(settings.save_limit) and time.monotonic() < deadline:
-                    pass
-                broker.prune_keys()
+                recorder.record(batch, self.broker, self.settings, enqueue=async_task)
             except Exception as exc:
-                failures.failed("pruning old successes or expired keys", exc)
-                broker.close()  # a broken connection would fail every later prune
+                self.broker.close()
+                self.failures.failed(f"recording {len(batch)} outcome(s)", exc)
+                if time.monotonic() > deadline:
+                    logger.error("monitor: gave up recording %d outcome(s) after %.0f s (%s); their leases will "
+                                 "bring them back", len(batch), time.monotonic() - started, outage.cause(exc))
+                    return
+                time.sleep(0.5)
             else:
-                failures.succeeded()
-
-
-def _record(batch: list, broker, settings: Settings, failures: outage.FailureLog | None = None) -> None:
-    """Record a batch, retrying while the database is away (a restart); then give up on it.
-
-    Giving up loses nothing: the leases of these jobs run out and the jobs are delivered again.
-    ``failures`` logs the failed tries (rate-limited) and the recovery.
-    """
-    from .. import recorder
-    from ..api import async_task
-
-    failures = failures or outage.FailureLog("monitor", logger)
-    started = time.monotonic()
-    deadline = started + settings.lease / 2
-    while True:
-        try:
-            recorder.record(batch, broker, settings, enqueue=async_task)
-        except Exception as exc:
-            broker.close()
-            failures.failed(f"recording {len(batch)} outcome(s)", exc)
-            if time.monotonic() > deadline:
-                logger.error("monitor: gave up recording %d outcome(s) after %.0f s (%s); their leases will bring "
-                             "them back", len(batch), time.monotonic() - started, outage.cause(exc))
+                self.failures.succeeded()
                 return
-            time.sleep(0.5)
-        else:
-            failures.succeeded()
+
+    def prune_if_due(self) -> None:
+        """Every :data:`PRUNE_EVERY` s: delete old successes (for up to :data:`PRUNE_BUDGET` s) and
+        expired idempotency keys."""
+        if time.monotonic() - self.last_prune <= PRUNE_EVERY:
             return
+        self.last_prune = time.monotonic()
+        try:
+            deadline = time.monotonic() + PRUNE_BUDGET
+            while self.broker.prune(self.settings.save_limit) and time.monotonic() < deadline:
+                pass
+            self.broker.prune_keys()
+        except Exception as exc:
+            self.failures.failed("pruning old successes or expired keys", exc)
+            self.broker.close()  # a broken connection would fail every later prune
+        else:
+            self.failures.succeeded()

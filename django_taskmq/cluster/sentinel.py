@@ -1,49 +1,85 @@
-"""The sentinel: spawns the pusher, the workers and the monitor, and guards them.
+"""The sentinel: spawns the pusher, the workers and the monitor, and supervises them.
 
-It owns the cluster's reserved-but-unstarted tasks (so it can reorder them and yield them back),
-feeds each idle worker through that worker's own pipe, enforces timeouts from the workers'
-shared timers, reincarnates dead processes, renews the leases of the tasks it holds (waiting or
-running) with one statement, runs the scheduler and publishes the heartbeat. Signal handlers only set a flag.
+Supervision only: it spawns its children, waits on their pipes and deaths in the guard loop, feeds
+each idle worker through that worker's own pipe, enforces timeouts from the workers' shared timers,
+reincarnates dead processes, orchestrates the stop procedure, and turns SIGTERM/SIGINT into a flag.
+Its parts, each in its own module: the dispatch buffer (:mod:`.buffer`) holds the reserved tasks
+that have not started; the upkeep (:mod:`.upkeep`) renews leases, ticks the scheduler, publishes the
+heartbeat and runs ``ANALYZE`` on timers. What the processes say to each other is in :mod:`.messages`.
 """
 
 from __future__ import annotations
 
-import bisect
-import datetime
-import itertools
+import functools
 import logging
 import multiprocessing
 import os
-import pickle
 import signal
 import socket
 import time
 import uuid
-from dataclasses import dataclass, field
+from collections.abc import Callable
+from dataclasses import dataclass
 from multiprocessing.connection import Connection, wait
+from typing import Any, Protocol
 
 from django.db import connections
-from django.utils import timezone
 
 from .. import execution as ex
+from ..brokers.base import Broker
 from ..conf import Settings
-from ..policy.lease import renew_interval
+from ..exceptions import TaskMQError, TaskTimeout, WorkerDied
 from . import monitor, outage, pusher, worker
-from .messages import Batch, Stop, Ticket, Want
+from .buffer import Buffer
+from .messages import END_OF_RESULTS, STOP, Batch, Stop, Ticket, dump_outcome, read_outcome_frame
+from .upkeep import DatabaseAway, Report, Upkeep
 
 logger = logging.getLogger(__name__)
 
-HEARTBEAT_EVERY = 2.0
-ANALYZE_EVERY = 600.0  # seconds between planner statistics refreshes (PostgreSQL)
 IDLE_WAIT = 0.5  # seconds the guard loop may sleep while no task waits or runs
-BURST_CHECK_EVERY = 0.2
-# A burst gives up after this many seconds without a successful database operation of the sentinel,
-# so it exits within 30 s of losing the database even when each attempt waits for a connect timeout.
-BURST_GIVE_UP = 15.0
 
 
-class DatabaseAway(Exception):
-    """A burst gives up: the database has been unreachable for :data:`BURST_GIVE_UP` seconds."""
+class Process(Protocol):
+    """What the sentinel uses of a child process (a ``multiprocessing`` process, or a stand-in)."""
+
+    @property
+    def pid(self) -> int | None: ...
+
+    @property
+    def exitcode(self) -> int | None: ...
+
+    @property
+    def sentinel(self) -> int: ...
+
+    def is_alive(self) -> bool: ...
+
+    def join(self, timeout: float | None = None) -> None: ...
+
+
+class _NotStarted:
+    """A child that is not spawned yet: never alive."""
+
+    pid: int | None = None
+    exitcode: int | None = None
+
+    @property
+    def sentinel(self) -> int:
+        raise RuntimeError("the cluster's processes are not started")
+
+    def is_alive(self) -> bool:
+        return False
+
+    def join(self, timeout: float | None = None) -> None:
+        return None
+
+
+NOT_STARTED = _NotStarted()
+
+
+class ResultQueue(Protocol):
+    """The sentinel's end of the result queue (a ``multiprocessing`` queue, or a stand-in)."""
+
+    def put(self, obj: Any) -> None: ...
 
 
 @dataclass
@@ -51,29 +87,24 @@ class Slot:
     """One worker process and the task it runs."""
 
     index: int
-    process: multiprocessing.process.BaseProcess
+    process: Process
     pipe: Connection
     task: Ticket | None = None
     done: int = 0
     retiring: bool = False
 
 
-@dataclass(order=True)
-class Waiting:
-    """A reserved task waiting in the sentinel, ordered by priority then arrival."""
-
-    sort_key: tuple[int, int]
-    task: Ticket = field(compare=False)
-
-
 class Sentinel:
-    """One cluster: ``Sentinel(settings).start()`` runs until stopped (or drained, with ``burst``)."""
+    """One cluster: ``Sentinel(settings, broker).start()`` runs until stopped (or drained, with ``burst``).
 
-    def __init__(self, settings: Settings, queues: list[str] | None = None, burst: bool = False,
+    ``broker`` serves the sentinel itself (yields, renewals, heartbeats, ...); the pusher and the
+    monitor, forked children, each build their own at their entry point.
+    """
+
+    def __init__(self, settings: Settings, broker: Broker, queues: list[str] | None = None, burst: bool = False,
                  workers: int | None = None, name: str | None = None) -> None:
-        from ..brokers import get_broker
-
         self.settings = settings
+        self.broker = broker
         self.queues = sorted(queues or settings.queues)
         self.burst = burst
         self.workers = workers or settings.workers
@@ -83,23 +114,24 @@ class Sentinel:
         # signed and verified with TASKMQ['name'], the salt every producer uses.
         self.name = name or settings.name
         self.owner = f"{self.name}:{self.host}:{os.getpid()}:{uuid.uuid4().hex[:8]}"[:64]
-        self.broker = get_broker()
         self.ctx = multiprocessing.get_context("fork")
         self.timers = self.ctx.RawArray("d", self.workers)
+        # The children, spawned by start() (tests put stand-ins here).
         self.slots: list[Slot] = []
-        self.waiting: list[Waiting] = []
+        self.pusher: Process = NOT_STARTED
+        self.pusher_pipe: Connection | None = None  # the sentinel's end of the pusher's pipe
+        self.monitor: Process = NOT_STARTED
+        self.results: ResultQueue | None = None  # to the monitor
         self.outbox: list[bytes] = []  # pickled outcomes for the monitor, sent once per turn
-        self.sequence = itertools.count()
         self.want_pending = False
         self.drained = False
         self.signals = 0
         self.state = "starting"
         self.counts = {"succeeded": 0, "failed": 0, "timeouts": 0, "crashes": 0, "yields": 0, "reincarnations": 0}
-        self.started = time.time()
-        self._next = {"analyze": 0.0, "guard": 0.0, "renew": 0.0, "heartbeat": 0.0, "scheduler": 0.0, "burst": 0.0}
-        # While the database is away: one line per component every few seconds, not a traceback a try.
-        self.failures = outage.FailureLog("sentinel", logger)
-        self.scheduler_failures = outage.FailureLog("scheduler", logger)
+        self._next_guard = 0.0  # monotonic time of the next timeout and liveness check
+        self.upkeep = Upkeep(settings, broker, owner=self.owner, name=self.name, host=self.host, queues=self.queues,
+                             burst=burst, held=self._held, report=self._report)
+        self.buffer = Buffer(broker, self.limit, self.workers, failed=self.upkeep.failed)
 
     # -- life cycle -------------------------------------------------------------------------
     def start(self) -> int:
@@ -115,9 +147,9 @@ class Sentinel:
             try:
                 while not self.signals:
                     self.step()
-                    if self.burst and self._burst_done_safely():
+                    if self.burst and self.upkeep.burst_done(self._idle()):
                         break
-                    self._give_up_if_away()
+                    self.upkeep.give_up_if_away()
                 if self.signals < 2:
                     self.stop()
             except DatabaseAway as exc:
@@ -126,34 +158,28 @@ class Sentinel:
         finally:
             if self.signals >= 2 or gave_up:
                 self._kill_all()
-            published = not gave_up and self._publish(final=True)
+            published = not gave_up and self.upkeep.publish(final=True)
         if self.signals >= 2 or gave_up:
             return 1
         # A burst that could not record its end (the database went away) did not surely finish.
         return 1 if self.burst and not published else 0
-
-    def _give_up_if_away(self) -> None:
-        """In a burst, end the run once the sentinel has reached no database for BURST_GIVE_UP s."""
-        if self.burst and self.failures.down_for() >= BURST_GIVE_UP:
-            raise DatabaseAway(
-                f"qcluster --burst: giving up, database {self.broker.describe()} "
-                f"unreachable for {self.failures.down_for():.0f} s ({self.failures.failures} failures; "
-                f"last {self.failures.last}); stopping the cluster")
 
     def _on_signal(self, signum, frame) -> None:
         self.signals += 1
 
     def _spawn_all(self) -> None:
         connections.close_all()  # a forked child must not share the parent's database socket
-        self.results = self.ctx.Queue()
-        self.monitor = self._spawn(monitor.run, (self.results, self.settings), "taskmq-monitor")
+        results = self.ctx.Queue()
+        self.results = results
+        self.monitor = self._spawn(monitor.run, (results, self.settings), "taskmq-monitor")
         self._spawn_pusher()
         self.slots = [self._spawn_worker(i) for i in range(self.workers)]
 
-    def _spawn(self, target, args, name, own_parent_end: Connection | None = None):
+    def _spawn(self, target: Callable[..., None], args: tuple, name: str,
+               own_parent_end: Connection | None = None) -> multiprocessing.process.BaseProcess:
         # A forked child inherits every pipe end the sentinel holds; it closes the ones that are
         # not its own, so a pipe reports EOF as soon as its real peer dies.
-        foreign = [self.pusher_pipe] if getattr(self, "pusher_pipe", None) else []
+        foreign = [self.pusher_pipe] if self.pusher_pipe is not None else []
         foreign += [slot.pipe for slot in self.slots]
         if own_parent_end is not None:
             foreign.append(own_parent_end)
@@ -182,31 +208,37 @@ class Sentinel:
     def step(self) -> None:
         """One turn of the guard loop: ask for work, read pipes, guard, dispatch, upkeep."""
         self._ask_pusher()  # before sleeping, so a fresh cluster does not idle through its first wait
-        handles = [self.pusher_pipe, *(s.pipe for s in self.slots if s.task is not None or s.retiring)]
+        pusher_pipe = self.pusher_pipe
+        handles: list[Connection | int] = [] if pusher_pipe is None else [pusher_pipe]
+        handles += [s.pipe for s in self.slots if s.task is not None or s.retiring]
         handles += [s.process.sentinel for s in self.slots] + [self.pusher.sentinel, self.monitor.sentinel]
         # Idle, nothing can time out: sleep longer (pipes and process deaths still wake the wait).
-        busy = self.waiting or any(s.task is not None for s in self.slots)
+        busy = bool(self.buffer) or any(s.task is not None for s in self.slots)
         for handle in wait(handles, timeout=self.settings.guard_interval if busy else IDLE_WAIT):
-            if handle is self.pusher_pipe:
+            if handle is pusher_pipe:
                 self._from_pusher()
             else:
                 slot = next((s for s in self.slots if s.pipe is handle), None)
                 if slot is not None:
                     self._from_worker(slot)
-        if self._due("guard", self.settings.guard_interval):
+        now = time.monotonic()
+        if now >= self._next_guard:
+            self._next_guard = now + self.settings.guard_interval
             self._guard()
         self._dispatch()
         self._flush()
         self._ask_pusher()
-        self._upkeep()
+        self.upkeep.run()
 
     def _flush(self) -> None:
         """Hand the outcomes gathered in this turn to the monitor as one message."""
-        if self.outbox:
+        if self.outbox and self.results is not None:
             self.results.put(self.outbox)
             self.outbox = []
 
     def _from_pusher(self) -> None:
+        if self.pusher_pipe is None:
+            return
         try:
             batch = self.pusher_pipe.recv()
         except (EOFError, OSError):
@@ -215,41 +247,22 @@ class Sentinel:
             return
         self.want_pending = False
         self.drained = batch.drained
-        for task in batch.tasks:
-            bisect.insort(self.waiting, Waiting((-task.reservation.priority, next(self.sequence)), task))
-        if len(self.waiting) > self.limit:
-            self._yield_overflow()
-
-    def _yield_overflow(self) -> None:
-        """Hand the lowest-priority unstarted tasks back so the urgent ones fit the limit."""
-        kept = []
-        while len(self.waiting) > self.limit:
-            item = self.waiting.pop()
-            try:
-                given_back = self.broker.yield_reservation(item.task.reservation)
-            except Exception as exc:
-                self._failed(f"yield of job {item.task.reservation.job_id}", exc)
-                given_back = False
-            if given_back:
-                self.counts["yields"] += 1
-            else:  # yielded max_yields times already: it keeps its place so nothing starves
-                kept.append(item)
-        for item in kept:
-            bisect.insort(self.waiting, item)
+        self.counts["yields"] += self.buffer.add(batch.tasks)
 
     def _from_worker(self, slot: Slot) -> None:
         try:
-            data = slot.pipe.recv_bytes()
+            frame = slot.pipe.recv_bytes()
         except (EOFError, OSError):
             self._replace_worker(slot, crashed=True)
             return
         slot.task = None
         slot.done += 1
-        self.counts["succeeded" if data[:1] == b"S" else "failed"] += 1
-        self.outbox.append(data[1:])
+        succeeded, outcome = read_outcome_frame(frame)
+        self.counts["succeeded" if succeeded else "failed"] += 1
+        self.outbox.append(outcome)
         if slot.done >= self.settings.recycle and not slot.retiring:
             slot.retiring = True
-            self._send(slot, worker.STOP)
+            self._send(slot, STOP)
 
     def _guard(self) -> None:
         now = time.monotonic()
@@ -261,12 +274,13 @@ class Sentinel:
                     self._replace_worker(slot, crashed=slot.task is not None)
                 continue
             started = self.timers[slot.index]
-            timeout = slot.task.timeout if slot.task else None
-            if started and timeout and now - started > timeout:
+            task = slot.task
+            timeout = task.timeout if task is not None else None
+            if task is not None and started and timeout and now - started > timeout:
                 logger.warning("job %s ran past its timeout of %ss: killing worker %s",
-                               slot.task.reservation.job_id, timeout, slot.process.pid)
+                               task.reservation.job_id, timeout, slot.process.pid)
                 self.counts["timeouts"] += 1
-                self._record_lost(slot.task, ex.TIMEOUT, f"TaskTimeout: ran past its timeout of {timeout}s")
+                self._record_lost(task, ex.TIMEOUT, TaskTimeout(f"ran past its timeout of {timeout}s"))
                 slot.task = None
                 _kill(slot.process)
                 self._replace_worker(slot, crashed=False)
@@ -279,8 +293,9 @@ class Sentinel:
             logger.error("monitor died (exit code %s): reincarnating", self.monitor.exitcode)
             self.counts["reincarnations"] += 1
             connections.close_all()
-            self.results = self.ctx.Queue()
-            self.monitor = self._spawn(monitor.run, (self.results, self.settings), "taskmq-monitor")
+            results = self.ctx.Queue()
+            self.results = results
+            self.monitor = self._spawn(monitor.run, (results, self.settings), "taskmq-monitor")
 
     def _replace_worker(self, slot: Slot, crashed: bool) -> None:
         slot.process.join(timeout=1)
@@ -289,7 +304,7 @@ class Sentinel:
             logger.error("worker %s died (exit code %s) running job %s", slot.process.pid, code,
                          slot.task.reservation.job_id)
             self.counts["crashes"] += 1
-            self._record_lost(slot.task, ex.CRASH, f"WorkerDied: the worker exited with code {code} while running it")
+            self._record_lost(slot.task, ex.CRASH, WorkerDied(f"the worker exited with code {code} while running it"))
         slot.pipe.close()
         index = self.slots.index(slot)
         if self.state == "running":
@@ -299,22 +314,19 @@ class Sentinel:
         else:
             del self.slots[index]
 
-    def _record_lost(self, task: Ticket, status: str, error: str) -> None:
+    def _record_lost(self, task: Ticket, status: ex.Status, error: TaskMQError) -> None:
+        """Record the outcome of a task whose worker was killed at its timeout or died."""
         now = time.time()
-        outcome = ex.Outcome(task.reservation, task.message().envelope, status, error=error, started_at=now,
-                             finished_at=now)
-        self.outbox.append(pickle.dumps(outcome, pickle.HIGHEST_PROTOCOL))
+        outcome = ex.Outcome(task.reservation, task.message().envelope, status, error=_error_text(error),
+                             started_at=now, finished_at=now)
+        self.outbox.append(dump_outcome(outcome))
 
     def _dispatch(self) -> None:
         for slot in self.slots:
-            if not self.waiting:
+            if not self.buffer:
                 return
             if slot.task is None and not slot.retiring and slot.process.is_alive():
-                task = self.waiting.pop(0).task
-                if self._send(slot, task):
-                    slot.task = task
-                else:
-                    bisect.insort(self.waiting, Waiting((-task.reservation.priority, next(self.sequence)), task))
+                slot.task = self.buffer.hand_out(functools.partial(self._send, slot))
 
     def _send(self, slot: Slot, message: Ticket | bytes) -> bool:
         """Send a task (its pickled bytes, unopened) or the poison pill to a worker."""
@@ -325,16 +337,10 @@ class Sentinel:
             return False
 
     def _ask_pusher(self) -> None:
-        if self.want_pending or self.state != "running" or not self.pusher.is_alive():
+        if self.want_pending or self.state != "running" or not self.pusher.is_alive() or self.pusher_pipe is None:
             return
-        room = self.limit - len(self.waiting)
-        busy = sum(1 for s in self.slots if s.task is not None)
-        starving = len(self.waiting) < self.workers - busy + 1
-        if room > 0 and (starving or room >= max(1, self.limit // 2)):
-            want = Want(room, None)
-        elif self.waiting:
-            want = Want(0, -self.waiting[-1].sort_key[0])
-        else:
+        want = self.buffer.want(busy=sum(1 for s in self.slots if s.task is not None))
+        if want is None:
             return
         try:
             self.pusher_pipe.send(want)
@@ -342,164 +348,78 @@ class Sentinel:
         except (BrokenPipeError, OSError):
             pass
 
-    # -- upkeep -------------------------------------------------------------------------------
-    def _due(self, what: str, every: float) -> bool:
-        now = time.monotonic()
-        if now < self._next[what]:
-            return False
-        self._next[what] = now + every
-        return True
+    def _held(self) -> list[str]:
+        """The job ids of what the cluster holds: waiting and running tasks."""
+        return self.buffer.held() + [s.task.reservation.job_id for s in self.slots if s.task is not None]
 
-    def _upkeep(self) -> None:
-        """Renew, tick, beat, analyze when due. A failure ends this turn's upkeep; what was not
-        tried stays due, and what failed is tried again at its next due time with a new connection.
-        """
-        from .. import scheduler
+    def _report(self) -> Report:
+        """What the heartbeat says of the processes now."""
+        return Report(self.state, len(self.slots),
+                      {**self.counts, "waiting": len(self.buffer),
+                       "running": sum(1 for s in self.slots if s.task is not None)})
 
-        # Nothing held, nothing to renew: no statement, so no sign either way of the database.
-        if self._due("renew", renew_interval(self.settings.lease)) and self._held() \
-                and not self._attempt("lease renewal", self._renew):
-            return
-        if self._due("scheduler", self.settings.scheduler_interval) and not self.burst:
-            if not self._attempt("tick", lambda: scheduler.tick(self.settings), self.scheduler_failures):
-                return
-        if self._due("heartbeat", HEARTBEAT_EVERY) and not self._publish():
-            return
-        if self._due("analyze", ANALYZE_EVERY):
-            # A no-op on some engines: its success says nothing about the database.
-            self._attempt("ANALYZE", self.broker.analyze, proof=False)
-
-    def _attempt(self, what: str, operation, failures: outage.FailureLog | None = None, proof: bool = True) -> bool:
-        """Run one database operation; on failure count it (rate-limited log) and reconnect next time.
-
-        ``proof``: whether its success shows the database is there (it ran a statement).
-        """
-        try:
-            operation()
-        except Exception as exc:
-            # The database may be restarting: keep the processes alive, reconnect next time.
-            self._failed(what, exc, failures)
-            return False
-        if proof:
-            (failures or self.failures).succeeded()
-        return True
-
-    def _failed(self, what: str, exc: BaseException, failures: outage.FailureLog | None = None) -> None:
-        (failures or self.failures).failed(what, exc)
-        self.broker.close()
-
-    def _publish(self, final: bool = False) -> bool:
-        """Write the heartbeat row; return whether it was written."""
-        return self._attempt("heartbeat", lambda: self._write_heartbeat(final))
-
-    def _write_heartbeat(self, final: bool) -> None:
-        self.broker.publish_heartbeat(
-            self.owner,
-            name=self.name, host=self.host, pid=os.getpid(),
-            state="stopped" if final else self.state, workers=len(self.slots), queues=self.queues,
-            counts={**self.counts, "waiting": len(self.waiting),
-                    "running": sum(1 for s in self.slots if s.task is not None),
-                    "uptime": round(time.time() - self.started, 1)},
-            started_at=datetime.datetime.fromtimestamp(self.started, tz=datetime.UTC),
-            beat_at=timezone.now(),
-        )
-
-    def _burst_done_safely(self) -> bool:
-        try:
-            done = self._burst_done()
-        except Exception as exc:
-            self._failed("burst check", exc)
-            return False
-        if done is not None:
-            self.failures.succeeded()
-        return bool(done)
-
-    def _burst_done(self) -> bool | None:
-        """Return whether the burst is over; None when it did not look at the database."""
-        if not self.drained or self.waiting or any(s.task for s in self.slots):
-            return None
-        # While the database is away, look no more often than the heartbeat does.
-        if not self._due("burst", HEARTBEAT_EVERY if self.failures.failing else BURST_CHECK_EVERY):
-            return None
-        # The broker looks in one query, one snapshot: separate queries could each miss a job that
-        # moves from RUNNING to RETRYING between them, and the burst would end with work left.
-        # Jobs queued for later (eta/delay) do not keep a burst alive; retries do.
-        return not self.broker.unfinished(self.queues, time.time())
+    def _idle(self) -> bool:
+        """The pusher found nothing ready, and no task waits or runs here."""
+        return self.drained and not self.buffer and not any(s.task for s in self.slots)
 
     # -- the stop procedure -------------------------------------------------------------------
     def stop(self) -> None:
         """Stop the pusher, give back unstarted work, let workers finish, let the monitor drain."""
         self.state = "stopping"
         logger.info("cluster %s stopping", self.owner)
-        self._publish()
+        self.upkeep.publish()
         # 1. The pusher reserves nothing more; a batch it sends meanwhile joins the waiting list.
-        try:
-            self.pusher_pipe.send(Stop())
-        except (BrokenPipeError, OSError):
-            pass
-        while self.pusher.is_alive() and self.signals < 2:
-            if self.pusher_pipe.poll(0.05):
-                self._from_pusher()
-            self._give_up_if_away()
+        if self.pusher_pipe is not None:
+            try:
+                self.pusher_pipe.send(Stop())
+            except (BrokenPipeError, OSError):
+                pass
+            while self.pusher.is_alive() and self.signals < 2:
+                if self.pusher_pipe.poll(0.05):
+                    self._from_pusher()
+                self.upkeep.give_up_if_away()
         self.pusher.join(timeout=1)
         # 2. Reservations that never started go back without counting a delivery.
-        if self.waiting:
-            try:
-                returned = self.broker.defer_many([w.task.reservation for w in self.waiting])
-                logger.info("returned %d unstarted reservation(s) to the broker", returned)
-                self.failures.succeeded()
-            except Exception as exc:
-                self._failed(f"returning {len(self.waiting)} unstarted reservation(s) (their leases bring them back)",
-                             exc)
-            self.waiting.clear()
+        if self.buffer:
+            self.upkeep.attempt(
+                f"returning {len(self.buffer)} unstarted reservation(s) (their leases bring them back)",
+                self.buffer.give_back)
         # 3. Poison pills: idle workers get one now, busy ones after their task.
         for slot in self.slots:
             if slot.task is None and not slot.retiring:
                 slot.retiring = True
-                self._send(slot, worker.STOP)
+                self._send(slot, STOP)
         while self.slots and self.signals < 2:
-            handles = [s.pipe for s in self.slots] + [s.process.sentinel for s in self.slots]
+            handles: list[Connection | int] = [s.pipe for s in self.slots]
+            handles += [s.process.sentinel for s in self.slots]
             for handle in wait(handles, timeout=self.settings.guard_interval):
-                slot = next((s for s in self.slots if s.pipe is handle), None)
-                if slot is not None:
-                    self._from_worker(slot)
-                    if not slot.retiring:
-                        slot.retiring = True
-                        self._send(slot, worker.STOP)
+                finished = next((s for s in self.slots if s.pipe is handle), None)
+                if finished is not None:
+                    self._from_worker(finished)
+                    if not finished.retiring:
+                        finished.retiring = True
+                        self._send(finished, STOP)
             self._guard()
             self._flush()
-            self._stopping_upkeep()
+            self.upkeep.stopping()
         # 4. The monitor records what is left, then exits.
         self._flush()
-        self.results.put(None)
+        if self.results is not None:
+            self.results.put(END_OF_RESULTS)
         while self.monitor.is_alive() and self.signals < 2:
             self.monitor.join(timeout=0.1)
-            self._stopping_upkeep()
+            self.upkeep.stopping()
         self.state = "stopped"
         logger.info("cluster %s stopped", self.owner)
-
-    def _held(self) -> list[str]:
-        """The job ids of what the cluster holds: waiting and running tasks."""
-        held = [w.task.reservation.job_id for w in self.waiting]
-        return held + [s.task.reservation.job_id for s in self.slots if s.task is not None]
-
-    def _renew(self) -> None:
-        """Renew the leases of what the cluster holds, one statement."""
-        held = self._held()
-        if held:
-            self.broker.extend_leases(self.owner, held, self.settings.lease)
-
-    def _stopping_upkeep(self) -> None:
-        """While stopping: renew what still runs, beat (state ``stopping``), give up a burst on an outage."""
-        renew = self._due("renew", renew_interval(self.settings.lease)) and self._held()
-        failed = renew and not self._attempt("lease renewal", self._renew)
-        if not failed and self._due("heartbeat", HEARTBEAT_EVERY):
-            self._publish()
-        self._give_up_if_away()
 
     def _kill_all(self) -> None:
         for process in [self.pusher, self.monitor, *(s.process for s in self.slots)]:
             _kill(process)
+
+
+def _error_text(error: TaskMQError) -> str:
+    """The recorded error of a lost task: ``TaskTimeout: ran past its timeout of 5s``."""
+    return f"{type(error).__name__}: {error}"
 
 
 def _readable(pipe: Connection) -> bool:
@@ -509,8 +429,8 @@ def _readable(pipe: Connection) -> bool:
         return False
 
 
-def _kill(process) -> None:
-    if process.is_alive():
+def _kill(process: Process) -> None:
+    if process.is_alive() and process.pid is not None:
         try:
             os.kill(process.pid, signal.SIGKILL)
         except ProcessLookupError:
@@ -518,7 +438,7 @@ def _kill(process) -> None:
     process.join(timeout=1)
 
 
-def _child(target, args, foreign: list[Connection]) -> None:
+def _child(target: Callable[..., None], args: tuple, foreign: list[Connection]) -> None:
     """Entry point of every child process: die with the sentinel, drop foreign pipes, run ``target``."""
     _die_with_parent()
     for pipe in foreign:

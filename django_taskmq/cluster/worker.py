@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import logging
 import os
-import pickle
 import resource
 import signal
 import time
@@ -16,18 +15,17 @@ from multiprocessing.connection import Connection
 
 from .. import execution as ex
 from ..conf import Settings
+from .messages import STOP, load_task, outcome_frame
 
 logger = logging.getLogger(__name__)
-
-STOP = b"stop"  # the poison pill: never a pickle, which starts with b"\x80"
 
 
 def run(index: int, conn: Connection, timers, settings: Settings) -> None:
     """Serve tasks from ``conn`` until the poison pill (:data:`STOP`) arrives or the pipe closes.
 
     Tasks arrive as pickled :class:`~django_taskmq.execution.TaskMessage` bytes; outcomes leave
-    as a status byte and the pickled :class:`~django_taskmq.execution.Outcome`, its result
-    already signed for storage (signing here spreads that cost over the workers).
+    as outcome frames (:func:`~.messages.outcome_frame`), the result already signed for storage
+    (signing here spreads that cost over the workers).
 
     ``timers[index]`` holds the monotonic start time of the running task (0 when idle): the
     sentinel reads it to enforce timeouts.
@@ -48,17 +46,9 @@ def run(index: int, conn: Connection, timers, settings: Settings) -> None:
         if blob == STOP:
             return
         timers[index] = time.monotonic()
-        outcome = ex.execute(pickle.loads(blob))
+        outcome = ex.execute(load_task(blob))
         timers[index] = 0.0
-        outcome = ex.seal(outcome, settings)
-        try:
-            data = pickle.dumps(outcome, pickle.HIGHEST_PROTOCOL)
-        except Exception as exc:  # the envelope no longer pickles (its arguments changed while running)
-            outcome = outcome._replace(envelope=None, status=ex.UNSTORABLE, result=None,
-                                       error=f"outcome cannot be pickled: {ex.describe(exc)}", traceback="")
-            data = pickle.dumps(outcome, pickle.HIGHEST_PROTOCOL)
-        # One status byte in front lets the sentinel count outcomes without unpickling them.
-        conn.send_bytes((b"S" if outcome.status == ex.SUCCESS else b"F") + data)
+        conn.send_bytes(outcome_frame(ex.seal(outcome, settings)))
         if settings.max_rss and resource.getrusage(resource.RUSAGE_SELF).ru_maxrss > settings.max_rss:
             logger.info("worker %s (pid %s) above max_rss, recycling", index, os.getpid())
             return

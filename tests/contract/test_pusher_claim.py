@@ -1,4 +1,4 @@
-"""The pusher's claim, without a cluster: ``pusher.claim()`` called in this process on the real broker.
+"""The pusher's claim, without a cluster: ``Pusher.claim()`` called in this process on the real broker.
 
 It reserves what the sentinel's ``Want`` asks for and returns verified tickets in pick order. A
 package that fails to verify or to unpickle never becomes a ticket: it is dead-lettered with the
@@ -33,7 +33,7 @@ class RunsOnUnpickle:
 
 
 def claim(broker, want: Want, workers: int | None = None) -> list[Ticket]:
-    return pusher.claim(broker, get_settings(), ["default"], "test-cluster", want, False, workers)
+    return pusher.Pusher(broker, get_settings(), ["default"], "test-cluster", workers=workers).claim(want, False)
 
 
 def forge_with_another_key(job_id: str) -> None:

@@ -12,6 +12,7 @@ import pytest
 
 from django_taskmq import async_task
 from django_taskmq import execution as ex
+from django_taskmq.brokers import get_broker
 from django_taskmq.cluster.messages import Ticket
 from django_taskmq.conf import get_settings
 from django_taskmq.models import Job, State
@@ -49,7 +50,7 @@ def sentinel_with_limit(broker, taskmq_settings):
 
     def make(limit: int, **changes) -> Harness:
         taskmq_settings(queue_limit=limit, **changes)
-        harness = Harness()
+        harness = Harness(get_broker())  # the broker of the changed settings
         assert harness.sentinel.limit == limit
         made.append(harness)
         return harness

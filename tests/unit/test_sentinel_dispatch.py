@@ -1,5 +1,6 @@
 """The sentinel's waiting list and dispatch, without a cluster: a ``Sentinel`` that is never started,
-fed through real pipes (its pusher pipe and one pipe per worker slot); no process is spawned.
+fed through real pipes (its pusher pipe and one pipe per worker slot); no process is spawned, and
+the broker is the in-memory one (tests/memory_broker.py) unless a test hands in another.
 
 Waiting tasks are ordered by priority (higher first), then by arrival; each idle worker gets the
 first waiting task; busy and retiring workers get nothing; a task whose send fails goes back.
@@ -12,10 +13,11 @@ from collections.abc import Iterator
 
 import pytest
 
-from django_taskmq.brokers.base import Reservation
+from django_taskmq.brokers.base import Broker, Reservation
 from django_taskmq.cluster.messages import Batch, Ticket
 from django_taskmq.cluster.sentinel import Sentinel, Slot
 from django_taskmq.conf import get_settings
+from tests.memory_broker import MemoryBroker
 
 
 def ticket(label: str, priority: int) -> Ticket:
@@ -27,8 +29,8 @@ def ticket(label: str, priority: int) -> Ticket:
 class Harness:
     """A sentinel with a pusher pipe and ``add_slot()`` for worker slots; ``close()`` closes every pipe."""
 
-    def __init__(self) -> None:
-        self.sentinel = Sentinel(get_settings(), workers=1)
+    def __init__(self, broker: Broker | None = None) -> None:
+        self.sentinel = Sentinel(get_settings(), broker or MemoryBroker(get_settings()), workers=1)
         self.sentinel.pusher_pipe, self.pusher_end = multiprocessing.Pipe()
         self.worker_ends: list = []
 
@@ -46,7 +48,7 @@ class Harness:
         self.sentinel._from_pusher()
 
     def waiting(self) -> list[str]:
-        return [w.task.reservation.job_id for w in self.sentinel.waiting]
+        return [w.task.reservation.job_id for w in self.sentinel.buffer.waiting]
 
     def received(self) -> list[str | None]:
         """What each worker slot got since the last call (None: nothing), in slot order."""

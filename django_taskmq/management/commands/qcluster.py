@@ -15,6 +15,7 @@ class Command(BaseCommand):
         parser.add_argument("--burst", action="store_true", help="drain what is ready, then stop")
 
     def handle(self, *args, **options):
+        from django_taskmq.brokers import get_broker
         from django_taskmq.cluster import outage
         from django_taskmq.cluster.sentinel import Sentinel
 
@@ -37,7 +38,9 @@ class Command(BaseCommand):
         if problem:
             self.stderr.write(f"qcluster: {problem}")
             raise SystemExit(1)
-        status = Sentinel(settings, queues=queues, burst=options["burst"], workers=options["workers"],
+        # The one place the cluster's broker is chosen; the pusher and the monitor, forked children,
+        # each build their own at their entry point.
+        status = Sentinel(settings, get_broker(), queues=queues, burst=options["burst"], workers=options["workers"],
                           name=options["name"]).start()
         if status:
             raise SystemExit(status)
