@@ -75,6 +75,8 @@ def _unused(name: str) -> NotImplementedError:
 class MemoryBroker(Broker):
     """The broker contract in memory; see the module docstring."""
 
+    reclaim_every = 0.0  # reserve() sweeps expired leases on every call
+
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
         self._jobs: dict[str, Job] = {}
