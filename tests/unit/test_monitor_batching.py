@@ -1,0 +1,140 @@
+"""The monitor's gathering and recording (``cluster.monitor.Monitor``) on the in-memory broker, fed
+through a ``queue.Queue`` as the sentinel feeds the result queue: no process, no database
+(pytest-django refuses database access to these tests: none is marked ``django_db``).
+
+Outcomes arrive as lists of pickled outcomes, one list per turn of the sentinel. The monitor takes
+what is there (up to ``BATCH`` lists), records it all in one transaction, and exits once the end
+mark (None) came, after recording what arrived with it. A batch the database refuses is retried.
+"""
+
+from __future__ import annotations
+
+import queue
+import threading
+
+import pytest
+from django.db import OperationalError
+
+from django_taskmq import execution as ex
+from django_taskmq.cluster import monitor as monitor_module
+from django_taskmq.cluster.messages import END_OF_RESULTS, dump_outcome
+from django_taskmq.cluster.monitor import Monitor
+from django_taskmq.conf import get_settings
+from django_taskmq.envelope import Envelope
+from django_taskmq.policy.states import JobState
+from tests.memory_broker import MemoryBroker
+
+
+@pytest.fixture
+def broker() -> MemoryBroker:
+    return MemoryBroker(get_settings())
+
+
+def outcomes(broker: MemoryBroker, n: int, status: ex.Status = ex.SUCCESS, prefix: str = "job") -> list[ex.Outcome]:
+    """Reserve ``n`` new jobs; return an outcome of ``status`` for each."""
+    for i in range(n):
+        broker.enqueue({"id": f"{prefix}{i}"})
+    reservations = broker.reserve(["default"], n, 300, "test-cluster")
+    assert len(reservations) == n
+    envelope = Envelope(func="tests.tasks.noop")
+    error = "" if status == ex.SUCCESS else "ValueError: boom"
+    return [ex.Outcome(r, envelope, status, error=error, started_at=1.0, finished_at=2.0) for r in reservations]
+
+
+def feed(results: queue.Queue, items: list[ex.Outcome], per_turn: int) -> None:
+    """Put ``items`` on the queue as the sentinel does: lists of pickled outcomes, ``per_turn`` a list."""
+    for start in range(0, len(items), per_turn):
+        results.put([dump_outcome(o) for o in items[start:start + per_turn]])
+
+
+def serve(m: Monitor) -> None:
+    """Run the monitor's loop; fail (instead of hanging) if it does not end."""
+    thread = threading.Thread(target=m.serve, daemon=True)
+    thread.start()
+    thread.join(timeout=30)
+    assert not thread.is_alive(), "the monitor did not stop at the end mark"
+
+
+def states(broker: MemoryBroker, items: list[ex.Outcome]) -> set[JobState]:
+    return {broker.job(o.reservation.job_id).state for o in items}
+
+
+def test_many_outcomes_are_recorded_in_one_transaction_and_the_end_mark_stops_the_monitor(broker):
+    """300 successes and 5 failures in 11 lists, then the end mark: one transaction, then the loop ends."""
+    successes = outcomes(broker, 300)
+    failures = outcomes(broker, 5, ex.FAILURE, prefix="failed")
+    results: queue.Queue = queue.Queue()
+    feed(results, successes, per_turn=30)
+    feed(results, failures, per_turn=5)
+    results.put(END_OF_RESULTS)
+    m = Monitor(results, broker, get_settings())
+
+    serve(m)
+
+    assert broker.transactions == 1
+    assert states(broker, successes) == {JobState.SUCCEEDED}
+    assert states(broker, failures) == {JobState.RETRYING}
+    assert broker.job("failed0").error == "ValueError: boom"
+    assert results.empty()
+
+
+def test_gather_takes_everything_waiting_up_to_the_batch_limit(broker, monkeypatch):
+    """With BATCH = 3 lists, five lists waiting are two batches: 3 lists, then 2 and the end mark."""
+    monkeypatch.setattr(monitor_module, "BATCH", 3)
+    items = outcomes(broker, 10)
+    results: queue.Queue = queue.Queue()
+    feed(results, items, per_turn=2)
+    results.put(END_OF_RESULTS)
+    m = Monitor(results, broker, get_settings())
+
+    first = m.gather()
+    assert [o.reservation.job_id for o in first] == [f"job{i}" for i in range(6)]
+    assert not m.stopping
+    second = m.gather()
+    assert [o.reservation.job_id for o in second] == [f"job{i}" for i in range(6, 10)]
+    assert m.stopping
+
+    m.record(first)
+    assert broker.transactions == 1
+    assert states(broker, items[:6]) == {JobState.SUCCEEDED}
+    assert states(broker, items[6:]) == {JobState.RUNNING}
+
+
+def test_outcomes_that_arrive_with_the_end_mark_are_recorded(broker):
+    """The end mark ends the loop after the batch it came in is recorded, also what followed it."""
+    items = outcomes(broker, 4)
+    results: queue.Queue = queue.Queue()
+    feed(results, items[:2], per_turn=2)
+    results.put(END_OF_RESULTS)
+    feed(results, items[2:], per_turn=2)  # a late list, gathered with the end mark
+    m = Monitor(results, broker, get_settings())
+
+    serve(m)
+
+    assert states(broker, items) == {JobState.SUCCEEDED}
+    assert broker.transactions == 1
+
+
+def test_a_batch_the_database_refuses_is_retried_with_a_new_connection(broker):
+    """The first try fails (the database restarts): the connection is dropped, the batch recorded on the
+    next try, in one transaction."""
+    items = outcomes(broker, 20)
+    ack_many = broker.ack_many
+    calls = []
+
+    def flaky(acks):
+        calls.append(1)
+        if len(calls) == 1:
+            raise OperationalError("the database system is starting up")
+        return ack_many(acks)
+
+    broker.ack_many = flaky
+    m = Monitor(queue.Queue(), broker, get_settings())
+
+    m.record(items)
+
+    assert len(calls) == 2
+    assert broker.closes == 1
+    assert broker.transactions == 2  # the failed one rolled back, the retry committed
+    assert states(broker, items) == {JobState.SUCCEEDED}
+    assert not m.failures.failing

@@ -1,0 +1,225 @@
+"""The sentinel's stop procedure (``Sentinel.stop()``), run in this process: no child process, no
+database (pytest-django refuses database access to these tests: none is marked ``django_db``).
+
+The broker is the in-memory one. Stand-ins take the children's places: each worker is a real
+``multiprocessing.Pipe()`` whose far end a :class:`FakeWorker` reads and answers, the pusher and the
+monitor are stand-ins too. A stand-in acts when the sentinel looks whether it lives (``is_alive()``,
+once per turn of the stop loop), so the order of what happened can be checked.
+
+What a graceful stop must do: the pusher's last batch joins the waiting list; every waiting
+(reserved, never started) task goes back to the broker without a delivery counted; an idle worker
+gets its poison pill at once, a busy one only after it reported its outcome; the outcome reaches the
+monitor before the end mark; the leases of running tasks are renewed meanwhile.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import pickle
+from collections.abc import Iterator
+
+import pytest
+from django.db import OperationalError
+
+from django_taskmq import execution as ex
+from django_taskmq.cluster.messages import END_OF_RESULTS, STOP, Batch, Stop, Ticket, outcome_frame
+from django_taskmq.cluster.sentinel import Sentinel, Slot
+from django_taskmq.conf import get_settings
+from django_taskmq.envelope import Envelope
+from django_taskmq.policy.states import JobState
+from tests.memory_broker import MemoryBroker
+
+
+class FakeWorker:
+    """A worker process stand-in behind a real pipe end; ``busy_for``: looks until it sends ``frame``."""
+
+    def __init__(self, name: str, end, events: list, busy_for: int | None = None, frame: bytes = b"") -> None:
+        self.name, self.end, self.events = name, end, events
+        self.busy_for, self.frame = busy_for, frame
+        self.pid = None
+        self.exitcode: int | None = None
+        self._never, self._write = os.pipe()  # its process sentinel: it never dies by itself
+
+    @property
+    def sentinel(self) -> int:
+        return self._never
+
+    def is_alive(self) -> bool:
+        if self.exitcode is not None:
+            return False
+        while self.end.poll(0):
+            message = self.end.recv_bytes()
+            self.events.append((self.name, "STOP" if message == STOP else "task"))
+            if message == STOP:
+                self.exitcode = 0
+                return False
+        if self.busy_for is not None:
+            self.busy_for -= 1
+            if self.busy_for == 0:
+                self.end.send_bytes(self.frame)
+                self.events.append((self.name, "outcome"))
+        return True
+
+    def join(self, timeout: float | None = None) -> None:
+        pass
+
+    def close(self) -> None:
+        for fd in (self._never, self._write):
+            os.close(fd)
+        self.end.close()
+
+
+class FakePusher:
+    """The pusher stand-in: on :class:`Stop` it sends ``last`` (a batch claimed meanwhile), then exits."""
+
+    def __init__(self, end, last: Batch) -> None:
+        self.end, self.last = end, last
+        self.pid = None
+        self.exitcode: int | None = None
+        self.stopped_by: object = None
+
+    def is_alive(self) -> bool:
+        if self.exitcode is not None:
+            return False
+        if self.end.poll(0):
+            self.stopped_by = self.end.recv()
+            self.end.send(self.last)
+            self.exitcode = 0
+        return True  # its last batch is on its way; it is gone at the next look
+
+    def join(self, timeout: float | None = None) -> None:
+        pass
+
+
+class FakeResults:
+    """The result queue: what the sentinel put on it."""
+
+    def __init__(self) -> None:
+        self.items: list = []
+
+    def put(self, obj) -> None:
+        self.items.append(obj)
+
+
+class FakeMonitor:
+    """The monitor stand-in: alive until the end mark is on the result queue."""
+
+    pid = None
+    exitcode = None
+
+    def __init__(self, results: FakeResults) -> None:
+        self.results = results
+
+    def is_alive(self) -> bool:
+        return END_OF_RESULTS not in self.results.items
+
+    def join(self, timeout: float | None = None) -> None:
+        pass
+
+
+class Cluster:
+    """A never started sentinel on a memory broker, with stand-ins for its children."""
+
+    def __init__(self, broker: MemoryBroker) -> None:
+        self.broker = broker
+        self.sentinel = Sentinel(get_settings(), broker, workers=2)
+        self.events: list[tuple[str, str]] = []
+        self.workers: list[FakeWorker] = []
+        self.results = FakeResults()
+        self.sentinel.results = self.results
+        self.sentinel.monitor = FakeMonitor(self.results)
+        self.sentinel.pusher_pipe, self.pusher_end = multiprocessing.Pipe()
+
+    def reserve(self, *names: str) -> dict[str, Ticket]:
+        """Enqueue and reserve (as this cluster) one job per name; return their tickets."""
+        for name in names:
+            self.broker.enqueue({"id": name, "payload": name})
+        reservations = self.broker.reserve(["default"], len(names), 30, self.sentinel.owner)
+        return {r.job_id: Ticket.of(ex.TaskMessage(r, Envelope(func="tests.tasks.noop"))) for r in reservations}
+
+    def pusher_sends_at_stop(self, *tickets: Ticket) -> FakePusher:
+        pusher = FakePusher(self.pusher_end, Batch(tickets))
+        self.sentinel.pusher = pusher
+        return pusher
+
+    def add_worker(self, name: str, task: Ticket | None = None, busy_for: int | None = None,
+                   frame: bytes = b"") -> Slot:
+        parent, child = multiprocessing.Pipe()
+        worker = FakeWorker(name, child, self.events, busy_for, frame)
+        self.workers.append(worker)
+        slot = Slot(len(self.sentinel.slots), worker, parent, task=task)
+        self.sentinel.slots.append(slot)
+        return slot
+
+    def close(self) -> None:
+        for worker in self.workers:
+            worker.close()
+        for pipe in (self.sentinel.pusher_pipe, self.pusher_end):
+            pipe.close()
+
+
+@pytest.fixture
+def cluster() -> Iterator[Cluster]:
+    c = Cluster(MemoryBroker(get_settings()))
+    yield c
+    c.close()
+
+
+def state(broker: MemoryBroker, name: str) -> tuple[JobState, int, bool]:
+    """(state, deliveries, holds a lease token)."""
+    job = broker.job(name)
+    return job.state, job.deliveries, job.lease_token is not None
+
+
+def test_a_graceful_stop(cluster):
+    """Two tasks wait, one arrives from the pusher during the stop, one runs (for three more turns)
+    on one of two workers."""
+    t = cluster.reserve("wait1", "wait2", "late", "run")
+    outcome = ex.Outcome(t["run"].reservation, None, ex.SUCCESS, started_at=1.0, finished_at=2.0)
+    cluster.sentinel.buffer.add([t["wait1"], t["wait2"]])
+    pusher = cluster.pusher_sends_at_stop(t["late"])
+    cluster.add_worker("idle")
+    cluster.add_worker("busy", task=t["run"], busy_for=3, frame=outcome_frame(outcome))
+    lease_before = cluster.broker.job("run").lease_until
+
+    cluster.sentinel.stop()
+
+    assert isinstance(pusher.stopped_by, Stop)
+    # Unstarted reservations, also the one the pusher sent while stopping, went back uncounted.
+    for name in ("wait1", "wait2", "late"):
+        assert state(cluster.broker, name) == (JobState.QUEUED, 0, False), name
+    assert len(cluster.sentinel.buffer) == 0
+    # The idle worker got its pill at once, the busy one right after its outcome.
+    assert cluster.events == [("idle", "STOP"), ("busy", "outcome"), ("busy", "STOP")]
+    assert cluster.sentinel.slots == []
+    # The outcome went to the monitor, unopened, before the end mark.
+    assert cluster.results.items == [[pickle.dumps(outcome, pickle.HIGHEST_PROTOCOL)], END_OF_RESULTS]
+    assert state(cluster.broker, "run") == (JobState.RUNNING, 1, True)  # the monitor records it
+    assert cluster.broker.job("run").lease_until > lease_before  # renewed while it ran
+    counts = cluster.sentinel.counts
+    assert (counts["succeeded"], counts["failed"], counts["crashes"]) == (1, 0, 0)
+    assert cluster.sentinel.state == "stopped"
+    assert cluster.broker.heartbeats[cluster.sentinel.owner]["state"] == "stopping"
+
+
+def test_when_the_broker_cannot_take_the_waiting_tasks_back_their_leases_will(cluster):
+    """The give-back fails (the database is away): logged, the connection dropped, the list emptied
+    all the same; the stop goes on."""
+    def away(reservations):
+        raise OperationalError("the database system is shutting down")
+
+    cluster.broker.defer_many = away
+    t = cluster.reserve("wait1")
+    cluster.sentinel.buffer.add([t["wait1"]])
+    cluster.pusher_sends_at_stop()
+    cluster.add_worker("idle")
+
+    cluster.sentinel.stop()
+
+    assert len(cluster.sentinel.buffer) == 0
+    assert state(cluster.broker, "wait1") == (JobState.RUNNING, 1, True)  # comes back when its lease runs out
+    assert cluster.broker.closes == 1
+    assert "returning 1 unstarted reservation(s)" in cluster.sentinel.upkeep.failures.last
+    assert cluster.events == [("idle", "STOP")]
+    assert cluster.results.items == [END_OF_RESULTS]
