@@ -352,6 +352,9 @@ class MemoryBroker(Broker):
             self._move(job, Event.CANCEL)
         return len(cancelled)
 
+    def retry_jobs(self, job_ids: Sequence[str], queue: str | None = None, priority: int | None = None) -> int:
+        raise _unused("retry_jobs")
+
     # -- the cluster's upkeep -------------------------------------------------------------------
     def prune(self, keep: int, batch: int = 1000) -> int:
         if keep <= 0:

@@ -220,6 +220,15 @@ class Broker(abc.ABC):
     def cancel(self, job_ids: Sequence[str]) -> int:
         """Cancel the jobs of ``job_ids`` that have not started; return how many."""
 
+    @abc.abstractmethod
+    def retry_jobs(self, job_ids: Sequence[str], queue: str | None = None, priority: int | None = None) -> int:
+        """Requeue the jobs of ``job_ids`` that ended FAILED, DEAD, EXPIRED or CANCELLED; return how many.
+
+        Same id, deliveries and yields reset, history kept (attempts, last error); optionally into
+        ``queue`` at ``priority``; an expiry already past is cleared. The pending dead letters of a
+        requeued DEAD job are marked replayed. Jobs in any other state are left as they are.
+        """
+
     # -- the cluster's upkeep -------------------------------------------------------------------
     @abc.abstractmethod
     def prune(self, keep: int, batch: int = 1000) -> int:

@@ -698,6 +698,27 @@ class OrmBroker(Broker):
                 cancelled += cursor.rowcount
         return cancelled
 
+    def retry_jobs(self, job_ids: Sequence[str], queue: str | None = None, priority: int | None = None) -> int:
+        """See :meth:`Broker.retry_jobs`: the rows are locked, requeued and their pending letters marked."""
+        if queue is not None:
+            self.settings.check_queue(queue)
+        if priority is not None:
+            validate_priority(priority, ConfigError)
+        retried = 0
+        with self.write_transaction():
+            for part in _chunks(list(job_ids)):
+                jobs = Job.objects.using(self.alias).filter(pk__in=part, state__in=REPLAY.allowed)
+                found = dict(jobs.select_for_update().values_list("pk", "state"))
+                if not found:
+                    continue
+                jobs.filter(pk__in=found, expires_at__lte=time.time()).update(expires_at=None)
+                retried += self._requeue_dead(list(found), queue, priority)
+                dead = [pk for pk, state in found.items() if state == State.DEAD]
+                DeadLetter.objects.using(self.alias).filter(job_id__in=dead, replayed_at__isnull=True).update(
+                    replayed_at=timezone.now(), replay_count=F("replay_count") + 1
+                )
+        return retried
+
     def purge_dead(self, queue: str | None = None, ids: Sequence[int] | None = None) -> int:
         """See :meth:`Broker.purge_dead`; ``ids`` limits the purge to these dead letters."""
         with transaction.atomic(using=self.alias):

@@ -62,7 +62,7 @@ class Event(str, enum.Enum):
     DEFER = "DEFER"
     YIELD = "YIELD"
     RECLAIM = "RECLAIM"  # The lease ran out.
-    REPLAY = "REPLAY"  # Out of the dead-letter queue (or a failed job) back to the queue.
+    REPLAY = "REPLAY"  # Out of the dead-letter queue (or a failed, expired or cancelled job) back to the queue.
 
     def __str__(self) -> str:
         return self.value
@@ -89,6 +89,8 @@ def _table() -> Mapping[tuple[JobState, Event], JobState]:
             (s.RUNNING, e.EXPIRE): s.EXPIRED,
             (s.DEAD, e.REPLAY): s.QUEUED,
             (s.FAILED, e.REPLAY): s.QUEUED,
+            (s.EXPIRED, e.REPLAY): s.QUEUED,
+            (s.CANCELLED, e.REPLAY): s.QUEUED,
         }
     )
     return MappingProxyType(table)

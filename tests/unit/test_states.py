@@ -33,6 +33,8 @@ LEGAL = {
     (S.RUNNING, E.EXPIRE): S.EXPIRED,
     (S.DEAD, E.REPLAY): S.QUEUED,
     (S.FAILED, E.REPLAY): S.QUEUED,
+    (S.EXPIRED, E.REPLAY): S.QUEUED,
+    (S.CANCELLED, E.REPLAY): S.QUEUED,
 }
 ILLEGAL = [pair for pair in itertools.product(JobState, Event) if pair not in LEGAL]
 
@@ -94,7 +96,7 @@ def test_unknown_names(state, event):
 
 @given(st.sampled_from(sorted(JobState.FINAL)), st.sampled_from(list(Event)))
 def test_nothing_leaves_a_final_state_but_replay(state, event):
-    if event is E.REPLAY and state in (S.DEAD, S.FAILED):
+    if event is E.REPLAY and state is not S.SUCCEEDED:
         assert transition(state, event) is S.QUEUED
     else:
         with pytest.raises(InvalidTransition):
