@@ -61,6 +61,7 @@ class Settings:
     max_package_size: int | None = MIB * 10
     max_result_size: int | None = MIB * 10
     task_modules: tuple[str, ...] | None = None
+    metrics_token: str | None = None
 
     @property
     def effective_queue_limit(self) -> int:
@@ -141,6 +142,12 @@ def _modules(key: str, value: Any) -> tuple[str, ...] | None:
     return tuple(value)
 
 
+def _token(key: str, value: Any) -> str | None:
+    if value is not None and (not isinstance(value, str) or len(value) < 16):
+        raise _fail(key, "must be a string of at least 16 characters (a bearer token), or None")
+    return value
+
+
 def _retry(value: Any) -> Retry:
     if isinstance(value, Retry):
         return value
@@ -178,6 +185,7 @@ _VALIDATORS = {
     "max_package_size": lambda k, v: _number(k, v, minimum=1, integer=True, optional=True),
     "max_result_size": lambda k, v: _number(k, v, minimum=1, integer=True, optional=True),
     "task_modules": _modules,
+    "metrics_token": _token,
 }
 assert set(_VALIDATORS) == {f.name for f in fields(Settings)}
 
