@@ -37,6 +37,9 @@ from .upkeep import DatabaseAway, Report, Upkeep
 logger = logging.getLogger(__name__)
 
 IDLE_WAIT = 0.5  # seconds the guard loop may sleep while no task waits or runs
+#: The outcomes counted per queue in the heartbeat (``counts["queues"]``): the worker's S or F frame,
+#: a timeout, a worker that died running the task.
+OUTCOMES = ("succeeded", "failed", "timeouts", "crashes")
 
 
 class Process(Protocol):
@@ -128,6 +131,7 @@ class Sentinel:
         self.signals = 0
         self.state = "starting"
         self.counts = {"succeeded": 0, "failed": 0, "timeouts": 0, "crashes": 0, "yields": 0, "reincarnations": 0}
+        self.by_queue: dict[str, dict[str, int]] = {}  # queue -> outcome -> count (see OUTCOMES)
         self._next_guard = 0.0  # monotonic time of the next timeout and liveness check
         self.upkeep = Upkeep(settings, broker, owner=self.owner, name=self.name, host=self.host, queues=self.queues,
                              burst=burst, held=self._held, report=self._report)
@@ -255,10 +259,12 @@ class Sentinel:
         except (EOFError, OSError):
             self._replace_worker(slot, crashed=True)
             return
-        slot.task = None
+        task, slot.task = slot.task, None
         slot.done += 1
         succeeded, outcome = read_outcome_frame(frame)
         self.counts["succeeded" if succeeded else "failed"] += 1
+        if task is not None:
+            self._count(task.reservation.queue, "succeeded" if succeeded else "failed")
         self.outbox.append(outcome)
         if slot.done >= self.settings.recycle and not slot.retiring:
             slot.retiring = True
@@ -280,6 +286,7 @@ class Sentinel:
                 logger.warning("job %s ran past its timeout of %ss: killing worker %s",
                                task.reservation.job_id, timeout, slot.process.pid)
                 self.counts["timeouts"] += 1
+                self._count(task.reservation.queue, "timeouts")
                 self._record_lost(task, ex.TIMEOUT, TaskTimeout(f"ran past its timeout of {timeout}s"))
                 slot.task = None
                 _kill(slot.process)
@@ -304,6 +311,7 @@ class Sentinel:
             logger.error("worker %s died (exit code %s) running job %s", slot.process.pid, code,
                          slot.task.reservation.job_id)
             self.counts["crashes"] += 1
+            self._count(slot.task.reservation.queue, "crashes")
             self._record_lost(slot.task, ex.CRASH, WorkerDied(f"the worker exited with code {code} while running it"))
         slot.pipe.close()
         index = self.slots.index(slot)
@@ -313,6 +321,13 @@ class Sentinel:
             self.slots[index] = self._spawn_worker(slot.index)
         else:
             del self.slots[index]
+
+    def _count(self, queue: str, outcome: str) -> None:
+        """Count one finished task of ``queue`` by outcome (a dict increment; the heartbeat publishes it)."""
+        per_queue = self.by_queue.get(queue)
+        if per_queue is None:
+            per_queue = self.by_queue[queue] = dict.fromkeys(OUTCOMES, 0)
+        per_queue[outcome] += 1
 
     def _record_lost(self, task: Ticket, status: ex.Status, error: TaskMQError) -> None:
         """Record the outcome of a task whose worker was killed at its timeout or died."""
@@ -356,7 +371,8 @@ class Sentinel:
         """What the heartbeat says of the processes now."""
         return Report(self.state, len(self.slots),
                       {**self.counts, "waiting": len(self.buffer),
-                       "running": sum(1 for s in self.slots if s.task is not None)})
+                       "running": sum(1 for s in self.slots if s.task is not None),
+                       "queues": {queue: dict(per_queue) for queue, per_queue in self.by_queue.items()}})
 
     def _idle(self) -> bool:
         """The pusher found nothing ready, and no task waits or runs here."""

@@ -21,7 +21,7 @@ import logging
 import os
 import time
 from collections.abc import Callable
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 from django.utils import timezone
 
@@ -49,7 +49,7 @@ class Report(NamedTuple):
 
     state: str  # "starting", "running", "stopping" or "stopped"
     workers: int  # worker processes alive
-    counts: dict[str, int]  # the sentinel's counters, with "waiting" and "running"
+    counts: dict[str, Any]  # the sentinel's counters, "waiting", "running" and "queues" (per queue by outcome)
 
 
 class Upkeep:

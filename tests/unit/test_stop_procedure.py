@@ -199,6 +199,9 @@ def test_a_graceful_stop(cluster):
     assert cluster.broker.job("run").lease_until > lease_before  # renewed while it ran
     counts = cluster.sentinel.counts
     assert (counts["succeeded"], counts["failed"], counts["crashes"]) == (1, 0, 0)
+    # The heartbeat's per-queue outcome counts (the metrics' counters).
+    assert cluster.sentinel._report().counts["queues"] == {
+        "default": {"succeeded": 1, "failed": 0, "timeouts": 0, "crashes": 0}}
     assert cluster.sentinel.state == "stopped"
     assert cluster.broker.heartbeats[cluster.sentinel.owner]["state"] == "stopping"
 
