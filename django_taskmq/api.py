@@ -26,7 +26,9 @@ def async_task(func: Callable | str, *args: Any, queue: str | None = None, prior
                timeout: float | None = None, max_deliveries: int | None = None, ack_failure: bool | None = None,
                retry: Retry | None = None, hook: Callable | str | None = None,
                on_dead: Callable | str | None = None, group: str | None = None,
-               task_name: str | None = None, sync: bool | None = None, q_options: dict | None = None,
+               task_name: str | None = None, sync: bool | None = None,
+               concurrency_key: str | Callable[..., str] | None = None, concurrency_limit: int | None = None,
+               rate_limit: str | None = None, q_options: dict | None = None,
                **kwargs: Any) -> str:
     """Enqueue ``func(*args, **kwargs)``; return the job id.
 

@@ -15,6 +15,7 @@ from typing import Any
 
 from .exceptions import ConfigError
 from .policy.backoff import Retry
+from .policy.flow import Rate, check_limit, parse_rate
 
 SETTING = "TASKMQ"
 MIB = 1024 * 1024
@@ -23,9 +24,15 @@ COUNTER_MAX = 2_147_483_647  # the largest value of the job table's counter colu
 
 @dataclass(frozen=True, kw_only=True)
 class QueueConfig:
-    """One queue's configuration: its weight inside a priority band."""
+    """One queue's configuration: its weight inside a priority band, and its flow limits.
+
+    ``concurrency`` caps how many of its jobs run at once across all clusters; ``rate_limit``
+    spreads its starts (see ``policy/flow.py``). None: no limit.
+    """
 
     weight: int = 1
+    concurrency: int | None = None
+    rate_limit: Rate | None = None
 
 
 def _default_workers() -> int:
@@ -74,6 +81,14 @@ class Settings:
             raise ConfigError(f"unknown queue {queue!r}: it is not in TASKMQ['queues'] {sorted(self.queues)}; add it there")
         return queue
 
+    def queue_caps(self) -> dict[str, int]:
+        """Return queue name -> concurrency cap, for the queues that have one."""
+        return {name: q.concurrency for name, q in self.queues.items() if q.concurrency is not None}
+
+    def queue_rates(self) -> dict[str, Rate]:
+        """Return queue name -> rate limit, for the queues that have one."""
+        return {name: q.rate_limit for name, q in self.queues.items() if q.rate_limit is not None}
+
     def weights(self) -> dict[str, int]:
         """Return queue name -> weight."""
         return {name: q.weight for name, q in self.queues.items()}
@@ -121,12 +136,21 @@ def _queues(value: Any) -> dict[str, QueueConfig]:
             raise _fail("queues", f"queue names must be non-empty strings of at most 100 characters, got {name!r}")
         if conf is None:
             conf = {}
-        if not isinstance(conf, Mapping) or set(conf) - {"weight"}:
-            raise _fail("queues", f"entry {name!r} must be a dict with only 'weight', got {conf!r}")
+        if not isinstance(conf, Mapping) or set(conf) - {"weight", "concurrency", "rate_limit"}:
+            raise _fail("queues", f"entry {name!r} must be a dict of 'weight', 'concurrency' and 'rate_limit', "
+                                  f"got {conf!r}")
         weight = conf.get("weight", 1)
         if isinstance(weight, bool) or not isinstance(weight, int) or weight < 1:
             raise _fail("queues", f"weight of queue {name!r} must be an integer >= 1, got {weight!r}")
-        queues[name] = QueueConfig(weight=weight)
+        concurrency = rate = None
+        try:
+            if conf.get("concurrency") is not None:
+                concurrency = check_limit(conf["concurrency"], f"concurrency of queue {name!r}")
+            if conf.get("rate_limit") is not None:
+                rate = parse_rate(conf["rate_limit"], f"rate_limit of queue {name!r}")
+        except ConfigError as exc:
+            raise _fail("queues", str(exc)) from None
+        queues[name] = QueueConfig(weight=weight, concurrency=concurrency, rate_limit=rate)
     return queues
 
 

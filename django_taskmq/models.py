@@ -77,6 +77,11 @@ class Job(models.Model):
     traceback = models.TextField(blank=True, default="")
     group = models.CharField(max_length=100, null=True, blank=True)
     cluster = models.CharField(max_length=100, null=True, blank=True)
+    # Flow control (see policy/flow.py): at most concurrency_limit running jobs per key; the
+    # rate limit of the job's task ("10/s"), shared by every job of that task.
+    concurrency_key = models.CharField(max_length=255, null=True, blank=True)
+    concurrency_limit = models.PositiveIntegerField(null=True, blank=True)
+    rate_limit = models.CharField(max_length=20, null=True, blank=True)
 
     class Meta:
         verbose_name = _("job")
@@ -94,6 +99,9 @@ class Job(models.Model):
             models.Index(fields=["finished_at"], condition=Q(state=State.SUCCEEDED), name="taskmq_job_succeeded"),
             models.Index(fields=["group"], condition=Q(group__isnull=False), name="taskmq_job_group"),
             models.Index(fields=["state", "queue"], name="taskmq_job_state_queue"),
+            # Counting the running jobs of a key: only running keyed rows are in it.
+            models.Index(fields=["concurrency_key"], condition=Q(state=State.RUNNING, concurrency_key__isnull=False),
+                         name="taskmq_job_key_running"),
         ]
 
     def __str__(self) -> str:
@@ -223,6 +231,23 @@ class Schedule(models.Model):
 
     def __str__(self) -> str:
         return self.name
+
+
+class FlowBucket(models.Model):
+    """One rate limit's state, shared by every cluster: the moment its next start is allowed.
+
+    ``key`` is ``task:<function path>`` or ``queue:<name>``; ``tat`` is the theoretical arrival
+    time of the generic cell rate algorithm (epoch seconds).
+    """
+
+    key = models.CharField(primary_key=True, max_length=300)
+    tat = models.FloatField(default=0.0)
+
+    class Meta:
+        verbose_name = _("rate limit")
+
+    def __str__(self) -> str:
+        return self.key
 
 
 class QueueState(models.Model):

@@ -17,6 +17,7 @@ from .exceptions import ConfigError
 from .ids import new_id
 from .loading import is_task, is_task_class, resolve, runnable
 from .policy.backoff import Retry
+from .policy.flow import check_key, check_limit, parse_rate
 from .policy.priority import validate_priority
 from .policy.states import JobState
 from .signing import sign
@@ -24,7 +25,8 @@ from .signing import sign
 DELAY_MAX = 10 * 366 * 86400.0  # ten years: a longer delay is a mistake, not a plan
 # The one list of enqueue options. A @task or Task class may fix the TASK_OPTIONS as defaults;
 # async_task takes every option but "chain" as a keyword (a chain is built with Chain).
-TASK_OPTIONS = ("queue", "priority", "retry", "timeout", "max_deliveries", "ack_failure", "hook", "on_dead")
+TASK_OPTIONS = ("queue", "priority", "retry", "timeout", "max_deliveries", "ack_failure", "hook", "on_dead",
+                "concurrency_key", "concurrency_limit", "rate_limit")
 CALL_OPTIONS = (*TASK_OPTIONS, "key", "delay", "eta", "expires_at", "group", "task_name", "sync")
 OPTIONS = frozenset({*CALL_OPTIONS, "chain"})
 
@@ -143,6 +145,12 @@ def validate_options(options: dict[str, Any], settings: Settings | None = None) 
     for name in ("hook", "on_dead"):
         if out.get(name) is not None:
             out[name] = func_path(out[name], name)
+    if out.get("concurrency_key") is not None and not callable(out["concurrency_key"]):
+        check_key(out["concurrency_key"])
+    if out.get("concurrency_limit") is not None:
+        check_limit(out["concurrency_limit"])
+    if out.get("rate_limit") is not None:
+        out["rate_limit"] = str(parse_rate(out["rate_limit"]))
     for name in ("group", "task_name"):
         if out.get(name) is not None and (not isinstance(out[name], str) or not 0 < len(out[name]) <= 100):
             raise ConfigError(f"{name} must be a string of 1..100 characters, got {out[name]!r}")
@@ -190,15 +198,28 @@ class JobTemplate:
             key=options.get("key"),
             expires_at=self.expires_at,
             group=options.get("group"),
+            rate_limit=options.get("rate_limit"),
         )
+        self.key = options.get("concurrency_key")
+        self.key_limit = options.get("concurrency_limit") or 1
 
     def values(self, args: tuple, kwargs: dict) -> dict[str, Any]:
         """Return the column values (by attribute name) of a new job for one call."""
         now = time.time()
         envelope = Envelope(func=self.path, args=tuple(args), kwargs=dict(kwargs), options=self.run_options)
         expired = self.expires_at is not None and self.expires_at <= now
+        key = self.key
+        if callable(key):  # computed from the call's arguments (a task's default)
+            try:
+                key = check_key(key(*args, **kwargs))
+            except ConfigError:
+                raise
+            except Exception as exc:  # the task's own function: any error is a bad argument here
+                raise ConfigError(f"concurrency_key of {self.path} raised {type(exc).__name__}: {exc}") from exc
         return dict(
             self.common,
+            concurrency_key=key,
+            concurrency_limit=self.key_limit if key is not None else None,
             id=new_id(),
             payload=sign(envelope, self.settings.name, self.settings.compress, self.settings.max_package_size),
             state=JobState.EXPIRED.value if expired else JobState.QUEUED.value,

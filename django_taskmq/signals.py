@@ -13,3 +13,6 @@ post_spawn = Signal()
 #: After a job reached the dead-letter queue, on every path (failures, crash loops, bad packages,
 #: rejects), once its transaction committed. Arguments: ``job_id``, ``queue``, ``reason``.
 job_dead = Signal()
+#: In the pusher, when a claim leaves ready jobs undelivered because of flow control. Arguments:
+#: ``job_ids`` and ``reason`` ("concurrency key 'import:42' at its limit (1)", "rate limit ...").
+job_held = Signal()

@@ -31,6 +31,9 @@ class Task:
     ack_failure: bool | None = None
     hook: Any = None
     on_dead: Any = None
+    concurrency_key: Any = None  # a string, or a callable computing it from the call's arguments
+    concurrency_limit: int | None = None
+    rate_limit: str | None = None
 
     def __init__(self, func: Callable | None = None, **options: Any) -> None:
         self.func = func

@@ -119,6 +119,12 @@ class MemoryBroker(Broker):
     def describe(self) -> str:
         return "memory broker"
 
+    def flow_wait(self) -> float | None:
+        return None  # no flow control here: the cluster's pure parts do not depend on it
+
+    def flow_status(self) -> dict[str, Any]:
+        return {"keys": {}, "queues": {}, "rates": {}}
+
     def waker(self) -> Waker:
         raise _unused("waker")
 

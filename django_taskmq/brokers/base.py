@@ -118,6 +118,19 @@ class Broker(abc.ABC):
         """
 
     @abc.abstractmethod
+    def flow_wait(self) -> float | None:
+        """Seconds until a rate limit that held back a job in the last claim opens (None: none did).
+
+        A pusher with nothing to claim sleeps no longer than this.
+        """
+
+    @abc.abstractmethod
+    def flow_status(self) -> dict[str, Any]:
+        """Return what flow control holds now: ``keys`` (running, limit, waiting per concurrency
+        key in use), ``queues`` (running against each queue's cap) and ``rates`` (seconds until
+        each rate limit allows its next start)."""
+
+    @abc.abstractmethod
     def reserve_job(self, job_id: str, lease: float, owner: str) -> Reservation | None:
         """Reserve one given job if it is ready and has deliveries left (sync mode)."""
 

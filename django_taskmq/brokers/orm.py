@@ -30,6 +30,8 @@ from ..policy.states import TRANSITIONS, Event, JobState
 from ..signals import job_dead
 from ..signing import seal_result
 from .base import Ack, Broker, Reservation
+from .orm_flow import KEY_FREE, FlowGate
+from .orm_flow import status as flow_status
 
 logger = logging.getLogger(__name__)
 
@@ -95,11 +97,25 @@ class OrmBroker(Broker):
         self._known_queues: set[str] = set()
         # (connection, names, converters, fields, quoted columns) for inserts
         self._plan: tuple[Any, list[str], list, list, str] | None = None
+        self._flow: FlowGate | None = None
 
     # -- plumbing ---------------------------------------------------------------------------
     @property
     def connection(self):
         return connections[self.alias]
+
+    @property
+    def flow(self) -> FlowGate:
+        if self._flow is None:  # built on first use: it needs the engine, known once connected
+            self._flow = FlowGate(self.settings, self.is_postgresql)
+        return self._flow
+
+    def flow_wait(self) -> float | None:
+        return self.flow.wait()
+
+    def flow_status(self) -> dict[str, Any]:
+        with self.connection.cursor() as cursor:
+            return flow_status(cursor, self.settings)
 
     @property
     def is_postgresql(self) -> bool:
@@ -277,9 +293,12 @@ class OrmBroker(Broker):
         now = time.time()
         token = uuid.uuid4().hex
         with self.write_transaction(durable=False) as cursor:
-            candidates = self._heads(cursor, queues, limit, now, above)
+            serve, closed_funcs = self.flow.closed(cursor, queues, now)
+            candidates = self._heads(cursor, serve, limit, now, above, closed_funcs)
             served = self._served(cursor, queues)
-            chosen, _ = pick.plan(candidates, served, self.settings.weights(), limit)
+            chosen = self.flow.choose(cursor, candidates, served, limit, now)
+            if chosen is None:  # no flow limit among these candidates: the plain pick
+                chosen, _ = pick.plan(candidates, served, self.settings.weights(), limit)
             expired = [c for c in chosen if c.expires_at is not None and c.expires_at <= now]
             poison = [c for c in chosen if c.deliveries >= c.max_deliveries and c not in expired]
             runnable = [c for c in chosen if c not in expired and c not in poison]
@@ -320,29 +339,39 @@ class OrmBroker(Broker):
         return Reservation(row[0], row[1], row[2], row[3], row[4], token, owner, row[5], row[6])
 
     def has_ready(self, queues: Sequence[str], above: int | None = None) -> bool:
-        """Return True when a ready message waits in ``queues`` (above a priority); a read only."""
+        """Return True when a ready message waits in ``queues`` (above a priority) whose concurrency
+        key is free; a read only."""
         floor = "AND priority > %s " if above is not None else ""
         with self.connection.cursor() as cursor:
             cursor.execute(
-                f"SELECT 1 FROM {JOB} WHERE state IN {READY_SQL} AND queue IN ({_marks(len(queues))}) "
-                f"{floor}AND visible_at <= %s LIMIT 1",
+                f"SELECT 1 FROM {JOB} AS c WHERE c.state IN {READY_SQL} AND c.queue IN ({_marks(len(queues))}) "
+                f"{floor}AND c.visible_at <= %s AND {KEY_FREE} LIMIT 1",
                 [*queues, *([above] if above is not None else []), time.time()],
             )
             return cursor.fetchone() is not None
 
-    def _heads(self, cursor, queues: Sequence[str], limit: int, now: float, above: int | None = None) -> dict[str, list]:
-        """Return each queue's first ``limit`` ready messages, head first (locked on PostgreSQL)."""
-        floor = "AND priority > %s " if above is not None else ""
-        floor_params = [above] if above is not None else []
-        columns = "id, queue, priority, deliveries, max_deliveries, expires_at"
+    def _heads(self, cursor, queues: Sequence[str], limit: int, now: float, above: int | None = None,
+               closed_funcs: Sequence[str] = ()) -> dict[str, list]:
+        """Return each queue's first ``limit`` ready messages, head first (locked on PostgreSQL).
+
+        Messages whose concurrency key is at its limit, or whose task's rate limit is closed
+        (``closed_funcs``), are left out: they are held, and must not hide the ones behind them.
+        """
+        floor = f"AND {KEY_FREE} " + ("AND priority > %s " if above is not None else "")
+        floor_params: list = [above] if above is not None else []
+        if closed_funcs:
+            floor += f"AND (c.rate_limit IS NULL OR c.func NOT IN ({_marks(len(closed_funcs))})) "
+            floor_params += list(closed_funcs)
+        columns = ("c.id, c.queue, c.priority, c.deliveries, c.max_deliveries, c.expires_at, c.func, "
+                   "c.concurrency_key, c.concurrency_limit, c.rate_limit")
         heads: dict[str, list] = {queue: [] for queue in queues}
         if self.is_postgresql:
             # One round trip for every queue: a LATERAL subquery per queue, each locking its rows
             # with SKIP LOCKED so concurrent clusters claim disjoint sets.
             cursor.execute(
                 f"SELECT j.* FROM unnest(%s::text[]) AS q(name) CROSS JOIN LATERAL ("
-                f"SELECT {columns} FROM {JOB} WHERE state IN {READY_SQL} AND queue = q.name {floor}"
-                f"AND visible_at <= %s ORDER BY priority DESC, id LIMIT %s FOR UPDATE SKIP LOCKED) AS j",
+                f"SELECT {columns} FROM {JOB} AS c WHERE c.state IN {READY_SQL} AND c.queue = q.name {floor}"
+                f"AND c.visible_at <= %s ORDER BY c.priority DESC, c.id LIMIT %s FOR UPDATE OF c SKIP LOCKED) AS j",
                 [list(queues), *floor_params, now, limit],
             )
             for row in cursor.fetchall():
@@ -352,8 +381,8 @@ class OrmBroker(Broker):
             return heads
         for queue in queues:  # SQLite: in-process calls under the write lock, cheap one by one
             cursor.execute(
-                f"SELECT {columns} FROM {JOB} WHERE state IN {READY_SQL} AND queue = %s {floor}"
-                f"AND visible_at <= %s ORDER BY priority DESC, id LIMIT %s",
+                f"SELECT {columns} FROM {JOB} AS c WHERE c.state IN {READY_SQL} AND c.queue = %s {floor}"
+                f"AND c.visible_at <= %s ORDER BY c.priority DESC, c.id LIMIT %s",
                 [queue, *floor_params, now, limit],
             )
             heads[queue] = [_Head(*row) for row in cursor.fetchall()]
@@ -853,13 +882,18 @@ def _prepare(field: Any, connection: Any, value: Any) -> Any:
 class _Head:
     """A claim candidate (a ready row's head fields)."""
 
-    __slots__ = ("id", "queue", "priority", "deliveries", "max_deliveries", "expires_at")
+    __slots__ = ("id", "queue", "priority", "deliveries", "max_deliveries", "expires_at", "func", "key",
+                 "key_limit", "rate")
 
-    def __init__(self, id, queue, priority, deliveries, max_deliveries, expires_at):
+    def __init__(self, id, queue, priority, deliveries, max_deliveries, expires_at, func, key, key_limit, rate):
         self.id = id
         self.queue = queue
         self.priority = priority
         self.deliveries = deliveries
         self.max_deliveries = max_deliveries
         self.expires_at = expires_at
+        self.func = func
+        self.key = key  # concurrency key, limit and rate limit (flow control)
+        self.key_limit = key_limit
+        self.rate = rate
 

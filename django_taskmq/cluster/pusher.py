@@ -80,7 +80,10 @@ class Pusher:
                 pipe.poll(URGENT_CHECK)
             elif not tasks:
                 # In burst mode the sentinel decides soon whether all is done; a short nap is enough.
-                waker.wait(min(settings.poll, 0.05) if self.burst else settings.poll, pipe)
+                # A rate limit that held a job opens at a known moment: wake then, not a poll later.
+                nap = min(settings.poll, 0.05) if self.burst else settings.poll
+                opens = self.broker.flow_wait()
+                waker.wait(nap if opens is None else min(nap, opens), pipe)
                 if not pipe.poll(0):
                     # Woken early: work very likely arrived, claim without asking first.
                     claimed = self.claim_safely(message, not waker.woken)

@@ -1,0 +1,195 @@
+"""Flow control inside the ORM broker's claim: concurrency keys, queue caps, rate limits.
+
+The decisions are :func:`policy.flow.admit`'s; this module reads what it needs in the claim's
+transaction and writes back what changed. Counts come from the job table itself (a job holds its
+key while it is RUNNING), so a crashed cluster's keys free when its leases are reclaimed and no
+count can leak. Rate-limit state is one row per limit (``FlowBucket``).
+
+Concurrent claims on PostgreSQL serialise per key, per capped queue and per rate limit: a
+transaction-scoped advisory lock per key and queue (taken in one sorted order), ``FOR UPDATE`` on
+the rate rows. SQLite runs the whole claim under its write lock.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+from ..conf import Settings
+from ..models import FlowBucket, Job
+from ..policy import flow, pick
+from ..policy.states import JobState
+from ..signals import job_held
+
+logger = logging.getLogger("django_taskmq.flow")
+
+JOB = Job._meta.db_table
+BUCKET = FlowBucket._meta.db_table
+RUNNING = f"'{JobState.RUNNING.value}'"
+HELD_LOG_EVERY = 10.0  # seconds between two log lines for the same reason a job waits
+
+# Ready rows whose key is already at its limit are not candidates at all, so they cannot block
+# the rows behind them (the subquery walks the partial index of running keyed rows).
+KEY_FREE = (f"(c.concurrency_key IS NULL OR c.concurrency_limit > (SELECT COUNT(*) FROM {JOB} r "
+            f"WHERE r.state = {RUNNING} AND r.concurrency_key = c.concurrency_key))")
+
+
+def _marks(n: int) -> str:
+    return ", ".join(["%s"] * n)
+
+
+class FlowGate:
+    """The flow-control step of one ORM broker's claims."""
+
+    def __init__(self, settings: Settings, postgresql: bool) -> None:
+        self.settings = settings
+        self.postgresql = postgresql
+        self.caps = settings.queue_caps()
+        self.queue_rates = settings.queue_rates()
+        self.seen = bool(self.caps or self.queue_rates)  # once a claim met a keyed or limited job
+        self.opens_at: float | None = None  # when a rate limit that held a job opens next
+        self._logged: dict[str, float] = {}
+
+    def closed(self, cursor, queues: Sequence[str], now: float) -> tuple[list[str], list[str]]:
+        """Return (queues to serve, task paths whose rate limit is closed) before reading heads.
+
+        A queue at its concurrency cap or with a closed rate limit is left out of the claim.
+        """
+        if not self.seen:
+            return list(queues), []
+        cursor.execute(f"SELECT key, tat FROM {BUCKET} WHERE tat > %s", [now])
+        shut = {key: tat for key, tat in cursor.fetchall()}
+        funcs = [key[5:] for key in shut if key.startswith("task:")]
+        full = {q for q, n in self._running_queues(cursor, queues).items() if n >= self.caps[q]}
+        open_queues = [q for q in queues if f"queue:{q}" not in shut and q not in full]
+        self.opens_at = min(shut.values()) if shut else None
+        return open_queues, funcs
+
+    def choose(self, cursor, candidates: dict[str, list], served: dict[str, int], limit: int,
+               now: float) -> list | None:
+        """Return the candidates to claim, in pick order, or None when no flow limit applies.
+
+        Takes the locks, counts what runs, asks :func:`policy.flow.admit`, writes the rate limits
+        that moved and reports why jobs wait.
+        """
+        heads = [h for items in candidates.values() for h in items]
+        keyed = any(h.key is not None or h.rate is not None for h in heads)
+        capped = [q for q in candidates if q in self.caps or q in self.queue_rates]
+        if not keyed and not capped:
+            return None
+        self.seen = True
+        keys = sorted({h.key for h in heads if h.key is not None})
+        if self.postgresql:
+            locks = sorted(keys + [f"queue:{q}" for q in capped if q in self.caps])
+            if locks:
+                cursor.execute("SELECT pg_advisory_xact_lock(hashtext(k)) FROM unnest(%s::text[]) AS k ORDER BY k",
+                               [locks])
+        running_keys = self._running_keys(cursor, keys)
+        running_queues = self._running_queues(cursor, capped)
+        buckets = sorted({f"task:{h.func}" for h in heads if h.rate is not None}
+                         | {f"queue:{q}" for q in capped if q in self.queue_rates})
+        tats = self._lock_buckets(cursor, buckets)
+        ordered, _ = pick.plan(candidates, served, self.settings.weights(), len(heads))
+        verdict = flow.admit(
+            ordered, limit, now,
+            key_of=lambda h: (h.key, h.key_limit or 1) if h.key is not None else None,
+            queue_of=lambda h: h.queue,
+            buckets_of=self._buckets_of,
+            running_keys=running_keys, queue_caps=self.caps, running_queues=running_queues, tats=tats,
+        )
+        if verdict.tats:
+            cursor.executemany(f"UPDATE {BUCKET} SET tat = %s WHERE key = %s",
+                               [(tat, key) for key, tat in sorted(verdict.tats.items())])
+        if verdict.opens_at is not None:
+            self.opens_at = verdict.opens_at if self.opens_at is None else min(self.opens_at, verdict.opens_at)
+        self._report(verdict.held)
+        return verdict.admitted
+
+    def wait(self) -> float | None:
+        """Seconds until a rate limit that held a job opens, or None."""
+        if self.opens_at is None:
+            return None
+        return max(self.opens_at - time.time(), 0.0)
+
+    # -- reading the counts -----------------------------------------------------------------
+    def _buckets_of(self, head: Any) -> Iterable[tuple[str, flow.Rate]]:
+        if head.rate is not None:
+            yield f"task:{head.func}", flow.parse_rate(head.rate)
+        rate = self.queue_rates.get(head.queue)
+        if rate is not None:
+            yield f"queue:{head.queue}", rate
+
+    def _running_keys(self, cursor, keys: Sequence[str]) -> dict[str, int]:
+        if not keys:
+            return {}
+        cursor.execute(
+            f"SELECT concurrency_key, COUNT(*) FROM {JOB} WHERE state = {RUNNING} "
+            f"AND concurrency_key IN ({_marks(len(keys))}) GROUP BY concurrency_key",
+            list(keys),
+        )
+        return dict(cursor.fetchall())
+
+    def _running_queues(self, cursor, queues: Sequence[str]) -> dict[str, int]:
+        capped = [q for q in queues if q in self.caps]
+        if not capped:
+            return {}
+        cursor.execute(
+            f"SELECT queue, COUNT(*) FROM {JOB} WHERE state = {RUNNING} AND queue IN ({_marks(len(capped))}) "
+            f"GROUP BY queue",
+            capped,
+        )
+        return dict(cursor.fetchall())
+
+    def _lock_buckets(self, cursor, buckets: Sequence[str]) -> dict[str, float | None]:
+        if not buckets:
+            return {}
+        insert = "INSERT INTO" if self.postgresql else "INSERT OR IGNORE INTO"
+        conflict = " ON CONFLICT DO NOTHING" if self.postgresql else ""
+        cursor.executemany(f"{insert} {BUCKET} (key, tat) VALUES (%s, 0){conflict}", [(b,) for b in buckets])
+        lock = " ORDER BY key FOR UPDATE" if self.postgresql else ""
+        cursor.execute(f"SELECT key, tat FROM {BUCKET} WHERE key IN ({_marks(len(buckets))}){lock}", list(buckets))
+        return {key: (tat or None) for key, tat in cursor.fetchall()}
+
+    def _report(self, held: dict[str, list]) -> None:
+        """Say why jobs wait: the ``job_held`` signal each time, a log line per reason now and then."""
+        now = time.monotonic()
+        for reason, jobs in held.items():
+            if job_held.has_listeners():
+                job_held.send_robust(sender=Job, job_ids=[j.id for j in jobs], reason=reason)
+            if now - self._logged.get(reason, -HELD_LOG_EVERY) >= HELD_LOG_EVERY:
+                self._logged[reason] = now
+                logger.info("%d job(s) wait, not delivered: %s (e.g. job %s)", len(jobs), reason, jobs[0].id)
+
+
+def status(cursor, settings: Settings) -> dict[str, Any]:
+    """Return what flow control holds now: keys, waiting jobs, queue caps and rate limits in use."""
+    cursor.execute(
+        f"SELECT concurrency_key, COUNT(*), MAX(concurrency_limit) FROM {JOB} WHERE state = {RUNNING} "
+        f"AND concurrency_key IS NOT NULL GROUP BY concurrency_key ORDER BY concurrency_key"
+    )
+    keys = {key: {"running": n, "limit": limit or 1} for key, n, limit in cursor.fetchall()}
+    ready = "(" + ", ".join(f"'{s.value}'" for s in sorted(JobState.READY)) + ")"
+    if keys:
+        cursor.execute(
+            f"SELECT concurrency_key, COUNT(*) FROM {JOB} WHERE state IN {ready} "
+            f"AND concurrency_key IN ({_marks(len(keys))}) GROUP BY concurrency_key",
+            list(keys),
+        )
+        for key, n in cursor.fetchall():
+            keys[key]["waiting"] = n
+    caps = settings.queue_caps()
+    queues = {}
+    if caps:
+        cursor.execute(
+            f"SELECT queue, COUNT(*) FROM {JOB} WHERE state = {RUNNING} AND queue IN ({_marks(len(caps))}) "
+            f"GROUP BY queue",
+            list(caps),
+        )
+        running = dict(cursor.fetchall())
+        queues = {q: {"running": running.get(q, 0), "cap": cap} for q, cap in sorted(caps.items())}
+    now = time.time()
+    cursor.execute(f"SELECT key, tat FROM {BUCKET} ORDER BY key")
+    rates = {key: {"next_start_in": round(max(tat - now, 0.0), 3)} for key, tat in cursor.fetchall()}
+    return {"keys": keys, "queues": queues, "rates": rates}
