@@ -168,3 +168,9 @@ def fail_with_unstorable_text(name: str = "report-\udcff.csv") -> None:
 def blob(size: int) -> bytes:
     """Return ``size`` bytes (a large result from a small call)."""
     return b"y" * size
+
+
+@task(concurrency_key=lambda customer, *args, **kwargs: f"import:{customer}")
+def import_customer(customer: Any, *rows: Any) -> Any:
+    """One import per customer at a time: the key is computed from the call's first argument."""
+    return customer
