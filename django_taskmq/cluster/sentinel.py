@@ -368,11 +368,16 @@ class Sentinel:
         return self.buffer.held() + [s.task.reservation.job_id for s in self.slots if s.task is not None]
 
     def _report(self) -> Report:
-        """What the heartbeat says of the processes now."""
+        """What the heartbeat says of the processes now; ``tasks`` lists what each busy worker runs:
+        ``[worker index, job id, queue, seconds since it started]``."""
+        now = time.monotonic()
+        tasks = [[s.index, s.task.reservation.job_id, s.task.reservation.queue,
+                  round(now - self.timers[s.index], 1) if self.timers[s.index] else 0.0]
+                 for s in self.slots if s.task is not None]
         return Report(self.state, len(self.slots),
-                      {**self.counts, "waiting": len(self.buffer),
-                       "running": sum(1 for s in self.slots if s.task is not None),
-                       "queues": {queue: dict(per_queue) for queue, per_queue in self.by_queue.items()}})
+                      {**self.counts, "waiting": len(self.buffer), "running": len(tasks),
+                       "queues": {queue: dict(per_queue) for queue, per_queue in self.by_queue.items()},
+                       "tasks": tasks})
 
     def _idle(self) -> bool:
         """The pusher found nothing ready, and no task waits or runs here."""

@@ -200,8 +200,9 @@ def test_a_graceful_stop(cluster):
     counts = cluster.sentinel.counts
     assert (counts["succeeded"], counts["failed"], counts["crashes"]) == (1, 0, 0)
     # The heartbeat's per-queue outcome counts (the metrics' counters).
-    assert cluster.sentinel._report().counts["queues"] == {
-        "default": {"succeeded": 1, "failed": 0, "timeouts": 0, "crashes": 0}}
+    report = cluster.sentinel._report().counts
+    assert report["queues"] == {"default": {"succeeded": 1, "failed": 0, "timeouts": 0, "crashes": 0}}
+    assert report["tasks"] == [] and report["running"] == 0
     assert cluster.sentinel.state == "stopped"
     assert cluster.broker.heartbeats[cluster.sentinel.owner]["state"] == "stopping"
 
@@ -226,3 +227,17 @@ def test_when_the_broker_cannot_take_the_waiting_tasks_back_their_leases_will(cl
     assert "returning 1 unstarted reservation(s)" in cluster.sentinel.upkeep.failures.last
     assert cluster.events == [("idle", "STOP")]
     assert cluster.results.items == [END_OF_RESULTS]
+
+
+def test_the_heartbeat_tells_what_each_busy_worker_runs(cluster):
+    """``counts["tasks"]``: worker index, job id, queue and seconds running (qmonitor shows them)."""
+    import time
+
+    t = cluster.reserve("run")
+    cluster.add_worker("idle")
+    busy = cluster.add_worker("busy", task=t["run"])
+    cluster.sentinel.timers[busy.index] = time.monotonic() - 2.0
+    counts = cluster.sentinel._report().counts
+    ((index, job_id, queue, seconds),) = counts["tasks"]
+    assert (index, job_id, queue, counts["running"]) == (busy.index, "run", "default", 1)
+    assert 2.0 <= seconds < 60
