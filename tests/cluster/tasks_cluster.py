@@ -98,3 +98,9 @@ def boom(tag: str = "boom") -> None:
 def hook(job: Any) -> None:
     """A hook: log ``hook:<state>`` for the finished job (runs in the monitor)."""
     log(f"hook:{job.state}", job_id=job.id)
+
+
+def stamped(tag: str) -> str:
+    """Log ``start:<tag> <epoch time>`` (the rate-limit tests count starts per window)."""
+    log(f"start:{tag} {time.time():.6f}")
+    return tag
