@@ -98,7 +98,7 @@ def test_list_pages_load_neither_payload_nor_result(admin_client, broker, url):
 
 def test_jobs_offer_no_delete_selected(admin_client, broker):
     async_task("tests.tasks.noop")
-    assert action_names(admin_client.get(JOBS)) == {"cancel_jobs"}
+    assert action_names(admin_client.get(JOBS)) == {"retry_jobs", "cancel_jobs"}  # retry: through the broker too
 
 
 def test_cancel_goes_through_the_broker_and_spares_started_jobs(admin_client, broker):
@@ -106,7 +106,12 @@ def test_cancel_goes_through_the_broker_and_spares_started_jobs(admin_client, br
     running = async_task("tests.tasks.noop", priority=9)
     (r,) = broker.reserve(["default"], limit=1, lease=300, owner="t")
     assert r.job_id == running
-    response = admin_client.post(JOBS, {"action": "cancel_jobs", "_selected_action": [queued, running]}, follow=True)
+    # The action's first POST shows its confirmation page and changes nothing.
+    page = admin_client.post(JOBS, {"action": "cancel_jobs", "_selected_action": [queued, running]})
+    assert page.status_code == 200 and "Yes, cancel" in page.content.decode()
+    assert Job.objects.get(pk=queued).state == State.QUEUED
+    response = admin_client.post(JOBS, {"action": "cancel_jobs", "_selected_action": [queued, running], "post": "yes"},
+                                 follow=True)
     text = [str(m) for m in response.context["messages"]]
     assert "1 job cancelled." in text
     assert any("not cancelled" in m for m in text)
@@ -119,7 +124,7 @@ def test_purge_needs_the_delete_permission_on_jobs(client, broker):
     letter = DeadLetter.objects.get(job_id=dead)
     client.force_login(staff("view_job", "view_deadletter", "delete_deadletter"))
     assert "purge" not in action_names(client.get(LETTERS))
-    client.post(LETTERS, {"action": "purge", "_selected_action": [letter.pk]})
+    client.post(LETTERS, {"action": "purge", "_selected_action": [letter.pk], "post": "yes"})
     assert Job.objects.filter(pk=dead).exists() and DeadLetter.objects.filter(pk=letter.pk).exists()
 
 
@@ -128,7 +133,9 @@ def test_purge_with_both_permissions_deletes_letter_and_job(client, broker):
     letter = DeadLetter.objects.get(job_id=dead)
     client.force_login(staff("view_job", "view_deadletter", "delete_deadletter", "delete_job"))
     assert "purge" in action_names(client.get(LETTERS))
-    client.post(LETTERS, {"action": "purge", "_selected_action": [letter.pk]})
+    client.post(LETTERS, {"action": "purge", "_selected_action": [letter.pk]})  # the confirmation page
+    assert Job.objects.filter(pk=dead).exists() and DeadLetter.objects.filter(pk=letter.pk).exists()
+    client.post(LETTERS, {"action": "purge", "_selected_action": [letter.pk], "post": "yes"})
     assert not Job.objects.filter(pk=dead).exists() and not DeadLetter.objects.filter(pk=letter.pk).exists()
 
 
@@ -137,7 +144,8 @@ def test_replay_that_changes_nothing_says_so(admin_client, broker):
     dead = dead_job(broker)
     letter = DeadLetter.objects.get(job_id=dead)
     Job.objects.filter(pk=dead).update(state=State.SUCCEEDED)  # e.g. re-run by other means
-    response = admin_client.post(LETTERS, {"action": "replay", "_selected_action": [letter.pk]}, follow=True)
+    response = admin_client.post(LETTERS, {"action": "replay", "_selected_action": [letter.pk], "post": "yes"},
+                                 follow=True)
     text = [str(m) for m in response.context["messages"]]
     assert not any("replayed." in m for m in text)
     assert any("not replayed" in m and "no longer dead" in m for m in text)
@@ -149,6 +157,9 @@ def test_replay_that_changes_nothing_says_so(admin_client, broker):
 def test_replay_requeues_a_dead_job(admin_client, broker):
     dead = dead_job(broker)
     letter = DeadLetter.objects.get(job_id=dead)
-    response = admin_client.post(LETTERS, {"action": "replay", "_selected_action": [letter.pk]}, follow=True)
+    page = admin_client.post(LETTERS, {"action": "replay", "_selected_action": [letter.pk]})  # the confirmation page
+    assert page.status_code == 200 and Job.objects.get(pk=dead).state == State.DEAD
+    response = admin_client.post(LETTERS, {"action": "replay", "_selected_action": [letter.pk], "post": "yes"},
+                                 follow=True)
     assert "1 job replayed." in [str(m) for m in response.context["messages"]]
     assert Job.objects.get(pk=dead).state == State.QUEUED

@@ -1,0 +1,114 @@
+"""The dashboard: ``admin/django_taskmq/dashboard/`` (URL name ``admin:django_taskmq_dashboard``).
+
+For staff with the *view job* permission: per queue the ready jobs by priority, delayed, running,
+retrying, dead letters waiting and the age of the oldest ready job; the clusters alive; jobs
+succeeded and failed in the last minute and hour; a throughput chart of the last hour. It reloads
+itself every :data:`REFRESH` seconds (a meta refresh). The numbers come from :mod:`..monitoring`.
+
+The dashboard is not a model, so it has no ``ModelAdmin``: :func:`install` adds its URL to an admin
+site. ``django_taskmq.admin`` installs it on ``django.contrib.admin.site``; a project with its own
+``AdminSite`` calls ``install(my_site)``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+from urllib.parse import urlencode
+
+from django.contrib import admin
+from django.core.exceptions import PermissionDenied
+from django.http import HttpRequest
+from django.template.response import TemplateResponse
+from django.urls import path, reverse
+from django.utils.translation import gettext as _
+
+from .. import monitoring
+from ..models import Job
+from ..policy.states import JobState
+from .chart import throughput_svg
+from .display import duration
+
+REFRESH = 10  # seconds between reloads of the page
+URL_NAME = "django_taskmq_dashboard"
+
+
+def can_view(request: HttpRequest) -> bool:
+    """The dashboard is for active staff with the view permission on jobs."""
+    opts = Job._meta
+    user = request.user
+    return bool(user.is_active and user.is_staff and user.has_perm(f"{opts.app_label}.view_{opts.model_name}"))
+
+
+def dashboard_view(request: HttpRequest, site: admin.AdminSite) -> TemplateResponse:
+    """Render the dashboard (through ``site.admin_view``: logged-in staff only)."""
+    if not can_view(request):
+        raise PermissionDenied
+    snap = monitoring.snapshot()
+    jobs_url = reverse("admin:django_taskmq_job_changelist", current_app=site.name)
+    letters_url = reverse("admin:django_taskmq_deadletter_changelist", current_app=site.name)
+    queues = [_queue_row(q, jobs_url, letters_url) for q in snap.queues]
+    context: dict[str, Any] = {
+        **site.each_context(request),
+        "title": _("Task queue dashboard"),
+        "opts": Job._meta,
+        "app_label": Job._meta.app_label,
+        "snapshot": snap,
+        "queues": queues,
+        "totals": {key: sum(row[key] for row in queues) for key in ("ready", "delayed", "retrying", "running",
+                                                                    "dead_letters")},
+        "clusters": [_cluster_row(c) for c in snap.clusters],
+        "workers_alive": snap.workers_alive,
+        "throughput": snap.throughput,
+        "chart": throughput_svg(snap.throughput.per_minute),
+        "refresh": REFRESH,
+        "replay_all_url": reverse("admin:django_taskmq_deadletter_replay_all", current_app=site.name),
+    }
+    request.current_app = site.name
+    return TemplateResponse(request, "admin/django_taskmq/dashboard.html", context)
+
+
+def _queue_row(q: monitoring.QueueStats, jobs_url: str, letters_url: str) -> dict[str, Any]:
+    def jobs(**params: str) -> str:
+        return f"{jobs_url}?{urlencode({'queue': q.name, **params})}"
+
+    return {
+        "name": q.name,
+        "ready": q.ready_total,
+        "bands": list(q.ready.items()),
+        "delayed": q.delayed,
+        "retrying": q.retrying,
+        "running": q.running,
+        "dead_letters": q.dead_letters,
+        "oldest": duration(q.oldest_ready_age) if q.oldest_ready_age is not None else "-",
+        "oldest_seconds": q.oldest_ready_age or 0,
+        "queued_url": jobs(state=JobState.QUEUED.value),
+        "retrying_url": jobs(state=JobState.RETRYING.value),
+        "running_url": jobs(state=JobState.RUNNING.value),
+        "dead_url": f"{letters_url}?{urlencode({'queue': q.name, 'replayed': 'no'})}",
+    }
+
+
+def _cluster_row(c: monitoring.ClusterInfo) -> dict[str, Any]:
+    return {
+        "name": c.name, "host": c.host, "pid": c.pid, "state": c.state, "workers": c.workers,
+        "queues": ", ".join(c.queues), "heartbeat": duration(c.heartbeat_age),
+        "busy": len(c.tasks), "succeeded": c.count("succeeded"), "failed": c.count("failed"),
+        "timeouts": c.count("timeouts"), "crashes": c.count("crashes"), "uptime": duration(c.counts.get("uptime")),
+    }
+
+
+def install(site: admin.AdminSite) -> None:
+    """Add the dashboard's URL to ``site`` (once): ``<site>/django_taskmq/dashboard/``."""
+    if getattr(site, "_taskmq_dashboard", False):
+        return
+    original = site.get_urls
+
+    def get_urls() -> list:
+        view = site.admin_view(lambda request: dashboard_view(request, site))
+        return [
+            path("django_taskmq/dashboard/", view, name=URL_NAME),
+            *original(),
+        ]
+
+    setattr(site, "get_urls", get_urls)
+    setattr(site, "_taskmq_dashboard", True)

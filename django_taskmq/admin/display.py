@@ -1,0 +1,98 @@
+"""Small formatting helpers of the admin pages: coloured states, shortened text, durations, times."""
+
+from __future__ import annotations
+
+import datetime
+import reprlib
+
+from django.utils import timezone
+from django.utils.formats import date_format
+from django.utils.html import format_html
+from django.utils.safestring import SafeString
+
+from ..models import State
+
+#: Background colour of each state's badge (white text).
+STATE_COLOURS = {
+    State.QUEUED: "#5b6f80",
+    State.RUNNING: "#1f6fb2",
+    State.RETRYING: "#c27a00",
+    State.SUCCEEDED: "#2e7d32",
+    State.FAILED: "#c62828",
+    State.DEAD: "#7b1010",
+    State.EXPIRED: "#757575",
+    State.CANCELLED: "#9e9e9e",
+}
+MONOSPACE = "white-space: pre-wrap; font-family: monospace; margin: 0; max-height: 40em; overflow: auto;"
+
+_repr = reprlib.Repr()
+_repr.maxstring = 300
+_repr.maxother = 300
+_repr.maxlist = _repr.maxtuple = _repr.maxdict = _repr.maxset = 20
+_repr.maxlevel = 4
+
+
+def state_badge(state: str) -> SafeString:
+    """Return a job state as a coloured badge."""
+    colour = STATE_COLOURS.get(state, "#555")  # type: ignore[call-overload]
+    label = State(state).label if state in State.values else state
+    return format_html(
+        '<span class="taskmq-state taskmq-state-{}" style="background: {}; color: #fff; padding: 1px 6px; '
+        'border-radius: 3px; font-size: 0.85em; white-space: nowrap;">{}</span>', state.lower(), colour, label)
+
+
+def shorten(text: str, limit: int) -> str:
+    """Return ``text`` cut to ``limit`` characters, an ellipsis marking the cut."""
+    text = text or ""
+    return text if len(text) <= limit else text[: max(limit - 1, 0)] + "…"
+
+
+def short_repr(value: object, limit: int = 500) -> str:
+    """Return a readable, bounded ``repr`` of a task's argument or result."""
+    try:
+        text = _repr.repr(value)
+    except Exception as exc:  # a broken __repr__ must not break the page
+        text = f"<unrepresentable {type(value).__name__}: {exc}>"
+    return shorten(text, limit)
+
+
+def monospace(text: str) -> SafeString:
+    """Return ``text`` in a monospace block (escaped)."""
+    return format_html('<pre style="{}">{}</pre>', MONOSPACE, text)
+
+
+def duration(seconds: float | None) -> str:
+    """Return a duration for people: ``850 ms``, ``12.5 s``, ``4 min 10 s``, ``3 h 5 min``, ``2 d 4 h``."""
+    if seconds is None:
+        return "-"
+    seconds = max(seconds, 0.0)
+    if seconds < 1:
+        return f"{seconds * 1000:.0f} ms"
+    if seconds < 60:
+        return f"{seconds:.1f} s"
+    minutes, secs = divmod(int(seconds), 60)
+    if minutes < 60:
+        return f"{minutes} min {secs} s"
+    hours, minutes = divmod(minutes, 60)
+    if hours < 48:
+        return f"{hours} h {minutes} min"
+    days, hours = divmod(hours, 24)
+    return f"{days} d {hours} h"
+
+
+def between(start: datetime.datetime | None, end: datetime.datetime | None) -> float | None:
+    """Return the seconds from ``start`` to ``end`` (None unless both are known)."""
+    if start is None or end is None:
+        return None
+    return (end - start).total_seconds()
+
+
+def when(value: datetime.datetime | None, now: datetime.datetime | None = None) -> str:
+    """Return a time in the project's time zone, with how long ago or from now it is."""
+    if value is None:
+        return "-"
+    now = now or timezone.now()
+    local = timezone.localtime(value) if timezone.is_aware(value) else value
+    text = date_format(local, "DATETIME_FORMAT")
+    delta = (value - now).total_seconds()
+    return f"{text} ({'in ' + duration(delta) if delta > 0 else duration(-delta) + ' ago'})"

@@ -1,0 +1,138 @@
+"""List filters whose choices cost no scan of the job table.
+
+Django's default filter of a field lists its distinct values, one ``SELECT DISTINCT`` over the
+whole table per page view; these take their choices from the settings (queues), the code (states,
+priorities, reason kinds) or the small heartbeat table (clusters), or are a text box (group).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.contrib import admin
+from django.db.models import Q, QuerySet
+from django.utils.translation import gettext_lazy as _
+
+from ..conf import get_settings
+from ..models import Cluster
+from ..policy.priority import MAX_PRIORITY, MIN_PRIORITY
+
+
+class ValueFilter(admin.SimpleListFilter):
+    """Filter on one field's exact value, from a fixed list of choices."""
+
+    field = ""
+
+    def queryset(self, request, queryset: QuerySet) -> QuerySet:
+        value = self.value()
+        return queryset.filter(**{self.field: value}) if value not in (None, "") else queryset
+
+
+class QueueFilter(ValueFilter):
+    title = _("queue")
+    parameter_name = field = "queue"
+
+    def lookups(self, request, model_admin):
+        return [(name, name) for name in sorted(get_settings().queues)]
+
+
+class PriorityFilter(ValueFilter):
+    title = _("priority")
+    parameter_name = field = "priority"
+
+    def lookups(self, request, model_admin):
+        return [(str(p), str(p)) for p in range(MAX_PRIORITY, MIN_PRIORITY - 1, -1)]
+
+
+class ClusterFilter(ValueFilter):
+    """The cluster labels (``Job.cluster``) of the heartbeat table."""
+
+    title = _("cluster")
+    parameter_name = field = "cluster"
+
+    def lookups(self, request, model_admin):
+        names = Cluster.objects.order_by("name").values_list("name", flat=True).distinct()
+        return [(name, name) for name in names]
+
+
+class InputFilter(admin.SimpleListFilter):
+    """A text box instead of a list of choices (values too many to list)."""
+
+    template = "admin/django_taskmq/input_filter.html"
+    field = ""
+
+    def lookups(self, request, model_admin):
+        return [("", "")]  # shown as a text box; a non-empty list keeps the filter visible
+
+    def queryset(self, request, queryset: QuerySet) -> QuerySet:
+        value = self.value()
+        return queryset.filter(**{self.field: value}) if value else queryset
+
+    def choices(self, changelist) -> Any:
+        # Every other parameter of the page (filters, search, ordering) but the page number.
+        others = {k: v for k, v in changelist.params.items() if k not in (self.parameter_name, "p")}
+        yield {
+            "parameter_name": self.parameter_name,
+            "value": self.value() or "",
+            "others": [(k, v) for k, values in others.items() for v in (values if isinstance(values, list) else [values])],
+            "clear_url": changelist.get_query_string(remove=[self.parameter_name]),
+        }
+
+
+class GroupFilter(InputFilter):
+    title = _("group")
+    parameter_name = field = "group"
+
+
+#: The kinds of reason a dead letter has, as the broker and the cluster word them.
+REASON_KINDS = {
+    "failed": (_("failed"), Q(reason__startswith="max deliveries exceeded: failed")),
+    "no_ack": (_("crash loop / no ack"), Q(reason__startswith="max deliveries exceeded: delivered")),
+    "bad_package": (_("bad package"), Q(reason__startswith="bad signature") | Q(reason__startswith="cannot unpickle")
+                    | Q(reason__startswith="cannot import")),
+    "expired": (_("expired"), Q(reason__icontains="expired")),
+}
+
+
+def reason_kind(kind: str) -> Q:
+    """Return the condition of one kind of reason; ``manual`` is every reason of no other kind
+    (``Reject`` from a task, a dead letter written by code)."""
+    if kind == "manual":
+        others = Q()
+        for _label, condition in REASON_KINDS.values():
+            others |= condition
+        return ~others
+    if kind == "expired":  # a reason that says "expired" but is of another kind stays there
+        return REASON_KINDS["expired"][1] & ~(REASON_KINDS["failed"][1] | REASON_KINDS["no_ack"][1]
+                                              | REASON_KINDS["bad_package"][1])
+    return REASON_KINDS[kind][1]
+
+
+class ReasonFilter(admin.SimpleListFilter):
+    title = _("kind of reason")
+    parameter_name = "reason"
+
+    def lookups(self, request, model_admin):
+        return [(kind, label) for kind, (label, _q) in REASON_KINDS.items()] + [("manual", _("manual"))]
+
+    def queryset(self, request, queryset: QuerySet) -> QuerySet:
+        value = self.value()
+        if value in REASON_KINDS or value == "manual":
+            return queryset.filter(reason_kind(value))
+        return queryset
+
+
+class ReplayedFilter(admin.SimpleListFilter):
+    title = _("replayed")
+    parameter_name = "replayed"
+
+    def lookups(self, request, model_admin):
+        return [("no", _("No, waiting")), ("yes", _("Yes"))]
+
+    def queryset(self, request, queryset: QuerySet) -> QuerySet:
+        value = self.value()
+        if value == "no":
+            return queryset.filter(replayed_at__isnull=True)
+        if value == "yes":
+            return queryset.filter(replayed_at__isnull=False)
+        return queryset

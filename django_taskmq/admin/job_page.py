@@ -1,0 +1,174 @@
+"""What the job page says about one job, written for people.
+
+Arguments come from the verified package and the result from the verified result: a forged or
+tampered row shows ``unreadable package: <reason>`` (or ``unreadable result: <reason>``) and
+nothing of it is unpickled. Times are shown as dates with durations, counters against their limits.
+"""
+
+from __future__ import annotations
+
+import datetime
+from urllib.parse import urlencode
+
+from django.urls import reverse
+from django.utils.html import format_html, format_html_join
+from django.utils.safestring import SafeString
+
+from ..conf import get_settings
+from ..envelope import Envelope
+from ..exceptions import BadPackage
+from ..models import DeadLetter, Job, State
+from ..signing import verify
+from .display import between, duration, monospace, short_repr, when
+
+RESULT_SHOWN = 2000  # characters of a result's repr shown
+ARGUMENTS_SHOWN = 50  # positional and keyword arguments listed
+# A chain's next link is queued by the monitor right after its predecessor's outcome: its job id
+# (which starts with its creation time in microseconds) falls in this window after finished_at.
+NEXT_LINK_WINDOW = (datetime.timedelta(seconds=-5), datetime.timedelta(minutes=10))
+
+
+def envelope(job: Job) -> Envelope | str:
+    """Return the job's verified envelope, or why it cannot be read (``unreadable package: ...``)."""
+    cached = job.__dict__.get("_taskmq_envelope")
+    if cached is not None:
+        return cached
+    try:
+        value: Envelope | str = verify(job.payload, get_settings().name)
+    except BadPackage as exc:
+        value = f"unreadable package: {exc}"
+    job.__dict__["_taskmq_envelope"] = value
+    return value
+
+
+def arguments(job: Job) -> SafeString:
+    """The positional arguments, one ``repr`` a line (shortened), from the verified package."""
+    env = envelope(job)
+    if isinstance(env, str):
+        return monospace(env)
+    if not env.args:
+        return monospace("(none)")
+    lines = [f"[{i}] {short_repr(value)}" for i, value in enumerate(env.args[:ARGUMENTS_SHOWN])]
+    if len(env.args) > ARGUMENTS_SHOWN:
+        lines.append(f"... and {len(env.args) - ARGUMENTS_SHOWN} more")
+    return monospace("\n".join(lines))
+
+
+def keyword_arguments(job: Job) -> SafeString:
+    """The keyword arguments, ``name = repr`` a line (shortened), from the verified package."""
+    env = envelope(job)
+    if isinstance(env, str):
+        return monospace(env)
+    if not env.kwargs:
+        return monospace("(none)")
+    items = list(env.kwargs.items())
+    lines = [f"{name} = {short_repr(value)}" for name, value in items[:ARGUMENTS_SHOWN]]
+    if len(items) > ARGUMENTS_SHOWN:
+        lines.append(f"... and {len(items) - ARGUMENTS_SHOWN} more")
+    return monospace("\n".join(lines))
+
+
+def result(job: Job) -> SafeString | str:
+    """The verified return value (shortened), or why it cannot be read."""
+    if job.result_package is None:
+        return "-"
+    error = job.result_error
+    if error:
+        return error
+    text = short_repr(job.result, RESULT_SHOWN)
+    return monospace(text)
+
+
+def times(job: Job, now: datetime.datetime | None = None) -> SafeString:
+    """Enqueued, visible, started, finished and expiry, with waits and the run time."""
+    now = now or datetime.datetime.now(tz=datetime.UTC)
+    rows: list[tuple[str, str]] = [("enqueued", when(job.enqueued_at, now))]
+    if job.visible_time and job.visible_time > job.enqueued_at + datetime.timedelta(seconds=1):
+        rows.append(("visible from", when(job.visible_time, now)))
+    if job.started_at:
+        rows.append(("started", when(job.started_at, now)))
+        rows.append(("waited", duration(between(job.visible_time or job.enqueued_at, job.started_at))))
+    if job.finished_at:
+        rows.append(("finished", when(job.finished_at, now)))
+        if job.started_at and job.state in (State.SUCCEEDED, State.FAILED):
+            rows.append(("run time", duration(between(job.started_at, job.finished_at))))
+    if job.expires_time:
+        rows.append(("expires", when(job.expires_time, now)))
+    return _table(rows)
+
+
+def limits(job: Job) -> SafeString:
+    """Deliveries, executions and yields against their limits."""
+    settings = get_settings()
+    return _table([
+        ("deliveries", f"{job.deliveries} of {job.max_deliveries}"),
+        ("executions started", str(job.attempt)),
+        ("yields", f"{job.yields} of {settings.max_yields}"),
+    ])
+
+
+def lease(job: Job, now: datetime.datetime | None = None) -> str | SafeString:
+    """Who holds the job and until when, while it runs."""
+    if job.state != State.RUNNING or not job.lease_owner:
+        return "-"
+    return _table([("held by", job.lease_owner), ("lease until", when(job.lease_until_time, now))])
+
+
+def dead_letters(job: Job) -> str | SafeString:
+    """Links to the job's dead letters, newest first."""
+    letters = list(DeadLetter.objects.filter(job_id=job.pk).order_by("-failed_at", "-id")[:20])
+    if not letters:
+        return "-"
+    return format_html("<ul style='margin: 0; padding-left: 1.2em;'>{}</ul>", format_html_join(
+        "", "<li><a href='{}'>{}</a>: {} ({})</li>",
+        ((reverse("admin:django_taskmq_deadletter_change", args=[d.pk]), when(d.failed_at), d.reason,
+          f"replayed {d.replay_count}x" if d.replay_count else "waiting") for d in letters)))
+
+
+def next_link(job: Job) -> str | SafeString:
+    """The next link of the job's chain: what it calls and, once queued, a link to its job."""
+    env = envelope(job)
+    if isinstance(env, str):
+        return "-"
+    chain = env.options.get("chain") or []
+    if not chain:
+        return "-"
+    func, args, kwargs = chain[0][0], chain[0][1], chain[0][2]
+    call = f"{func}({', '.join([short_repr(a, 60) for a in args] + [f'{k}={short_repr(v, 60)}' for k, v in kwargs.items()])})"
+    more = f" then {len(chain) - 1} more link(s)" if len(chain) > 1 else ""
+    found = _next_link_job(job, func) if job.state == State.SUCCEEDED else None
+    if found is None:
+        queued = "not queued: the chain stopped here" if job.state in (
+            State.FAILED, State.DEAD, State.EXPIRED, State.CANCELLED) else "queued when this job succeeds"
+        return format_html("{}{} ({})", call, more, queued)
+    return format_html("{}{}: <a href='{}'>job {}</a> ({})", call, more,
+                       reverse("admin:django_taskmq_job_change", args=[found.pk]), found.pk, found.get_state_display())
+
+
+def _next_link_job(job: Job, func: str) -> Job | None:
+    """Find the job queued for the next link: ``func``, created just after this job finished
+    (job ids start with their creation time, so this is a range of the primary key)."""
+    if job.finished_at is None:
+        return None
+    low, high = (_id_at(job.finished_at + offset) for offset in NEXT_LINK_WINDOW)
+    return (Job.objects.filter(pk__gte=low, pk__lt=high, func=func).exclude(pk=job.pk).order_by("pk")
+            .only("id", "state").first())
+
+
+def _id_at(moment: datetime.datetime) -> str:
+    return f"{int(moment.timestamp() * 1_000_000):014x}"
+
+
+def group(job: Job) -> str | SafeString:
+    """The job's group, linked to the list of its jobs."""
+    if not job.group:
+        return "-"
+    url = reverse("admin:django_taskmq_job_changelist") + "?" + urlencode({"group": job.group})
+    count = Job.objects.filter(group=job.group).count()
+    return format_html("<a href='{}'>{}</a> ({} job{})", url, job.group, count, "" if count == 1 else "s")
+
+
+def _table(rows: list[tuple[str, str]]) -> SafeString:
+    return format_html("<table style='margin: 0;'>{}</table>", format_html_join(
+        "", "<tr><th style='padding: 1px 12px 1px 0; font-weight: normal;'>{}</th><td style='padding: 1px 0;'>{}</td></tr>",
+        rows))

@@ -1,0 +1,230 @@
+"""Jobs in the admin: a read-only list and page, and two actions through the broker.
+
+* *Retry* (``change job``): selected jobs that ended FAILED, DEAD, EXPIRED or CANCELLED go back to
+  their queue under the same id (``Broker.retry_jobs``), optionally into another queue or priority.
+* *Cancel* (``delete job``): selected QUEUED or RETRYING jobs are cancelled (``Broker.cancel``).
+
+Both first show a confirmation page; both write a ``LogEntry`` per job they changed. Django's
+"delete selected" is removed: deleting rows would bypass the broker (a running job's lease, the
+dead letters of a job). List pages never load the package, the result or the traceback.
+"""
+
+from __future__ import annotations
+
+from django.contrib import admin, messages
+from django.db.models import Q, QuerySet
+from django.http import HttpRequest
+from django.urls import reverse
+from django.utils.translation import gettext_lazy as _, ngettext
+
+from ..brokers import get_broker
+from ..models import Job, State
+from . import confirm, job_page
+from .display import between, duration, monospace, state_badge
+from .filters import ClusterFilter, GroupFilter, PriorityFilter, QueueFilter
+from .forms import RequeueForm
+
+HEAVY = ("payload", "result_package", "traceback")  # never loaded by a list page
+RETRYABLE = (State.FAILED, State.DEAD, State.EXPIRED, State.CANCELLED)
+CANCELLABLE = (State.QUEUED, State.RETRYING)
+
+
+def without_delete_selected(self, request, action_location=None):
+    """``ModelAdmin.get_actions`` without Django's "delete selected" (Django 6.1 passes
+    ``action_location``; 5.2 does not)."""
+    extra = {} if action_location is None else {"action_location": action_location}
+    actions = admin.ModelAdmin.get_actions(self, request, **extra)
+    actions.pop("delete_selected", None)
+    return actions
+
+
+class ReadOnlyMixin:
+    """Rows are shown, never added or edited through a form."""
+
+    def has_add_permission(self, request, obj=None):
+        return False
+
+    def has_change_permission(self, request, obj=None):
+        return False
+
+
+def _is_list(request: HttpRequest) -> bool:
+    match = request.resolver_match
+    return bool(match and match.url_name and match.url_name.endswith("_changelist"))
+
+
+class JobAdmin(ReadOnlyMixin, admin.ModelAdmin):
+    list_display = ("id", "task_name", "queue", "priority", "state_display", "deliveries_display", "attempt",
+                    "enqueued_at", "started_at", "finished_at", "run_time")
+    list_filter = ("state", QueueFilter, PriorityFilter, ClusterFilter, GroupFilter)
+    ordering = ("-id",)
+    show_full_result_count = False  # one COUNT(*) of the whole table per page is enough
+    list_per_page = 50
+    actions = ["retry_jobs", "cancel_jobs"]
+    exclude = HEAVY[:2]  # the signed package and the raw result: shown verified instead
+    fieldsets = (
+        (None, {"fields": ("id", "task_name", "func", "state_display", "queue", "priority", "group_display", "key",
+                           "cluster")}),
+        (_("Call"), {"fields": ("arguments", "keyword_arguments", "next_link")}),
+        (_("Outcome"), {"fields": ("return_value", "error_display", "traceback_display", "dead_letters")}),
+        (_("Times"), {"fields": ("times",)}),
+        (_("Deliveries"), {"fields": ("limits", "lease")}),
+    )
+    readonly_fields = ("id", "task_name", "func", "state_display", "queue", "priority", "group_display", "key",
+                       "cluster", "arguments", "keyword_arguments", "next_link", "return_value", "error_display",
+                       "traceback_display", "dead_letters", "times", "limits", "lease")
+    change_list_template = "admin/django_taskmq/job/change_list.html"
+
+    # Deleting rows bypasses the broker (a running job's lease, its dead letters): cancel instead.
+    get_actions = without_delete_selected
+
+    def get_queryset(self, request):
+        queryset = super().get_queryset(request)
+        return queryset.defer(*HEAVY) if _is_list(request) else queryset
+
+    def get_search_results(self, request, queryset, search_term):
+        """Search by job id, idempotency key and group (exact), task name and function (contained)."""
+        term = search_term.strip()
+        if not term:
+            return queryset, False
+        return queryset.filter(Q(pk=term) | Q(key=term) | Q(group=term) | Q(task_name__icontains=term)
+                               | Q(func__icontains=term)), False
+
+    def has_search(self) -> bool:
+        return True
+
+    def get_search_fields(self, request):
+        return ("id", "task_name", "key", "group")  # shows the search box; the search itself is above
+
+    # -- permissions --------------------------------------------------------------------------
+    def has_retry_permission(self, request) -> bool:
+        """Retrying changes jobs: ``change job`` (the job form itself stays read-only)."""
+        opts = self.opts
+        return request.user.has_perm(f"{opts.app_label}.change_{opts.model_name}")
+
+    # -- columns ------------------------------------------------------------------------------
+    @admin.display(description=_("state"), ordering="state")
+    def state_display(self, job: Job):
+        return state_badge(job.state)
+
+    @admin.display(description=_("deliveries"))
+    def deliveries_display(self, job: Job) -> str:
+        return f"{job.deliveries} / {job.max_deliveries}"
+
+    @admin.display(description=_("run time"))
+    def run_time(self, job: Job) -> str:
+        if job.state not in (State.SUCCEEDED, State.FAILED):
+            return "-"
+        return duration(between(job.started_at, job.finished_at))
+
+    # -- the job page -------------------------------------------------------------------------
+    @admin.display(description=_("group"))
+    def group_display(self, job: Job):
+        return job_page.group(job)
+
+    @admin.display(description=_("arguments"))
+    def arguments(self, job: Job):
+        return job_page.arguments(job)
+
+    @admin.display(description=_("keyword arguments"))
+    def keyword_arguments(self, job: Job):
+        return job_page.keyword_arguments(job)
+
+    @admin.display(description=_("chain: next link"))
+    def next_link(self, job: Job):
+        return job_page.next_link(job)
+
+    @admin.display(description=_("result"))
+    def return_value(self, job: Job):
+        return job_page.result(job)
+
+    @admin.display(description=_("error"))
+    def error_display(self, job: Job):
+        return monospace(job.error) if job.error else "-"
+
+    @admin.display(description=_("traceback"))
+    def traceback_display(self, job: Job):
+        return monospace(job.traceback) if job.traceback else "-"
+
+    @admin.display(description=_("dead letters"))
+    def dead_letters(self, job: Job):
+        return job_page.dead_letters(job)
+
+    @admin.display(description=_("times"))
+    def times(self, job: Job):
+        return job_page.times(job)
+
+    @admin.display(description=_("deliveries, executions, yields"))
+    def limits(self, job: Job):
+        return job_page.limits(job)
+
+    @admin.display(description=_("lease"))
+    def lease(self, job: Job):
+        return job_page.lease(job)
+
+    # -- actions ------------------------------------------------------------------------------
+    @admin.action(description=_("Retry selected failed, dead, expired or cancelled jobs"), permissions=["retry"])
+    def retry_jobs(self, request, queryset: QuerySet):
+        own = _single_queue(queryset)
+        form = RequeueForm(request.POST if confirm.confirmed(request) else None, own_queue=own)
+        if not confirm.confirmed(request) or not form.is_valid():
+            retryable = queryset.filter(state__in=RETRYABLE).count()
+            return confirm.page(
+                self, request, title=_("Retry jobs"), verb=_("retry"), action="retry_jobs", form=form,
+                question=_("Retry the selected jobs? Each goes back to a queue under its own id, its deliveries "
+                           "counted from zero; its history (executions, last error, dead letters) stays."),
+                note=ngettext("%(n)d of them can be retried; the others have not finished, or succeeded.",
+                              "%(n)d of them can be retried; the others have not finished, or succeeded.",
+                              retryable) % {"n": retryable},
+                objects=queryset.order_by("-id"), total=queryset.count())
+        queue, priority = form.target()
+        ids = list(queryset.filter(state__in=RETRYABLE).values_list("pk", flat=True))
+        count = get_broker().retry_jobs(ids, queue=queue, priority=priority)
+        retried = Job.objects.filter(pk__in=ids, state=State.QUEUED).only("id", "task_name")
+        confirm.log(request, retried, _describe("Retried", queue, priority))
+        self.message_user(request, ngettext("%d job requeued.", "%d jobs requeued.", count) % count, messages.SUCCESS)
+        skipped = queryset.count() - count
+        if skipped:
+            self.message_user(request, ngettext(
+                "%d job was not retried: it had not finished, or it succeeded.",
+                "%d jobs were not retried: they had not finished, or they succeeded.", skipped) % skipped,
+                messages.WARNING)
+        return None
+
+    @admin.action(description=_("Cancel selected queued jobs"), permissions=["delete"])
+    def cancel_jobs(self, request, queryset: QuerySet):
+        if not confirm.confirmed(request):
+            cancellable = queryset.filter(state__in=CANCELLABLE).count()
+            return confirm.page(
+                self, request, title=_("Cancel jobs"), verb=_("cancel"), action="cancel_jobs",
+                question=_("Cancel the selected jobs? Jobs that wait (queued or retrying) never run and no hook "
+                           "fires; jobs that have started or finished are left alone."),
+                note=ngettext("%(n)d of them can be cancelled.", "%(n)d of them can be cancelled.", cancellable)
+                % {"n": cancellable},
+                objects=queryset.order_by("-id"), total=queryset.count())
+        ids = list(queryset.filter(state__in=CANCELLABLE).values_list("pk", flat=True))
+        count = get_broker().cancel(ids)
+        confirm.log(request, Job.objects.filter(pk__in=ids, state=State.CANCELLED).only("id", "task_name"),
+                    "Cancelled")
+        self.message_user(request, ngettext("%d job cancelled.", "%d jobs cancelled.", count) % count, messages.SUCCESS)
+        skipped = queryset.count() - count
+        if skipped:
+            self.message_user(request, ngettext(
+                "%d job was not cancelled: it had started or finished.",
+                "%d jobs were not cancelled: they had started or finished.", skipped) % skipped, messages.WARNING)
+        return None
+
+    def changelist_view(self, request, extra_context=None):
+        extra_context = {**(extra_context or {}), "dashboard_url": reverse("admin:django_taskmq_dashboard")}
+        return super().changelist_view(request, extra_context)
+
+
+def _single_queue(queryset: QuerySet) -> str:
+    """The one queue of the selected rows, or "" when they are in several."""
+    queues = list(queryset.order_by().values_list("queue", flat=True).distinct()[:2])
+    return queues[0] if len(queues) == 1 else ""
+
+
+def _describe(verb: str, queue: str | None, priority: int | None) -> str:
+    where = [f"into queue {queue}" if queue else "", f"at priority {priority}" if priority is not None else ""]
+    return " ".join([verb, *[w for w in where if w]])
