@@ -1,0 +1,91 @@
+"""Prometheus metrics of the queues and the clusters, in the text exposition format.
+
+Gauges, read from the database at each scrape (:mod:`.monitoring`):
+
+``taskmq_jobs{queue, state}``
+    jobs per queue and state, every state but ``succeeded`` (successes are pruned by
+    ``save_limit``, and counting them reads the whole table: use the counter below)
+``taskmq_ready_jobs{queue}``, ``taskmq_delayed_jobs{queue}``
+    ready jobs (queued or retrying, visible now); queued jobs not visible yet
+``taskmq_dead_letters_waiting{queue}``
+    dead letters not replayed
+``taskmq_oldest_ready_age_seconds{queue}``
+    how long the oldest ready job has been waiting (0 when none is)
+``taskmq_clusters_alive``, ``taskmq_workers_alive``
+    clusters with a fresh heartbeat, and their worker processes
+
+Counters, summed over the clusters' heartbeats (``counts["queues"]``):
+
+``taskmq_jobs_finished_total{queue, outcome}``
+    tasks finished by the workers per queue and outcome: ``succeeded``, ``failed``, ``timeout``,
+    ``crash``
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+from . import monitoring
+from .policy.states import JobState
+
+CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+#: The heartbeat's outcome names -> the ``outcome`` label.
+OUTCOME_LABELS = {"succeeded": "succeeded", "failed": "failed", "timeouts": "timeout", "crashes": "crash"}
+GAUGED_STATES = [state for state in JobState if state is not JobState.SUCCEEDED]
+
+
+class TaskMQCollector(Collector):
+    """Collects every metric of this module on each scrape, from ``TASKMQ['database']``."""
+
+    def __init__(self, alias: str | None = None) -> None:
+        self.alias = alias
+
+    def collect(self) -> Iterator[Metric]:
+        queues = monitoring.queue_stats(self.alias)
+        names = [q.name for q in queues]
+
+        jobs = GaugeMetricFamily("taskmq_jobs", "Jobs per queue and state (every state but succeeded).",
+                                 labels=["queue", "state"])
+        counts = monitoring.jobs_by_queue_and_state(self.alias, states=[s.value for s in GAUGED_STATES])
+        for queue in sorted(set(names) | {q for q, _ in counts}):
+            for state in GAUGED_STATES:
+                jobs.add_metric([queue, state.value.lower()], counts.get((queue, state.value), 0))
+        yield jobs
+
+        ready = GaugeMetricFamily("taskmq_ready_jobs", "Ready jobs (queued or retrying, visible now).",
+                                  labels=["queue"])
+        delayed = GaugeMetricFamily("taskmq_delayed_jobs", "Queued jobs not visible yet (delay, eta).",
+                                    labels=["queue"])
+        dead = GaugeMetricFamily("taskmq_dead_letters_waiting", "Dead letters not replayed.", labels=["queue"])
+        oldest = GaugeMetricFamily("taskmq_oldest_ready_age_seconds",
+                                   "Seconds the oldest ready job has waited since it became visible (0: none waits).",
+                                   labels=["queue"])
+        for q in queues:
+            ready.add_metric([q.name], q.ready_total)
+            delayed.add_metric([q.name], q.delayed)
+            dead.add_metric([q.name], q.dead_letters)
+            oldest.add_metric([q.name], round(q.oldest_ready_age or 0.0, 3))
+        yield from (ready, delayed, dead, oldest)
+
+        clusters = monitoring.clusters_alive(self.alias, with_task_names=False)
+        yield GaugeMetricFamily("taskmq_clusters_alive", "Clusters with a fresh heartbeat that have not stopped.",
+                                value=len(clusters))
+        yield GaugeMetricFamily("taskmq_workers_alive", "Worker processes of the clusters alive.",
+                                value=sum(c.workers for c in clusters))
+
+        finished = CounterMetricFamily("taskmq_jobs_finished", "Tasks finished by the workers, per queue and "
+                                       "outcome, from the clusters' heartbeats.", labels=["queue", "outcome"])
+        for (queue, outcome), value in sorted(monitoring.finished_counters(self.alias).items()):
+            finished.add_metric([queue, OUTCOME_LABELS.get(outcome, outcome)], value)
+        yield finished
+
+
+def exposition(alias: str | None = None) -> bytes:
+    """Return every metric in the Prometheus text format (one fresh registry per scrape)."""
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(TaskMQCollector(alias))
+    return generate_latest(registry)
