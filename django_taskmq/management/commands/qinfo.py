@@ -1,22 +1,30 @@
-from datetime import timedelta
+"""``manage.py qinfo``: the clusters alive and the broker's counts per queue and priority;
+``--json`` prints the same, and the dashboard's numbers, as one JSON object for scripts."""
+
+import json
 
 from django.core.management.base import BaseCommand
-from django.utils import timezone
 
+from django_taskmq import monitoring
 from django_taskmq.brokers import get_broker
-from django_taskmq.conf import get_settings
-from django_taskmq.models import Cluster
 
 
 class Command(BaseCommand):
     help = "Show running clusters (their heartbeats) and the broker's counts per queue and priority."
 
+    def add_arguments(self, parser):
+        parser.add_argument("--json", action="store_true",
+                            help="print one JSON object: clusters, queues, throughput and the broker's stats")
+
     def handle(self, *args, **options):
-        fresh = timezone.now() - timedelta(seconds=30)
-        clusters = Cluster.objects.using(get_settings().database).filter(beat_at__gte=fresh).exclude(state="stopped")
-        self.stdout.write(f"clusters alive: {clusters.count()}")
+        if options["json"]:
+            data = monitoring.as_json(monitoring.snapshot(), get_broker().stats())
+            self.stdout.write(json.dumps(data, indent=2, sort_keys=False))
+            return
+        clusters = monitoring.clusters_alive(with_task_names=False)
+        self.stdout.write(f"clusters alive: {len(clusters)}")
         for c in clusters:
-            counts = ", ".join(f"{k} {v}" for k, v in c.counts.items())
+            counts = ", ".join(f"{k} {v}" for k, v in c.counts.items() if isinstance(v, (int, float)))
             self.stdout.write(f"  {c.name} {c.host}:{c.pid} {c.state} workers={c.workers} queues={','.join(c.queues)} {counts}")
         self.stdout.write(f"{'queue':<16}{'priority':>9}{'ready':>8}{'delayed':>9}{'reserved':>10}{'dead':>7}")
         for row in get_broker().stats():
