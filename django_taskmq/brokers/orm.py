@@ -26,7 +26,7 @@ from ..exceptions import ConfigError, LeaseLost
 from ..models import Cluster, DeadLetter, IdempotencyKey, Job, QueueState, Schedule, State
 from ..policy import pick
 from ..policy.priority import validate_priority
-from ..policy.states import TRANSITIONS, Event, JobState
+from ..policy.states import HAS_DELIVERIES_LEFT_SQL, TRANSITIONS, Event, JobState, used_up
 from ..signals import job_dead
 from ..signing import seal_result
 from .base import Ack, Broker, Reservation
@@ -300,7 +300,7 @@ class OrmBroker(Broker):
             if chosen is None:  # no flow limit among these candidates: the plain pick
                 chosen, _ = pick.plan(candidates, served, self.settings.weights(), limit)
             expired = [c for c in chosen if c.expires_at is not None and c.expires_at <= now]
-            poison = [c for c in chosen if c.deliveries >= c.max_deliveries and c not in expired]
+            poison = [c for c in chosen if used_up(c.deliveries, c.max_deliveries) and c not in expired]
             runnable = [c for c in chosen if c not in expired and c not in poison]
             if expired:
                 self._mark_expired(cursor, [c.id for c in expired])
@@ -329,7 +329,7 @@ class OrmBroker(Broker):
             cursor.execute(
                 f"UPDATE {JOB} SET state = {RESERVE.to}, deliveries = deliveries + 1, lease_owner = %s, "
                 f"lease_token = %s, lease_until = %s WHERE id = %s AND state IN {RESERVE.sources} "
-                f"AND deliveries < max_deliveries "
+                f"AND {HAS_DELIVERIES_LEFT_SQL} "
                 f"RETURNING id, queue, priority, deliveries, yields, max_deliveries, payload",
                 [owner, token, now + lease, job_id],
             )
@@ -566,7 +566,7 @@ class OrmBroker(Broker):
         started_at = started_at or timezone.now()
         with transaction.atomic(using=self.alias):
             deliveries = self._deliveries(reservation)
-            if not requeue or (deliveries is not None and deliveries >= reservation.max_deliveries):
+            if not requeue or (deliveries is not None and used_up(deliveries, reservation.max_deliveries)):
                 reason = (error or "rejected") if not requeue else f"max deliveries exceeded: failed {deliveries} times"
                 buried = self.dead_letter(reservation, reason, error, traceback, started_at=started_at)
                 return BURY.target if buried else None

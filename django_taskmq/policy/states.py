@@ -117,3 +117,17 @@ def transition(state: JobState | str, event: Event | str) -> JobState:
         return TRANSITIONS[state, event]
     except KeyError:
         raise InvalidTransition(state, event) from None
+
+
+def used_up(deliveries: int, max_deliveries: int) -> bool:
+    """The poison guard: True once a job has had all the deliveries it may have.
+
+    A job that is ready with its deliveries used up is dead-lettered when it is next claimed (it
+    crashed or lost its lease on every delivery); a failed execution on its last delivery
+    dead-letters it at once. Sync mode does not run it (the next claim buries it).
+    """
+    return deliveries >= max_deliveries
+
+
+#: The same rule as SQL, for a query over jobs that still have a delivery left.
+HAS_DELIVERIES_LEFT_SQL = "deliveries < max_deliveries"
