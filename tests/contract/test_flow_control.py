@@ -166,3 +166,21 @@ def test_bad_flow_options_are_config_errors_at_the_call(options, match):
 def test_bad_queue_flow_settings_name_the_setting(queue, match):
     with pytest.raises(ConfigError, match=r"TASKMQ\['queues'\].*" + match):
         from_mapping({"queues": {"q": queue}, "default_queue": "q"})
+
+
+def test_qinfo_shows_keys_held_and_what_waits(broker):
+    import json
+    from io import StringIO
+
+    from django.core.management import call_command
+
+    [async_task("tests.tasks.noop", concurrency_key="import:7") for _ in range(3)]
+    async_task("tests.tasks.noop", rate_limit="1/m")
+    claim(broker)
+    out = StringIO()
+    call_command("qinfo", stdout=out)
+    assert "key import:7: 1/1 running, 2 waiting" in out.getvalue()
+    assert "rate limit task:tests.tasks.noop: next start in" in out.getvalue()
+    out = StringIO()
+    call_command("qinfo", "--json", stdout=out)
+    assert json.loads(out.getvalue())["flow"]["keys"]["import:7"] == {"running": 1, "limit": 1, "waiting": 2}

@@ -19,6 +19,7 @@ class Command(BaseCommand):
     def handle(self, *args, **options):
         if options["json"]:
             data = monitoring.as_json(monitoring.snapshot(), get_broker().stats())
+            data["flow"] = get_broker().flow_status()
             self.stdout.write(json.dumps(data, indent=2, sort_keys=False))
             return
         clusters = monitoring.clusters_alive(with_task_names=False)
@@ -30,3 +31,16 @@ class Command(BaseCommand):
         for row in get_broker().stats():
             self.stdout.write(f"{row['queue']:<16}{row['priority']:>9}{row['ready']:>8}{row['delayed']:>9}"
                               f"{row['reserved']:>10}{row['dead']:>7}")
+        self._flow(get_broker().flow_status())
+
+    def _flow(self, flow: dict) -> None:
+        """Flow control in use: keys held (and what waits on them), queue caps, rate limits."""
+        if not any(flow.values()):
+            return
+        self.stdout.write("flow control:")
+        for key, use in flow["keys"].items():
+            self.stdout.write(f"  key {key}: {use['running']}/{use['limit']} running, {use.get('waiting', 0)} waiting")
+        for queue, use in flow["queues"].items():
+            self.stdout.write(f"  queue {queue}: {use['running']}/{use['cap']} running (cap)")
+        for bucket, use in flow["rates"].items():
+            self.stdout.write(f"  rate limit {bucket}: next start in {use['next_start_in']} s")
