@@ -25,7 +25,7 @@ def throughput_svg(per_minute: Sequence[tuple[datetime.datetime, int, int]]) -> 
     plot_w, plot_h = WIDTH - LEFT - 4, HEIGHT - BOTTOM - TOP
     step = plot_w / max(len(bars), 1)
     parts = [
-        f'<svg xmlns="http://www.w3.org/2000/svg" class="taskmq-chart" width="{WIDTH}" height="{HEIGHT}" '
+        f'<svg xmlns="http://www.w3.org/2000/svg" class="taskmq-chart" width="100%" style="max-width: {WIDTH * 1.4:.0f}px" '
         f'viewBox="0 0 {WIDTH} {HEIGHT}" role="img" aria-label="jobs finished per minute, last hour">',
         f'<line x1="{LEFT}" y1="{TOP + plot_h}" x2="{WIDTH - 4}" y2="{TOP + plot_h}" stroke="{AXIS_COLOUR}"/>',
         f'<line x1="{LEFT}" y1="{TOP}" x2="{LEFT}" y2="{TOP + plot_h}" stroke="{AXIS_COLOUR}"/>',
@@ -43,9 +43,11 @@ def throughput_svg(per_minute: Sequence[tuple[datetime.datetime, int, int]]) -> 
                      f'<rect x="{x:.1f}" y="{y_ok:.1f}" width="{width:.1f}" height="{ok_h:.1f}" fill="{OK_COLOUR}"/>'
                      f'<rect x="{x:.1f}" y="{y_ok - failed_h:.1f}" width="{width:.1f}" height="{failed_h:.1f}" '
                      f'fill="{FAILED_COLOUR}"/></g>')
-        if i % 15 == 0 or i == len(bars) - 1:
-            parts.append(f'<text x="{x:.1f}" y="{HEIGHT - 4}" font-size="10" fill="currentColor">'
-                         f'{escape(_hhmm(minute))}</text>')
+        last = i == len(bars) - 1
+        if i % 15 == 0 or last:  # the last label ends at the right edge
+            anchor, at = ("end", x + width) if last else ("start", x)
+            parts.append(f'<text x="{at:.1f}" y="{HEIGHT - 4}" font-size="10" text-anchor="{anchor}" '
+                         f'fill="currentColor">{escape(_hhmm(minute))}</text>')
     parts.append("</svg>")
     return mark_safe("".join(parts))  # noqa: S308 - built from numbers and escaped labels only
 

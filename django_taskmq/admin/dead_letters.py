@@ -16,19 +16,20 @@ from django.core.exceptions import PermissionDenied
 from django.db.models import Count, Q, QuerySet
 from django.http import HttpResponseRedirect
 from django.urls import path, reverse
-from django.utils.html import format_html
+from django.utils.html import format_html, format_html_join
 from django.utils.translation import gettext_lazy as _, ngettext
 
 from ..brokers import get_broker
 from ..exceptions import ConfigError
 from ..models import DeadLetter, Job, State
 from . import confirm
-from .display import monospace, shorten
+from .display import monospace, short_time, shorten
 from .filters import QueueFilter, ReasonFilter, ReplayedFilter
 from .forms import RequeueForm
 from .jobs import HEAVY, ReadOnlyMixin, without_delete_selected
 
 ERROR_SHOWN = 80  # characters of the last error in the list
+REASON_SHOWN = 60  # characters of the reason in the list
 
 
 class QueueChoiceForm(forms.Form):
@@ -44,7 +45,7 @@ class QueueChoiceForm(forms.Form):
 
 
 class DeadLetterAdmin(ReadOnlyMixin, admin.ModelAdmin):
-    list_display = ("job_link", "task", "queue", "reason", "last_error", "deliveries", "failed_at", "replays")
+    list_display = ("job_link", "task", "queue", "reason_display", "last_error", "deliveries", "failed", "replays")
     list_filter = (QueueFilter, ReasonFilter, ReplayedFilter)
     list_select_related = ("job",)
     readonly_fields = ("job_link", "task", "queue", "reason", "error_display", "deliveries", "failed_at", "replayed_at",
@@ -83,12 +84,12 @@ class DeadLetterAdmin(ReadOnlyMixin, admin.ModelAdmin):
 
     # -- permissions --------------------------------------------------------------------------
     def has_replay_permission(self, request) -> bool:
-        return self.has_delete_permission(request)
+        """Replaying takes a letter out of the queue of dead letters: ``delete dead letter``."""
+        return self.has_model_perm(request, "delete")
 
     def has_purge_permission(self, request) -> bool:
         """Purging deletes dead jobs too: it needs the delete permission on both models."""
-        opts = Job._meta
-        return self.has_delete_permission(request) and request.user.has_perm(f"{opts.app_label}.delete_{opts.model_name}")
+        return self.has_model_perm(request, "delete") and self.has_model_perm(request, "delete", Job)
 
     # -- columns ------------------------------------------------------------------------------
     @admin.display(description=_("job"), ordering="job_id")
@@ -99,6 +100,14 @@ class DeadLetterAdmin(ReadOnlyMixin, admin.ModelAdmin):
     @admin.display(description=_("task"), ordering="job__task_name")
     def task(self, letter: DeadLetter) -> str:
         return letter.job.task_name
+
+    @admin.display(description=_("reason"), ordering="reason")
+    def reason_display(self, letter: DeadLetter) -> str:
+        return shorten(letter.reason, REASON_SHOWN)
+
+    @admin.display(description=_("failed at"), ordering="failed_at")
+    def failed(self, letter: DeadLetter):
+        return short_time(letter.failed_at)
 
     @admin.display(description=_("last error"))
     def last_error(self, letter: DeadLetter) -> str:
@@ -145,6 +154,9 @@ class DeadLetterAdmin(ReadOnlyMixin, admin.ModelAdmin):
         if replayed:
             self.message_user(request, ngettext("%d job replayed.", "%d jobs replayed.", len(replayed)) % len(replayed),
                               messages.SUCCESS)
+            self.message_user(request, format_html("{} {}", _("Follow them:"), format_html_join(", ", "<a href='{}'>{}</a>", (
+                (reverse("admin:django_taskmq_job_change", args=[d.job_id]), d.job_id) for d in replayed[:10]))),
+                messages.INFO)
         if skipped:
             self.message_user(request, ngettext(
                 "%(n)d dead letter not replayed (skipped): %(why)s", "%(n)d dead letters not replayed (skipped): %(why)s",

@@ -87,6 +87,14 @@ def between(start: datetime.datetime | None, end: datetime.datetime | None) -> f
     return (end - start).total_seconds()
 
 
+def short_time(value: datetime.datetime | None) -> str | SafeString:
+    """Return a time for a list column: ``2026-01-31 12:34:56`` in the project's time zone, unbroken."""
+    if value is None:
+        return "-"
+    local = timezone.localtime(value) if timezone.is_aware(value) else value
+    return format_html('<span style="white-space: nowrap;">{}</span>', local.strftime("%Y-%m-%d %H:%M:%S"))
+
+
 def when(value: datetime.datetime | None, now: datetime.datetime | None = None) -> str:
     """Return a time in the project's time zone, with how long ago or from now it is."""
     if value is None:

@@ -20,7 +20,7 @@ from django.utils.translation import gettext_lazy as _, ngettext
 from ..brokers import get_broker
 from ..models import Job, State
 from . import confirm, job_page
-from .display import between, duration, monospace, state_badge
+from .display import between, duration, monospace, short_time, state_badge
 from .filters import ClusterFilter, GroupFilter, PriorityFilter, QueueFilter
 from .forms import RequeueForm
 
@@ -39,13 +39,22 @@ def without_delete_selected(self, request, action_location=None):
 
 
 class ReadOnlyMixin:
-    """Rows are shown, never added or edited through a form."""
+    """Rows are shown, never added, edited or deleted through a form: changes go through the
+    broker, in actions that check the model's permissions themselves (``has_perm``)."""
 
     def has_add_permission(self, request, obj=None):
         return False
 
     def has_change_permission(self, request, obj=None):
         return False
+
+    def has_delete_permission(self, request, obj=None):
+        return False  # no delete page, no Delete button: deleting a row would bypass the broker
+
+    def has_model_perm(self, request, action: str, model=None) -> bool:
+        """Return whether the user holds ``<app>.<action>_<model>`` (this admin's model by default)."""
+        opts = (model or self.model)._meta  # type: ignore[attr-defined]
+        return request.user.has_perm(f"{opts.app_label}.{action}_{opts.model_name}")
 
 
 def _is_list(request: HttpRequest) -> bool:
@@ -54,8 +63,8 @@ def _is_list(request: HttpRequest) -> bool:
 
 
 class JobAdmin(ReadOnlyMixin, admin.ModelAdmin):
-    list_display = ("id", "task_name", "queue", "priority", "state_display", "deliveries_display", "attempt",
-                    "enqueued_at", "started_at", "finished_at", "run_time")
+    list_display = ("id", "task_name", "queue", "priority", "state_display", "deliveries_display", "attempts",
+                    "enqueued", "started", "finished", "run_time")
     list_filter = ("state", QueueFilter, PriorityFilter, ClusterFilter, GroupFilter)
     ordering = ("-id",)
     show_full_result_count = False  # one COUNT(*) of the whole table per page is enough
@@ -99,8 +108,11 @@ class JobAdmin(ReadOnlyMixin, admin.ModelAdmin):
     # -- permissions --------------------------------------------------------------------------
     def has_retry_permission(self, request) -> bool:
         """Retrying changes jobs: ``change job`` (the job form itself stays read-only)."""
-        opts = self.opts
-        return request.user.has_perm(f"{opts.app_label}.change_{opts.model_name}")
+        return self.has_model_perm(request, "change")
+
+    def has_cancel_permission(self, request) -> bool:
+        """Cancelling ends jobs: ``delete job``."""
+        return self.has_model_perm(request, "delete")
 
     # -- columns ------------------------------------------------------------------------------
     @admin.display(description=_("state"), ordering="state")
@@ -110,6 +122,22 @@ class JobAdmin(ReadOnlyMixin, admin.ModelAdmin):
     @admin.display(description=_("deliveries"))
     def deliveries_display(self, job: Job) -> str:
         return f"{job.deliveries} / {job.max_deliveries}"
+
+    @admin.display(description=_("attempts"), ordering="attempt")
+    def attempts(self, job: Job) -> int:
+        return job.attempt
+
+    @admin.display(description=_("enqueued"), ordering="id")
+    def enqueued(self, job: Job):
+        return short_time(job.enqueued_at)
+
+    @admin.display(description=_("started"), ordering="started_at")
+    def started(self, job: Job):
+        return short_time(job.started_at)
+
+    @admin.display(description=_("finished"), ordering="finished_at")
+    def finished(self, job: Job):
+        return short_time(job.finished_at)
 
     @admin.display(description=_("run time"))
     def run_time(self, job: Job) -> str:
@@ -191,7 +219,7 @@ class JobAdmin(ReadOnlyMixin, admin.ModelAdmin):
                 messages.WARNING)
         return None
 
-    @admin.action(description=_("Cancel selected queued jobs"), permissions=["delete"])
+    @admin.action(description=_("Cancel selected queued jobs"), permissions=["cancel"])
     def cancel_jobs(self, request, queryset: QuerySet):
         if not confirm.confirmed(request):
             cancellable = queryset.filter(state__in=CANCELLABLE).count()

@@ -48,8 +48,8 @@ def test_job_list_shows_the_columns_and_filters(admin_client, broker):
     run_sync(done)
     Cluster.objects.create(id="web:h:1:x", name="web", host="h", pid=1, state="running")  # the cluster filter's choice
     page = text(admin_client.get(JOBS))
-    for column in ("task name", "queue", "priority", "state", "deliveries", "executions started", "enqueued at",
-                   "started at", "finished at", "run time"):
+    for column in ("task name", "queue", "priority", "state", "deliveries", "attempts", "enqueued", "started",
+                   "finished", "run time"):
         assert column in page.lower(), column
     assert "taskmq-state-succeeded" in page  # the coloured state
     for title in ("By state", "By queue", "By priority", "By cluster", "By group"):
@@ -337,3 +337,13 @@ def test_dashboard_says_when_no_cluster_is_alive(admin_client, broker):
                            beat_at=timezone.now() - datetime.timedelta(minutes=5))
     page = text(admin_client.get(DASHBOARD))
     assert "No cluster alive" in page
+
+
+def test_no_row_is_deleted_through_a_form(admin_client, broker):
+    """Deleting a job or a letter by hand would bypass the broker: no Delete button, no delete page."""
+    dead = dead_job()
+    letter = DeadLetter.objects.get(job_id=dead)
+    for url in (f"{JOBS}{dead}/", f"{LETTERS}{letter.pk}/"):
+        assert f"{url}delete/" not in text(admin_client.get(f"{url}change/"))
+        assert admin_client.post(f"{url}delete/", {"post": "yes"}).status_code == 403
+    assert Job.objects.filter(pk=dead).exists() and DeadLetter.objects.filter(pk=letter.pk).exists()

@@ -1,0 +1,133 @@
+"""End to end in a real headless Chromium: an operator logs in to the admin of a live server,
+opens the dead letters, replays one into another queue at another priority, and watches its job
+page show that a running ``qcluster`` ran it to success.
+
+Needs Debian's ``chromium`` (``scripts/test`` installs it) and Playwright for Python, driven with
+``executable_path`` (no browser download). Without them the test is skipped, or fails when CI is
+"true". It saves screenshots in ``$TASKMQ_SCREENSHOTS`` (the docs' come from a run with
+``TASKMQ_SCREENSHOTS=docs/_static/operators``), else in the test's temporary directory.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import time
+from pathlib import Path
+
+import pytest
+
+from django_taskmq import async_task
+from django_taskmq.models import DeadLetter, Job, State
+
+pytestmark = [pytest.mark.cluster, pytest.mark.browser, pytest.mark.sqlite_only]
+
+CHROMIUM = os.environ.get("TASKMQ_CHROMIUM", "/usr/bin/chromium")
+ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-extensions",
+        "--disable-dev-shm-usage", "--no-first-run", "--mute-audio"]
+VIEWPORT = {"width": 1440, "height": 900}
+
+
+def browser_or_skip():
+    """Return Playwright's sync API, or skip (fail under CI) saying what is missing."""
+    reason = None
+    try:
+        from playwright.sync_api import sync_playwright
+    except ImportError as exc:
+        reason = f"Playwright for Python is not installed ({exc}); pip install -e '.[test]'"
+    if reason is None and not (Path(CHROMIUM).exists() or shutil.which(CHROMIUM)):
+        reason = f"no Chromium at {CHROMIUM}: apt-get install chromium (scripts/test does it)"
+    if reason is not None:
+        if os.environ.get("CI") == "true":
+            pytest.fail(f"browser test cannot run and CI is set: {reason}")
+        pytest.skip(reason)
+    return sync_playwright
+
+
+@pytest.fixture
+def screenshots(tmp_path) -> Path:
+    path = Path(os.environ.get("TASKMQ_SCREENSHOTS") or tmp_path / "screenshots")
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+def test_operator_replays_a_dead_letter_in_the_browser(cluster, live_server, screenshots, monkeypatch):
+    sync_playwright = browser_or_skip()
+    # Playwright's sync API keeps an event loop in this thread; the ORM calls between its steps are
+    # plain synchronous calls of this test.
+    monkeypatch.setenv("DJANGO_ALLOW_ASYNC_UNSAFE", "true")
+    from django.contrib.auth.models import User
+
+    started = time.monotonic()
+    User.objects.create_superuser("operator", password="correct horse battery staple")
+    qc = cluster.start("-w", "2", "-n", "ops-demo")
+    gate = cluster.gate("upstream")
+    for i in range(3):  # a little history for the dashboard and the job list
+        async_task("tests.tasks.add", i, i, queue="reports")
+    dead = async_task("tests.tasks_operator.fails_until", gate, queue="default", priority=0, max_deliveries=1,
+                      task_name="billing.send_invoice")
+    cluster.wait_until(lambda: Job.objects.filter(pk=dead, state=State.DEAD).exists(), "the job to die", alive=[qc])
+    cluster.wait_final(list(Job.objects.exclude(pk=dead).values_list("pk", flat=True)), alive=[qc])
+    letter = DeadLetter.objects.get(job_id=dead)
+    cluster.open(gate)  # the fix is deployed: a replay will succeed
+
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=ARGS)
+        page = browser.new_page(viewport=VIEWPORT)
+        # The admin's navigation sidebar closed: the pages get the width (and the screenshots too).
+        page.add_init_script("window.localStorage.setItem('django.admin.navSidebarIsOpen', 'false')")
+        page.set_default_timeout(30_000)
+        try:
+            # Log in.
+            page.goto(f"{live_server.url}/admin/login/?next=/admin/django_taskmq/")
+            page.fill("#id_username", "operator")
+            page.fill("#id_password", "correct horse battery staple")
+            page.click("input[type=submit]")
+            page.wait_for_selector("#taskmq-dashboard-link")
+
+            # The dashboard: the cluster is alive, a dead letter waits in "default".
+            page.click("#taskmq-dashboard-link a")
+            page.wait_for_selector("#taskmq-queues")
+            assert "ops-demo" in page.inner_text("#taskmq-clusters")
+            page.screenshot(path=str(screenshots / "dashboard.png"), full_page=True)
+
+            # The dead letters.
+            page.goto(f"{live_server.url}/admin/django_taskmq/deadletter/?replayed=no")
+            page.wait_for_selector("#result_list")
+            assert "billing.send_invoice" in page.inner_text("#result_list")
+            page.screenshot(path=str(screenshots / "dead-letters.png"), full_page=True)
+
+            # Replay it into "emails" at priority 7: the confirmation page first.
+            page.check(f"input.action-select[value='{letter.pk}']")
+            page.select_option("select[name=action]", "replay")
+            page.click("button[name=index]")
+            page.wait_for_selector("select[name=target_queue]")
+            page.select_option("select[name=target_queue]", "emails")
+            page.select_option("select[name=target_priority]", "7")
+            page.screenshot(path=str(screenshots / "replay-confirmation.png"), full_page=True)
+            page.click("input[type=submit][value^='Yes']")
+            page.wait_for_selector("ul.messagelist")
+            assert "1 job replayed." in page.inner_text("ul.messagelist")
+
+            # Its job page: same id, the new queue and priority; it shows success once the cluster ran it.
+            page.click(f"ul.messagelist a[href$='/job/{dead}/change/']")
+            deadline = time.monotonic() + 120
+            while "succeeded" not in page.inner_text(".field-state_display").lower():
+                assert time.monotonic() < deadline, f"the job page never showed success:\n{cluster.outputs()}"
+                page.wait_for_timeout(500)
+                page.reload()
+            assert "emails" in page.inner_text(".field-queue") and "7" in page.inner_text(".field-priority")
+            assert "invoice sent" in page.inner_text(".field-return_value")
+            page.screenshot(path=str(screenshots / "job-page.png"), full_page=True)
+
+            # The job list, for the docs.
+            page.goto(f"{live_server.url}/admin/django_taskmq/job/")
+            page.wait_for_selector("#result_list")
+            page.screenshot(path=str(screenshots / "jobs.png"), full_page=True)
+        finally:
+            browser.close()
+
+    job = Job.objects.get(pk=dead)
+    assert (job.state, job.queue, job.priority) == (State.SUCCEEDED, "emails", 7)
+    assert DeadLetter.objects.get(pk=letter.pk).replay_count == 1
+    print(f"browser end-to-end test: {time.monotonic() - started:.1f} s")
