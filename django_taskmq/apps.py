@@ -19,3 +19,19 @@ class TaskMQConfig(AppConfig):
         checks.register(taskmq_checks.check_database, checks.Tags.database)
         setting_changed.connect(reset_settings, dispatch_uid="taskmq_reset_settings")
         setting_changed.connect(reset_signers, dispatch_uid="taskmq_reset_signers")
+        self._connect_django_tasks(checks)
+
+    @staticmethod
+    def _connect_django_tasks(checks) -> None:
+        """With a TaskMQBackend in TASKS: Django's task signals and the QUEUES check (taskmq.W050)."""
+        from django.conf import settings
+
+        backends = (getattr(settings, "TASKS", None) or {}).values()
+        if not any(str(b.get("BACKEND", "")).startswith("django_taskmq.backends.") for b in backends):
+            return
+        try:  # django.tasks (Django 6.0+) or the django-tasks backport (Django 5.2)
+            from .backends import tasks as django_tasks_backend
+        except ImportError:
+            return  # neither is installed: nothing can enqueue a Django task
+        django_tasks_backend.connect()
+        checks.register(django_tasks_backend.check_queues)

@@ -7,14 +7,17 @@ from __future__ import annotations
 
 import contextvars
 import enum
+import inspect
 import time
 import traceback as tb
 from typing import Any, NamedTuple
 
+from asgiref.sync import async_to_sync
+
 from .brokers.base import Reservation
 from .envelope import Envelope
 from .exceptions import Defer, Reject, RetryLater
-from .loading import callable_for
+from .loading import callable_for, is_django_task, resolve
 from .signals import pre_execute
 from .policy.storable import clip_head, clip_tail
 from .signing import seal_result, verify
@@ -84,7 +87,9 @@ def execute(message: TaskMessage) -> Outcome:
     try:
         if pre_execute.has_listeners():
             pre_execute.send(sender=Outcome, job_id=message.reservation.job_id, func=envelope.func, envelope=envelope)
-        value = func(*envelope.args, **envelope.kwargs)
+        value = func(*_context(envelope.func, message.reservation.job_id), *envelope.args, **envelope.kwargs)
+        if inspect.isawaitable(value):  # a coroutine function: run on an event loop of its own
+            value = async_to_sync(_awaited)(value)
     except RetryLater as exc:
         return _outcome(message, RETRY, started, exc, delay=exc.delay)
     except Defer as exc:
@@ -96,6 +101,19 @@ def execute(message: TaskMessage) -> Outcome:
     finally:
         current_job_id.reset(token)
     return Outcome(message.reservation, envelope, SUCCESS, value, started_at=started, finished_at=time.time())
+
+
+def _context(path: str, job_id: str) -> tuple:
+    """Return the leading arguments of a call: a Django task with ``takes_context=True`` gets its
+    backend's ``TaskContext`` (``task_context``, duck-typed: see django_taskmq.backends.tasks)."""
+    target = resolve(path)
+    if is_django_task(target) and getattr(target, "takes_context", False):
+        return (target.get_backend().task_context(job_id),)
+    return ()
+
+
+async def _awaited(awaitable: Any) -> Any:
+    return await awaitable
 
 
 def _outcome(message: TaskMessage, status: Status, started: float, exc: BaseException, delay: float | None = None) -> Outcome:

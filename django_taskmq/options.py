@@ -28,7 +28,9 @@ DELAY_MAX = 10 * 366 * 86400.0  # ten years: a longer delay is a mistake, not a 
 TASK_OPTIONS = ("queue", "priority", "retry", "timeout", "max_deliveries", "ack_failure", "hook", "on_dead",
                 "concurrency_key", "concurrency_limit", "rate_limit")
 CALL_OPTIONS = (*TASK_OPTIONS, "key", "delay", "eta", "expires_at", "group", "task_name", "sync")
-OPTIONS = frozenset({*CALL_OPTIONS, "chain"})
+# "chain" is built with Chain; "django_priority" is the Django task's own priority (-100..100),
+# which the django.tasks backend stores in the package so that TaskResult reports it.
+OPTIONS = frozenset({*CALL_OPTIONS, "chain", "django_priority"})
 
 
 def func_path(func: Any, what: str = "func") -> str:
@@ -112,6 +114,10 @@ def validate_options(options: dict[str, Any], settings: Settings | None = None) 
             settings.check_queue(queue)
     if out.get("priority") is not None:
         out["priority"] = validate_priority(out["priority"], ConfigError)
+    if out.get("django_priority") is not None:
+        value = out["django_priority"]
+        if isinstance(value, bool) or not isinstance(value, int) or not -100 <= value <= 100:
+            raise ConfigError(f"django_priority must be an integer in -100..100, got {value!r}")
     if out.get("key") is not None and (not isinstance(out["key"], str) or not 0 < len(out["key"]) <= 255):
         raise ConfigError(f"key must be a string of 1..255 characters, got {out['key']!r}")
     if out.get("delay") is not None:
@@ -186,6 +192,7 @@ class JobTemplate:
             "hook": options.get("hook"),
             "on_dead": options.get("on_dead"),
             "chain": options.get("chain"),
+            "django_priority": options.get("django_priority"),
         }
         self.run_options = {k: v for k, v in run_options.items() if v is not None}
         self.expires_at = options.get("expires_at")

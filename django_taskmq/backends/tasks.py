@@ -1,26 +1,50 @@
-"""A ``django.tasks`` backend (Django 6.0+): Django's task API on top of django_taskmq.
+"""A backend for Django's tasks framework: ``django.tasks`` (Django 6.0+) or the ``django-tasks``
+backport (module ``django_tasks``, Django 5.2), on top of django_taskmq.
 
     TASKS = {"default": {"BACKEND": "django_taskmq.backends.tasks.TaskMQBackend"}}
 
-What maps: ``priority`` (must be in django_taskmq's -9..9; outside is ``InvalidTask``, never
-clamped), ``queue_name`` (one of ``TASKMQ['queues']``), ``run_after`` (the job's ``eta``),
-``get_result`` (from the Job row). What does not: ``takes_context`` tasks and coroutine tasks
-are refused by ``validate_task``. Results are stored pickled, as every django_taskmq result.
+Any valid Django task runs: every priority (-100..100, mapped onto ours by :func:`to_taskmq`),
+``takes_context`` (a :class:`TaskContext` built by :meth:`TaskMQBackend.task_context` in the
+worker), coroutine functions (run with ``async_to_sync`` in the worker), ``run_after``, queues.
+Results are read from the Job (its signed, verified result); ``task_started`` is sent in the
+worker, ``task_finished`` where the outcome is recorded (the monitor, or the caller in sync mode).
 """
 
 from __future__ import annotations
 
-from django.tasks.backends.base import BaseTaskBackend
-from django.tasks.base import TaskError, TaskResult, TaskResultStatus
-from django.tasks.exceptions import InvalidTask, TaskResultDoesNotExist
+import datetime
+from typing import Any
+
+from django.conf import settings as django_settings
+from django.core import checks
+from django.utils import timezone
 from django.utils.module_loading import import_string
+
+try:  # Django 6.0+
+    from django.tasks.backends.base import BaseTaskBackend
+    from django.tasks.base import TaskContext, TaskError, TaskResult, TaskResultStatus
+    from django.tasks.exceptions import InvalidTask, TaskResultDoesNotExist
+    from django.tasks.signals import task_enqueued, task_finished, task_started
+except ImportError:  # Django 5.2 with the django-tasks backport
+    from django_tasks.backends.base import BaseTaskBackend
+    from django_tasks.base import TaskContext, TaskError, TaskResult, TaskResultStatus
+    from django_tasks.exceptions import InvalidTaskError as InvalidTask
+    from django_tasks.exceptions import TaskResultDoesNotExist
+    from django_tasks.signals import task_enqueued, task_finished, task_started
 
 from ..api import async_task
 from ..conf import get_settings
 from ..exceptions import ConfigError
+from ..loading import is_django_task, resolve
 from ..models import Job, State
-from ..policy.priority import MAX_PRIORITY, MIN_PRIORITY
+from ..options import TASK_OPTIONS, validate_options
+from ..policy.priority import MAX_PRIORITY
+from ..signals import post_execute, pre_execute
 from ..signing import verify
+
+__all__ = ["TaskMQBackend", "to_taskmq", "to_django", "check_queues", "connect"]
+
+DJANGO_MIN_PRIORITY, DJANGO_MAX_PRIORITY = -100, 100
 
 STATUS = {
     State.QUEUED: TaskResultStatus.READY,
@@ -32,27 +56,66 @@ STATUS = {
     State.EXPIRED: TaskResultStatus.FAILED,
     State.CANCELLED: TaskResultStatus.FAILED,
 }
+FINISHED = {TaskResultStatus.SUCCESSFUL, TaskResultStatus.FAILED}
+# Options TASKS[alias]["OPTIONS"] may set for every task, or per task under "tasks": queue and
+# priority come from the task itself.
+BACKEND_OPTIONS = tuple(o for o in TASK_OPTIONS if o not in ("queue", "priority"))
+
+
+def to_taskmq(priority: int) -> int:
+    """Map a Django priority (-100..100) onto django_taskmq's (-9..9), monotonically.
+
+    ``sign(p) * ceil(|p| * 9 / 100)``: 0 stays 0, 1..11 -> 1, 12..22 -> 2, ..., 89..100 -> 9 (and
+    the same below zero), so a higher Django priority never lands in a lower band.
+    """
+    magnitude = -(-abs(priority) * MAX_PRIORITY // DJANGO_MAX_PRIORITY)
+    return magnitude if priority >= 0 else -magnitude
+
+
+def to_django(priority: int) -> int:
+    """Return the highest Django priority of the band ``priority`` (-9..9) is: the inverse of
+    :func:`to_taskmq` for jobs enqueued through our API."""
+    magnitude = abs(priority) * DJANGO_MAX_PRIORITY // MAX_PRIORITY
+    return magnitude if priority >= 0 else -magnitude
 
 
 class TaskMQBackend(BaseTaskBackend):
-    """Enqueue ``django.tasks`` tasks as django_taskmq jobs; a ``qcluster`` runs them."""
+    """Enqueue Django tasks as django_taskmq jobs; a ``qcluster`` runs them.
+
+    ``OPTIONS`` may hold django_taskmq task options (``retry``, ``timeout``, ``max_deliveries``,
+    ``ack_failure``, ...) applied to every task of this backend, and ``"tasks": {"app.tasks.f":
+    {...}}`` for one task's own (they win).
+    """
 
     supports_defer = True
     supports_get_result = True
     supports_priority = True
-    supports_async_task = False
+    supports_async_task = True
 
     def __init__(self, alias, params):
         super().__init__(alias, params)
-        if "QUEUES" not in params:
+        self.queues_given = "QUEUES" in params
+        if not self.queues_given:
             self.queues = set()  # TASKMQ['queues'] is the list of valid queues
+        options = dict(self.options)
+        per_task = options.pop("tasks", None) or {}
+        try:
+            self.q_options = self._check_options(options, "OPTIONS")
+            self.task_options = {path: self._check_options(dict(o), f"OPTIONS['tasks'][{path!r}]")
+                                 for path, o in per_task.items()}
+        except ConfigError as exc:
+            raise InvalidTask(f"TASKS[{alias!r}]: {exc}") from None
+
+    @staticmethod
+    def _check_options(options: dict, where: str) -> dict:
+        unknown = set(options) - set(BACKEND_OPTIONS)
+        if unknown:
+            raise ConfigError(f"{where}: unknown option(s) {sorted(unknown)}; known: {sorted(BACKEND_OPTIONS)}")
+        validate_options(options)
+        return options
 
     def validate_task(self, task) -> None:
-        super().validate_task(task)
-        if task.takes_context:
-            raise InvalidTask("django_taskmq does not pass a TaskContext: use django_taskmq.current_job() instead.")
-        if not MIN_PRIORITY <= task.priority <= MAX_PRIORITY:
-            raise InvalidTask(f"django_taskmq priorities are {MIN_PRIORITY}..{MAX_PRIORITY}, got {task.priority}.")
+        super().validate_task(task)  # Django's range, context argument, run_after, QUEUES
         try:
             get_settings().check_queue(task.queue_name)
         except ConfigError as exc:
@@ -60,37 +123,66 @@ class TaskMQBackend(BaseTaskBackend):
 
     def enqueue(self, task, args, kwargs) -> TaskResult:
         self.validate_task(task)
-        options = {"queue": task.queue_name, "priority": task.priority, "eta": task.run_after}
+        options = {**self.q_options, **self.task_options.get(task.module_path, {}),
+                   "queue": task.queue_name, "priority": to_taskmq(task.priority),
+                   "django_priority": task.priority, "eta": task.run_after}
         job_id = async_task(task.module_path, *args, q_options=options, **kwargs)
-        return self.get_result(job_id)
+        result = self.get_result(job_id)
+        task_enqueued.send(type(self), task_result=result)
+        return result
 
     def get_result(self, result_id: str) -> TaskResult:
         job = Job.objects.using(get_settings().database).filter(pk=result_id).first()
         if job is None:
             raise TaskResultDoesNotExist(result_id)
-        task = import_string(job.func)
-        if not hasattr(task, "using"):
-            raise TaskResultDoesNotExist(f"{result_id} is not a django.tasks task")
+        return self._result(job)
+
+    def _result(self, job: Job, running: datetime.datetime | None = None) -> TaskResult:
+        """The TaskResult of ``job``; ``running`` is the start of the execution under way (in a worker)."""
+        try:
+            task = import_string(job.func)
+        except ImportError:
+            raise TaskResultDoesNotExist(f"{job.id}: its task {job.func} cannot be imported") from None
+        if not is_django_task(task):
+            raise TaskResultDoesNotExist(f"{job.id} is not a Django task")
         envelope = verify(job.payload, get_settings().name)
+        priority = envelope.options.get("django_priority")
+        if priority is None:  # enqueued through our API: the task's own if it is in the band
+            priority = task.priority if to_taskmq(task.priority) == job.priority else to_django(job.priority)
+        status = STATUS[State(job.state)]
+        attempts = job.attempt
+        started = last = job.started_at
+        if running is not None:
+            attempts, status, last = attempts + 1, TaskResultStatus.RUNNING, running
+            started = started or running
         errors = []
         if job.error and job.state != State.SUCCEEDED:
             errors.append(TaskError(exception_class_path=_exception_path(job.error), traceback=job.traceback))
+        finished = job.finished_at if status in FINISHED else None
+        if status == TaskResultStatus.FAILED and finished is None:
+            finished = job.started_at or job.enqueued_at  # expired or cancelled before it ran
         result = TaskResult(
-            task=task.using(priority=job.priority, queue_name=job.queue, backend=self.alias),
+            task=task.using(priority=priority, queue_name=job.queue, backend=self.alias),
             id=job.id,
-            status=STATUS[job.state],
+            status=status,
             enqueued_at=job.enqueued_at,
-            started_at=job.started_at,
-            finished_at=job.finished_at,
-            last_attempted_at=job.started_at,
+            started_at=started,
+            finished_at=finished,
+            last_attempted_at=last,
             args=list(envelope.args),
             kwargs=dict(envelope.kwargs),
             backend=self.alias,
             errors=errors,
-            worker_ids=[job.cluster or ""] * job.attempt,
+            worker_ids=[job.lease_owner or job.cluster or ""] * attempts,
         )
-        object.__setattr__(result, "_return_value", job.result)
+        if job.state == State.SUCCEEDED:
+            object.__setattr__(result, "_return_value", job.result)  # verified: signing.verify_result
         return result
+
+    def task_context(self, job_id: str) -> TaskContext:
+        """Return the :class:`TaskContext` of the execution of ``job_id`` starting now (in a worker)."""
+        job = Job.objects.using(get_settings().database).get(pk=job_id)
+        return TaskContext(task_result=self._result(job, running=timezone.now()))
 
 
 def _exception_path(error: str) -> str:
@@ -103,3 +195,67 @@ def _exception_path(error: str) -> str:
     except ImportError:
         return "builtins.Exception"
     return name
+
+
+def _backend_of(func: str | None) -> TaskMQBackend | None:
+    """Return our backend of the Django task ``func`` names, or None (another kind of task)."""
+    if not func:
+        return None
+    try:
+        target = resolve(func)
+    except ImportError:
+        return None
+    if not is_django_task(target):
+        return None
+    backend = target.get_backend()
+    return backend if isinstance(backend, TaskMQBackend) else None
+
+
+def send_task_started(sender: Any, job_id: str, func: str, **kwargs: Any) -> None:
+    """``pre_execute`` receiver (in the worker): send ``task_started`` for a Django task."""
+    backend = _backend_of(func)
+    if backend is not None and task_started.has_listeners():
+        task_started.send(type(backend), task_result=backend.task_context(job_id).task_result)
+
+
+def send_task_finished(sender: Any, job_id: str, func: str | None, **kwargs: Any) -> None:
+    """``post_execute`` receiver (where the outcome was recorded): send ``task_finished`` once a
+    Django task finished (SUCCESSFUL or FAILED; a failed attempt waiting for its retry is READY)."""
+    backend = _backend_of(func)  # imports the task's module first: its receivers count too
+    if backend is None or not task_finished.has_listeners():
+        return
+    try:
+        result = backend.get_result(job_id)
+    except TaskResultDoesNotExist:
+        return
+    if result.status in FINISHED:
+        task_finished.send(type(backend), task_result=result)
+
+
+def connect() -> None:
+    """Connect the receivers that send Django's ``task_started`` and ``task_finished``."""
+    pre_execute.connect(send_task_started, dispatch_uid="taskmq_django_task_started")
+    post_execute.connect(send_task_finished, dispatch_uid="taskmq_django_task_finished")
+
+
+def check_queues(app_configs=None, **kwargs) -> list[checks.CheckMessage]:
+    """Warn when a TaskMQBackend's ``QUEUES`` and ``TASKMQ['queues']`` differ."""
+    messages: list[checks.CheckMessage] = []
+    try:
+        ours = set(get_settings().queues)
+    except ConfigError:
+        return messages  # taskmq.E001 says why
+    for alias, params in (getattr(django_settings, "TASKS", None) or {}).items():
+        path = params.get("BACKEND", "")
+        if not path.startswith(__name__) or "QUEUES" not in params:
+            continue
+        theirs = set(params["QUEUES"])
+        if theirs != ours:
+            messages.append(checks.Warning(
+                f"TASKS[{alias!r}]['QUEUES'] and TASKMQ['queues'] differ: only in QUEUES: "
+                f"{sorted(theirs - ours)}; only in TASKMQ['queues']: {sorted(ours - theirs)}",
+                hint="A task on a queue only in QUEUES is refused (InvalidTask); one only in TASKMQ['queues'] "
+                     "cannot be named by a Django task. List the same queues, or leave QUEUES out.",
+                id="taskmq.W050"))
+    return messages
+

@@ -1,6 +1,12 @@
-"""Tasks declared with Django's own ``django.tasks`` API (Django 6.0+)."""
+"""Ordinary Django tasks (``django.tasks``, or the ``django_tasks`` backport on Django 5.2), as a
+project written for Django's own backends or django-tasks-db declares them."""
 
-from django.tasks import task
+import asyncio
+import json
+import multiprocessing
+import os
+
+from tests.django6.djtasks import task, task_finished, task_started
 
 
 @task(priority=5)
@@ -13,6 +19,77 @@ def explode():
     raise ValueError("django task failed")
 
 
-def with_context(context):
-    """Left undecorated: the test decorates it with takes_context=True and expects a refusal."""
+@task(takes_context=True)
+def with_context(context, value):
+    """Return what the context says: the execution number, the live result's id, status and attempts."""
+    result = context.task_result
+    return {"attempt": context.attempt, "id": result.id, "status": str(result.status),
+            "attempts": result.attempts, "value": value, "started": result.started_at is not None}
+
+
+@task(takes_context=True)
+def fails_first(context):
+    """Fail on the first execution, succeed on the second: the retry policy in action."""
+    if context.attempt == 1:
+        raise KeyError("first attempt")
     return context.attempt
+
+
+@task
+async def async_add(a, b):
+    await asyncio.sleep(0)
+    return a + b
+
+
+@task(takes_context=True)
+async def async_with_context(context):
+    await asyncio.sleep(0)
+    return context.attempt
+
+
+@task
+async def async_explode():
+    raise RuntimeError("async task failed")
+
+
+@task(priority=-100)
+def lowest(name):
+    return name
+
+
+@task(priority=100)
+def highest(name):
+    return name
+
+
+@task(queue_name="emails")
+def on_emails(name):
+    return name
+
+
+@task
+def echo(value):
+    return value
+
+
+def _log(event, sender, task_result, **kwargs):
+    """Append the signal to ``TASKMQ_SIGNAL_LOG`` (JSON lines): which process sent it, in which state."""
+    path = os.environ.get("TASKMQ_SIGNAL_LOG")
+    if not path:
+        return
+    line = {"event": event, "id": task_result.id, "status": str(task_result.status), "pid": os.getpid(),
+            "process": multiprocessing.current_process().name, "attempts": task_result.attempts}
+    with open(path, "a") as f:
+        f.write(json.dumps(line) + "\n")
+
+
+def _started(sender, task_result, **kwargs):
+    _log("started", sender, task_result)
+
+
+def _finished(sender, task_result, **kwargs):
+    _log("finished", sender, task_result)
+
+
+task_started.connect(_started, dispatch_uid="tests_task_started")
+task_finished.connect(_finished, dispatch_uid="tests_task_finished")
