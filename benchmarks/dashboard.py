@@ -162,7 +162,7 @@ def main() -> None:
     from django.db import connection, reset_queries
     from django.test.utils import CaptureQueriesContext
 
-    from django_taskmq import monitoring
+    from django_taskmq import metrics, monitoring
 
     cases = {
         "queue_stats (ready by priority, delayed, retrying, running, dead letters, oldest age)": monitoring.queue_stats,
@@ -170,7 +170,8 @@ def main() -> None:
         "throughput (last minute, hour, per-minute chart)": monitoring.throughput,
         "snapshot (all three: the dashboard's and qmonitor's reads)": monitoring.snapshot,
         "finished_counters (metrics counters from heartbeats)": monitoring.finished_counters,
-        "jobs_by_queue_and_state (metrics gauges, whole index)": monitoring.jobs_by_queue_and_state,
+        "jobs_by_queue_and_state (every state: the whole index)": monitoring.jobs_by_queue_and_state,
+        "metrics exposition (every metric; jobs of every state but succeeded)": metrics.exposition,
     }
     if not args.no_page:
         cases["dashboard page (admin, rendered)"] = dashboard_page()

@@ -60,14 +60,18 @@ def test_operator_replays_a_dead_letter_in_the_browser(cluster, live_server, scr
 
     started = time.monotonic()
     User.objects.create_superuser("operator", password="correct horse battery staple")
-    qc = cluster.start("-w", "2", "-n", "ops-demo")
+    qc = cluster.start("-w", "2", "-n", "ops-demo", "-Q", "default,emails")  # not "reports": its jobs wait
     gate = cluster.gate("upstream")
     for i in range(3):  # a little history for the dashboard and the job list
-        async_task("tests.tasks.add", i, i, queue="reports")
+        async_task("tests.tasks.add", i, i, queue="emails")
+    for priority in (5, 0, 0):  # work waiting in a queue no cluster serves, and some for later
+        async_task("tests.tasks.noop", queue="reports", priority=priority)
+    async_task("tests.tasks.noop", queue="emails", delay=3600)
     dead = async_task("tests.tasks_operator.fails_until", gate, queue="default", priority=0, max_deliveries=1,
                       task_name="billing.send_invoice")
     cluster.wait_until(lambda: Job.objects.filter(pk=dead, state=State.DEAD).exists(), "the job to die", alive=[qc])
-    cluster.wait_final(list(Job.objects.exclude(pk=dead).values_list("pk", flat=True)), alive=[qc])
+    cluster.wait_final(list(Job.objects.filter(queue="emails", visible_at__lt=time.time()).values_list("pk", flat=True)),
+                       alive=[qc])
     letter = DeadLetter.objects.get(job_id=dead)
     cluster.open(gate)  # the fix is deployed: a replay will succeed
 
@@ -89,6 +93,7 @@ def test_operator_replays_a_dead_letter_in_the_browser(cluster, live_server, scr
             page.click("#taskmq-dashboard-link a")
             page.wait_for_selector("#taskmq-queues")
             assert "ops-demo" in page.inner_text("#taskmq-clusters")
+            assert "5: 1" in page.inner_text("#taskmq-queues")  # "reports": ready by priority
             page.screenshot(path=str(screenshots / "dashboard.png"), full_page=True)
 
             # The dead letters.
