@@ -173,7 +173,7 @@ class TaskMQBackend(BaseTaskBackend):
             kwargs=dict(envelope.kwargs),
             backend=self.alias,
             errors=errors,
-            worker_ids=[job.lease_owner or job.cluster or ""] * attempts,
+            worker_ids=[job.cluster or job.lease_owner or ""] * attempts,
         )
         if job.state == State.SUCCEEDED:
             object.__setattr__(result, "_return_value", job.result)  # verified: signing.verify_result

@@ -10,6 +10,7 @@ from tests.django6.djtasks import (InvalidTask, TaskResultDoesNotExist, TaskResu
                                    task, task_backends, task_enqueued)
 
 from django_taskmq import Priority, async_task  # noqa: E402
+from django_taskmq import task as taskmq_task  # noqa: E402
 from django_taskmq.api import run_sync  # noqa: E402
 from django_taskmq.backends.tasks import to_django, to_taskmq  # noqa: E402
 from django_taskmq.models import Job, State  # noqa: E402
@@ -150,6 +151,18 @@ def test_our_own_async_functions_run():
 async def our_async(x):
     await asyncio.sleep(0)
     return x * 2
+
+
+@taskmq_task(queue="a")
+async def our_async_task(x):
+    await asyncio.sleep(0)
+    return x * 3
+
+
+def test_our_own_async_at_task_runs():
+    job_id = our_async_task.delay(4)
+    run_sync(job_id)
+    assert Job.objects.get(pk=job_id).result == 12
 
 
 def test_aenqueue_aget_result_and_arefresh():
