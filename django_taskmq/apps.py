@@ -20,6 +20,19 @@ class TaskMQConfig(AppConfig):
         setting_changed.connect(reset_settings, dispatch_uid="taskmq_reset_settings")
         setting_changed.connect(reset_signers, dispatch_uid="taskmq_reset_signers")
         self._connect_django_tasks(checks)
+        self._label()
+
+    def _label(self) -> None:
+        """TASKMQ['label'] (django-q2's Q_CLUSTER['label']) names the app in the admin."""
+        from .conf import get_settings
+        from .exceptions import ConfigError
+
+        try:
+            label = get_settings().label
+        except ConfigError:
+            return  # the system checks report it (taskmq.E001)
+        if label:
+            self.verbose_name = label
 
     @staticmethod
     def _connect_django_tasks(checks) -> None:

@@ -1,23 +1,64 @@
-"""System checks: a wrong ``TASKMQ`` value fails at start-up with the setting's name."""
+"""System checks: a wrong ``TASKMQ`` value fails at start-up with the setting's name; the keys of
+django-q2's ``Q_CLUSTER`` that are not carried over, and django-q2's commands shadowing ours, warn."""
 
 from __future__ import annotations
 
+from django.apps import apps
 from django.conf import settings
 from django.core import checks
 
-from .conf import from_mapping
+from .compat import q_cluster
+from .conf import read
 from .exceptions import ConfigError
 
 
 def check_settings(app_configs=None, **kwargs) -> list[checks.CheckMessage]:
+    messages = check_q_cluster() + check_app_order()
     try:
-        conf = from_mapping(getattr(settings, "TASKMQ", None))
+        conf = read(settings)
     except ConfigError as exc:
-        return [checks.Error(str(exc), hint="See the settings page of the django_taskmq docs.", id="taskmq.E001")]
+        return messages + [checks.Error(str(exc), hint="See the settings page of the django_taskmq docs.",
+                                        id="taskmq.E001")]
     if conf.database not in settings.DATABASES:
-        return [checks.Error(
+        return messages + [checks.Error(
             f"TASKMQ['database'] {conf.database!r} is not in DATABASES",
             hint=f"Use one of {sorted(settings.DATABASES)}.", id="taskmq.E002",
+        )]
+    caches = getattr(settings, "CACHES", None) or {"default": None}
+    if conf.cache not in caches:
+        messages.append(checks.Error(
+            f"TASKMQ['cache'] {conf.cache!r} is not in CACHES",
+            hint=f"Cached results (the 'cached' option) need one of {sorted(caches)}.", id="taskmq.E003",
+        ))
+    return messages
+
+
+def check_q_cluster() -> list[checks.CheckMessage]:
+    """Warn about every key of django-q2's Q_CLUSTER that is not carried over (when it is read)."""
+    if getattr(settings, "TASKMQ", None) is not None or getattr(settings, q_cluster.SETTING, None) is None:
+        return []
+    try:
+        _, notes = q_cluster.translate(getattr(settings, q_cluster.SETTING))
+    except ConfigError:
+        return []  # check_settings reports it as taskmq.E001
+    return [checks.Warning(
+        f"{where} is not carried over to django_taskmq: {reason}",
+        hint="TASKMQ is read from Q_CLUSTER because TASKMQ is not set; 'manage.py qconfig --from-q-cluster' "
+             "prints the equivalent TASKMQ.",
+        id="taskmq.W002",
+    ) for where, reason in notes]
+
+
+def check_app_order() -> list[checks.CheckMessage]:
+    """Warn when django-q2 comes before django_taskmq in INSTALLED_APPS: its commands would win."""
+    names = [config.name for config in apps.get_app_configs()]
+    if "django_q" in names and names.index("django_q") < names.index("django_taskmq"):
+        return [checks.Warning(
+            "django_q is listed before django_taskmq in INSTALLED_APPS: 'manage.py qcluster', 'qinfo' and "
+            "'qmonitor' run django-q2's commands, not django_taskmq's",
+            hint="Put 'django_taskmq' before 'django_q' in INSTALLED_APPS. The 'Coming from django-q2' page of the "
+                 "docs says how to run django-q2's cluster beside it while its queue drains.",
+            id="taskmq.W003",
         )]
     return []
 
@@ -25,7 +66,7 @@ def check_settings(app_configs=None, **kwargs) -> list[checks.CheckMessage]:
 def check_database(app_configs=None, databases=None, **kwargs) -> list[checks.CheckMessage]:
     messages: list[checks.CheckMessage] = []
     try:
-        conf = from_mapping(getattr(settings, "TASKMQ", None))
+        conf = read(settings)
     except ConfigError:
         return messages
     db = settings.DATABASES.get(conf.database, {})

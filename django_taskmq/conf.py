@@ -1,5 +1,7 @@
 """The ``TASKMQ`` settings dict, read once into a frozen, validated :class:`Settings`.
 
+Without ``TASKMQ``, django-q2's ``Q_CLUSTER`` is read instead, translated by :mod:`.compat.q_cluster`.
+
 Nothing here reads ``django.conf.settings`` at import time; :func:`get_settings` reads it on first
 use and is reset when a test overrides ``TASKMQ``.
 """
@@ -13,6 +15,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 from typing import Any
 
+from .compat import q_cluster
 from .exceptions import ConfigError
 from .policy.backoff import Retry
 from .policy.flow import Rate, check_limit, parse_rate
@@ -69,6 +72,9 @@ class Settings:
     max_result_size: int | None = MIB * 10
     task_modules: tuple[str, ...] | None = None
     metrics_token: str | None = None
+    cache: str = "default"
+    cached: bool | float = False
+    label: str | None = None
 
     @property
     def effective_queue_limit(self) -> int:
@@ -172,6 +178,16 @@ def _token(key: str, value: Any) -> str | None:
     return value
 
 
+def _cached(key: str, value: Any) -> bool | float:
+    if isinstance(value, bool):
+        return value
+    return _number(key, value, strict=True)
+
+
+def _label(key: str, value: Any) -> str | None:
+    return None if value is None else _name(key, value)
+
+
 def _retry(value: Any) -> Retry:
     if isinstance(value, Retry):
         return value
@@ -210,6 +226,9 @@ _VALIDATORS = {
     "max_result_size": lambda k, v: _number(k, v, minimum=1, integer=True, optional=True),
     "task_modules": _modules,
     "metrics_token": _token,
+    "cache": _name,
+    "cached": _cached,
+    "label": _label,
 }
 assert set(_VALIDATORS) == {f.name for f in fields(Settings)}
 
@@ -230,15 +249,31 @@ def from_mapping(mapping: Mapping[str, Any] | None) -> Settings:
     return result
 
 
+def read(django_settings: Any) -> Settings:
+    """Return validated settings from ``TASKMQ``, or, when it is absent, from django-q2's ``Q_CLUSTER``.
+
+    ``TASKMQ`` wins when both exist. The keys of ``Q_CLUSTER`` that have no equivalent are left out
+    (the system checks warn about each, see :mod:`.compat.q_cluster`).
+    """
+    mapping = getattr(django_settings, SETTING, None)
+    if mapping is None and getattr(django_settings, q_cluster.SETTING, None) is not None:
+        translated, _ = q_cluster.translate(getattr(django_settings, q_cluster.SETTING))
+        try:
+            return from_mapping(translated)
+        except ConfigError as exc:
+            raise ConfigError(f"{exc} (TASKMQ is read from Q_CLUSTER: see manage.py qconfig --from-q-cluster)") from None
+    return from_mapping(mapping)
+
+
 @functools.cache
 def get_settings() -> Settings:
     """Return the project's validated settings (read once, reset on ``setting_changed``)."""
     from django.conf import settings
 
-    return from_mapping(getattr(settings, SETTING, None))
+    return read(settings)
 
 
 def reset_settings(**kwargs: Any) -> None:
     """Forget the cached settings (connected to Django's ``setting_changed``)."""
-    if kwargs.get("setting") in (None, SETTING, "SECRET_KEY", "SECRET_KEY_FALLBACKS"):
+    if kwargs.get("setting") in (None, SETTING, q_cluster.SETTING, "SECRET_KEY", "SECRET_KEY_FALLBACKS"):
         get_settings.cache_clear()
