@@ -11,7 +11,7 @@ import time
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from . import sync
+from . import cached_results, sync
 from .brokers import get_broker
 from .exceptions import ConfigError
 from .conf import get_settings
@@ -28,8 +28,8 @@ def async_task(func: Callable | str, *args: Any, queue: str | None = None, prior
                on_dead: Callable | str | None = None, group: str | None = None,
                task_name: str | None = None, sync: bool | None = None,
                concurrency_key: str | Callable[..., str] | None = None, concurrency_limit: int | None = None,
-               rate_limit: str | None = None, q_options: dict | None = None,
-               **kwargs: Any) -> str:
+               rate_limit: str | None = None, cached: bool | float | None = None, save: bool | None = None,
+               q_options: dict | None = None, **kwargs: Any) -> str:
     """Enqueue ``func(*args, **kwargs)``; return the job id.
 
     ``func`` is a callable, a ``@task`` or a dotted path. Options whose names collide with the
@@ -37,7 +37,9 @@ def async_task(func: Callable | str, *args: Any, queue: str | None = None, prior
     like an option that ``q_options`` also holds is passed to the function. Inside the
     caller's ``transaction.atomic()`` the job exists only if that transaction commits. With
     ``key``, a second call within ``TASKMQ['idempotency_ttl']`` returns the first job's id and
-    enqueues nothing. Bad options raise :class:`~django_taskmq.ConfigError` here, at the call.
+    enqueues nothing. ``cached`` (True, or seconds) also keeps the result in the Django cache
+    (``TASKMQ['cache']``); ``save=False`` keeps none in the database. Bad options raise
+    :class:`~django_taskmq.ConfigError` here, at the call.
     """
     arguments = locals()
     given = {name: arguments[name] for name in CALL_OPTIONS}
@@ -100,34 +102,52 @@ def run_sync(job_id: str) -> None:
     sync.run(job_id, get_broker(), get_settings(), enqueue=async_task)
 
 
-def fetch(job_id: str, wait: float = 0) -> Job | None:
-    """Return the Job, waiting up to ``wait`` milliseconds for it to finish (like django-q2)."""
+def fetch(job_id: str, wait: float = 0, cached: bool = False) -> Job | None:
+    """Return the Job, waiting up to ``wait`` milliseconds for it to finish (like django-q2).
+
+    With ``cached``, the job's record in the Django cache (see the ``cached`` option), an unsaved
+    Job, or None while there is none.
+    """
     deadline = time.monotonic() + wait / 1000
-    alias = get_settings().database
+    settings = get_settings()
     while True:
-        job = Job.objects.using(alias).filter(pk=job_id).first()
-        if job is None or job.state in FINAL_STATES or time.monotonic() >= deadline:
+        if cached:
+            job = cached_results.fetch(job_id, settings)
+        else:
+            job = Job.objects.using(settings.database).filter(pk=job_id).first()
+        if (job is not None and job.state in FINAL_STATES) or time.monotonic() >= deadline:
             return job
         time.sleep(0.01)
 
 
-def result(job_id: str, wait: float = 0) -> Any:
-    """Return the result of a SUCCEEDED job (None otherwise), waiting up to ``wait`` ms."""
-    job = fetch(job_id, wait)
+def result(job_id: str, wait: float = 0, cached: bool = False) -> Any:
+    """Return the result of a SUCCEEDED job (None otherwise), waiting up to ``wait`` ms.
+
+    With ``cached``, from the job's record in the Django cache.
+    """
+    job = fetch(job_id, wait, cached)
     return job.result if job is not None and job.state == State.SUCCEEDED else None
 
 
-def result_group(group: str, failures: bool = False) -> list[Any]:
-    """Return the results of a group's jobs in enqueue order (with ``failures``, errors too)."""
-    jobs = Job.objects.using(get_settings().database).filter(group=group).order_by("id")
+def result_group(group: str, failures: bool = False, cached: bool = False) -> list[Any]:
+    """Return the results of a group's jobs in enqueue order (with ``failures``, errors too).
+
+    With ``cached``, from the group's records in the Django cache, in the order they finished.
+    """
+    settings = get_settings()
+    if cached:
+        finished = cached_results.fetch_group(group, settings)
+    else:
+        finished = list(Job.objects.using(settings.database).filter(group=group, state__in=FINAL_STATES)
+                        .order_by("id"))
     if failures:
-        return [j.result if j.state == State.SUCCEEDED else j.error for j in jobs.filter(state__in=FINAL_STATES)]
-    return [j.result for j in jobs.filter(state=State.SUCCEEDED)]
+        return [j.result if j.state == State.SUCCEEDED else j.error for j in finished]
+    return [j.result for j in finished if j.state == State.SUCCEEDED]
 
 
-def count_group(group: str, failures: bool = False) -> int:
+def count_group(group: str, failures: bool = False, cached: bool = False) -> int:
     """Return how many jobs of a group succeeded (with ``failures``: failed or died)."""
-    jobs = Job.objects.using(get_settings().database).filter(group=group)
-    if failures:
-        return jobs.filter(state__in=[State.FAILED, State.DEAD]).count()
-    return jobs.filter(state=State.SUCCEEDED).count()
+    states = [State.FAILED, State.DEAD] if failures else [State.SUCCEEDED]
+    if cached:
+        return sum(1 for j in cached_results.fetch_group(group, get_settings()) if j.state in states)
+    return Job.objects.using(get_settings().database).filter(group=group, state__in=states).count()

@@ -27,7 +27,7 @@ DELAY_MAX = 10 * 366 * 86400.0  # ten years: a longer delay is a mistake, not a 
 # async_task takes every option but "chain" as a keyword (a chain is built with Chain).
 TASK_OPTIONS = ("queue", "priority", "retry", "timeout", "max_deliveries", "ack_failure", "hook", "on_dead",
                 "concurrency_key", "concurrency_limit", "rate_limit")
-CALL_OPTIONS = (*TASK_OPTIONS, "key", "delay", "eta", "expires_at", "group", "task_name", "sync")
+CALL_OPTIONS = (*TASK_OPTIONS, "key", "delay", "eta", "expires_at", "group", "task_name", "sync", "cached", "save")
 # "chain" is built with Chain; "django_priority" is the Django task's own priority (-100..100),
 # which the django.tasks backend stores in the package so that TaskResult reports it.
 OPTIONS = frozenset({*CALL_OPTIONS, "chain", "django_priority"})
@@ -138,9 +138,11 @@ def validate_options(options: dict[str, Any], settings: Settings | None = None) 
         _positive("timeout", out["timeout"])
     if out.get("max_deliveries") is not None:
         _positive("max_deliveries", out["max_deliveries"], integer=True, maximum=COUNTER_MAX)
-    for flag in ("ack_failure", "sync"):
+    for flag in ("ack_failure", "sync", "save"):
         if out.get(flag) is not None and not isinstance(out[flag], bool):
             raise ConfigError(f"{flag} must be True or False, got {out[flag]!r}")
+    if out.get("cached") is not None and not isinstance(out["cached"], bool):
+        _positive("cached", out["cached"])  # True, False, or seconds to keep the result in the cache
     if out.get("retry") is not None:
         retry = out["retry"]
         if isinstance(retry, dict):
@@ -161,6 +163,24 @@ def validate_options(options: dict[str, Any], settings: Settings | None = None) 
         if out.get(name) is not None and (not isinstance(out[name], str) or not 0 < len(out[name]) <= 100):
             raise ConfigError(f"{name} must be a string of 1..100 characters, got {out[name]!r}")
     return out
+
+
+# Options a schedule may not carry in Schedule.options: its own fields say them (queue, priority,
+# hook, which the allow-list checks), they are absolute times (eta, expires_at), they make no sense
+# for a scheduler tick (chain, sync), or they name code and are not checked (on_dead).
+NOT_SCHEDULE_OPTIONS = frozenset({"queue", "priority", "hook", "on_dead", "eta", "expires_at", "chain", "sync"})
+
+
+def check_schedule_options(options: Any, settings: Settings | None = None) -> dict[str, Any]:
+    """Return ``options`` (a schedule's ``options``) if each run can enqueue with them; else raise ConfigError."""
+    if not isinstance(options, dict):
+        raise ConfigError(f"schedule options must be a dict of async_task options, got {options!r}")
+    refused = sorted(set(options) & NOT_SCHEDULE_OPTIONS)
+    if refused:
+        raise ConfigError(f"schedule options may not hold {refused}: use the schedule's own fields (queue, "
+                          f"priority, hook), or nothing (the others do not fit a repeated run)")
+    validate_options(options, settings)
+    return options
 
 
 class JobTemplate:
@@ -193,6 +213,10 @@ class JobTemplate:
             "on_dead": options.get("on_dead"),
             "chain": options.get("chain"),
             "django_priority": options.get("django_priority"),
+            # The recorder caches the result (seconds, or True: no expiry) and, with save=False,
+            # stores none in the job; absent by default, so a plain job costs nothing more.
+            "cached": (settings.cached if options.get("cached") is None else options["cached"]) or None,
+            "save": False if options.get("save") is False else None,
         }
         self.run_options = {k: v for k, v in run_options.items() if v is not None}
         self.expires_at = options.get("expires_at")

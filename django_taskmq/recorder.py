@@ -1,7 +1,8 @@
 """Recording outcomes: the monitor's work, shared with sync mode.
 
 Successes of a batch are acknowledged in one transaction; other outcomes are rare and go one by
-one. Hooks, chains and signals cost a query only when a job has them or someone listens.
+one. Hooks, cached results, chains and signals cost a query only when a job has them or someone
+listens.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from collections.abc import Callable, Sequence
 
 from django.db import InterfaceError, OperationalError
 
+from . import cached_results
 from . import execution as ex
 from .brokers.base import Ack, Broker
 from .conf import Settings
@@ -85,7 +87,7 @@ def record(outcomes: Sequence[ex.Outcome], broker: Broker, settings: Settings,
                                      func=o.envelope.func if o.envelope else None, status=o.status,
                                      result=_value(o, settings), error=o.error)
     try:
-        _run_hooks(finals, broker)
+        _run_hooks(finals, broker, settings)
     except Exception:
         logger.exception("running hooks failed")
     return finals
@@ -112,7 +114,8 @@ def _value(o: ex.Outcome, settings: Settings):
 def _ack(successes: list[ex.Outcome], broker: Broker, settings: Settings) -> list[tuple[ex.Outcome, str]]:
     """Acknowledge successes in one statement; if that fails on one row, one by one."""
     def acks(items):
-        return [Ack(o.reservation, o.result, _dt(o.started_at), _dt(o.finished_at)) for o in items]
+        return [Ack(o.reservation, o.result if _saves(o) else None, _dt(o.started_at), _dt(o.finished_at))
+                for o in items]
 
     try:
         with broker.atomic():
@@ -131,6 +134,11 @@ def _ack(successes: list[ex.Outcome], broker: Broker, settings: Settings) -> lis
         if o.reservation.job_id in lost:
             logger.warning("job %s finished after its lease was lost; not recorded", o.reservation.job_id)
     return [(o, "SUCCEEDED") for o in successes if o.reservation.job_id not in lost]
+
+
+def _saves(o: ex.Outcome) -> bool:
+    """False when the job asked to keep no result in the database (``save=False``)."""
+    return not (o.envelope is not None and o.envelope.options.get("save") is False)
 
 
 def _ack_one(o: ex.Outcome, broker: Broker, acks) -> str | None:
@@ -204,17 +212,27 @@ def _next_link(o: ex.Outcome, enqueue: Callable[..., str] | None) -> None:
     enqueue(func, *args, q_options=options, **kwargs)
 
 
-def _run_hooks(finals: list[tuple[ex.Outcome, str]], broker: Broker) -> None:
+def _run_hooks(finals: list[tuple[ex.Outcome, str]], broker: Broker, settings: Settings) -> None:
+    """Cache the results that asked for it, then run the hooks (a hook may read the cached result)."""
     wanted = {}
+    cached = []
     for o, state in finals:
         options = o.envelope.options if o.envelope else {}
         hooks = [options.get("hook")] + ([options.get("on_dead")] if state == "DEAD" else [])
         hooks = [h for h in hooks if h]
         if hooks:
             wanted[o.reservation.job_id] = hooks
-    if not wanted:
+        if options.get("cached"):
+            cached.append((o, options["cached"]))
+    if not wanted and not cached:
         return
-    jobs = broker.jobs(list(wanted))
+    jobs = broker.jobs([*wanted, *(o.reservation.job_id for o, _ in cached)])
+    if cached:
+        try:
+            cached_results.store([(jobs[o.reservation.job_id], o.result if o.status == ex.SUCCESS else None, timeout)
+                                  for o, timeout in cached if o.reservation.job_id in jobs], settings)
+        except Exception:
+            logger.exception("caching the results of %d job(s) failed", len(cached))
     for job_id, hooks in wanted.items():
         for hook in hooks:
             try:
