@@ -18,11 +18,12 @@ from django.utils.translation import gettext_lazy as _
 
 from .allowed_tasks import check_allowed
 from .conf import get_settings
-from .exceptions import ConfigError, UnreadableResult
+from .exceptions import BadPackage, ConfigError, UnreadableResult
 from .policy import cron as cron_policy
 from .policy.cron import ScheduleType
 from .policy.states import JobState
-from .signing import verify_result
+from .options import check_schedule_options
+from .signing import verify, verify_result
 
 
 class State(models.TextChoices):
@@ -136,6 +137,75 @@ class Job(models.Model):
             return f"unreadable result: {exc}"
         return ""
 
+    # -- django-q2's Task names, so code written for it (hooks, fetch()) reads a Job unchanged --
+    @property
+    def name(self) -> str:
+        """django-q2's ``Task.name``: the task name (``task_name``)."""
+        return self.task_name
+
+    @property
+    def started(self) -> datetime.datetime | None:
+        """django-q2's ``Task.started``: when the task was enqueued (``enqueued_at``)."""
+        return self.enqueued_at
+
+    @property
+    def stopped(self) -> datetime.datetime | None:
+        """django-q2's ``Task.stopped``: when the last execution finished (``finished_at``)."""
+        return self.finished_at
+
+    @property
+    def attempt_count(self) -> int:
+        """django-q2's ``Task.attempt_count``: the executions recorded (``attempt``)."""
+        return self.attempt
+
+    def time_taken(self) -> float | None:
+        """django-q2's ``Task.time_taken()``: seconds from enqueue to finish, queue wait included."""
+        if self.enqueued_at is None or self.finished_at is None:
+            return None
+        return (self.finished_at - self.enqueued_at).total_seconds()
+
+    @property
+    def args(self) -> tuple | None:
+        """The call's positional arguments, read from the verified package (None if it does not verify)."""
+        envelope = self._envelope()
+        return envelope.args if envelope is not None else None
+
+    @property
+    def kwargs(self) -> dict | None:
+        """The call's keyword arguments, read from the verified package (None if it does not verify)."""
+        envelope = self._envelope()
+        return envelope.kwargs if envelope is not None else None
+
+    @property
+    def hook(self) -> str | None:
+        """The dotted path of the job's hook, read from the verified package."""
+        envelope = self._envelope()
+        return envelope.options.get("hook") if envelope is not None else None
+
+    def _envelope(self) -> Any:
+        try:
+            return verify(self.payload, get_settings().name)
+        except BadPackage:
+            return None
+
+    def group_result(self, failures: bool = False) -> list | None:
+        """django-q2's ``Task.group_result()``: the results of this job's group (with ``failures``, the
+        errors of its failed jobs too), in enqueue order; None without a group."""
+        if not self.group:
+            return None
+        jobs = Job.objects.using(get_settings().database).filter(group=self.group).order_by("id")
+        if failures:
+            return [j.result if j.state == State.SUCCEEDED else j.error for j in jobs.filter(state__in=FINAL_STATES)]
+        return [j.result for j in jobs.filter(state=State.SUCCEEDED)]
+
+    def group_count(self, failures: bool = False) -> int | None:
+        """django-q2's ``Task.group_count()``: how many of its group's jobs finished (with ``failures``,
+        how many failed or died); None without a group."""
+        if not self.group:
+            return None
+        states = [State.FAILED, State.DEAD] if failures else FINAL_STATES
+        return Job.objects.using(get_settings().database).filter(group=self.group, state__in=states).count()
+
     @property
     def visible_time(self) -> datetime.datetime | None:
         return _from_epoch(self.visible_at)
@@ -203,6 +273,13 @@ class Schedule(models.Model):
     catch_up = models.BooleanField(null=True, blank=True, help_text=_("empty = TASKMQ['catch_up']"))
     last_job = models.CharField(max_length=32, null=True, blank=True)
     paused = models.BooleanField(default=False, help_text=_("a paused schedule does not fire until resumed"))
+    hook = models.CharField(max_length=255, null=True, blank=True,
+                            help_text=_("dotted path called with each finished job, as async_task's hook"))
+    intended_date_kwarg = models.CharField(max_length=100, null=True, blank=True,
+                                           help_text=_("keyword argument that receives the run's due time "
+                                                       "(ISO 8601)"))
+    options = models.JSONField(default=dict, blank=True,
+                               help_text=_("more async_task options for each run, e.g. {\"timeout\": 30}"))
 
     def clean(self) -> None:
         """Refuse a function that schedules may not name, and a broken cron or interval."""
@@ -221,6 +298,21 @@ class Schedule(models.Model):
                 settings.check_queue(self.queue)
             except ConfigError as exc:
                 errors["queue"] = str(exc)
+        if self.hook:
+            try:
+                check_allowed(self.hook, settings)
+            except ConfigError as exc:
+                errors["hook"] = str(exc)
+        if not isinstance(self.args, list):
+            errors["args"] = f"args must be a JSON list, got {self.args!r}"
+        if not isinstance(self.kwargs, dict):
+            errors["kwargs"] = f"kwargs must be a JSON object, got {self.kwargs!r}"
+        if self.intended_date_kwarg and not self.intended_date_kwarg.isidentifier():
+            errors["intended_date_kwarg"] = f"{self.intended_date_kwarg!r} is not a keyword argument name"
+        try:
+            check_schedule_options(self.options, settings)
+        except ConfigError as exc:
+            errors["options"] = str(exc)
         if errors:
             raise ValidationError(errors)
 
@@ -231,6 +323,27 @@ class Schedule(models.Model):
 
     def __str__(self) -> str:
         return self.name
+
+
+class Imported(models.Model):
+    """One row carried over from another task queue's tables (``manage.py qimport_djangoq``).
+
+    ``source`` names the table (``django_q_schedule``, ``django_q_ormq``, ``django_q_task``),
+    ``source_id`` the row (a schedule's id, a task's id) and ``target`` what it became here (a
+    schedule's id, a job's id). A second import skips what is recorded here.
+    """
+
+    source = models.CharField(max_length=40)
+    source_id = models.CharField(max_length=100)
+    target = models.CharField(max_length=100)
+    imported_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        verbose_name = _("imported row")
+        constraints = [models.UniqueConstraint(fields=["source", "source_id"], name="taskmq_imported_once")]
+
+    def __str__(self) -> str:
+        return f"{self.source}:{self.source_id} -> {self.target}"
 
 
 class FlowBucket(models.Model):

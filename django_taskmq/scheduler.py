@@ -10,6 +10,7 @@ from __future__ import annotations
 import datetime
 import json
 import logging
+from collections.abc import Sequence
 from typing import Any
 
 from django.db import DatabaseError
@@ -21,7 +22,7 @@ from .brokers import Broker, get_broker
 from .conf import Settings, get_settings
 from .exceptions import ConfigError
 from .models import Schedule
-from .options import OPTIONS, func_path, validate_options
+from .options import OPTIONS, check_schedule_options, func_path, validate_options
 from .policy import cron as cron_policy
 
 logger = logging.getLogger(__name__)
@@ -30,11 +31,37 @@ logger = logging.getLogger(__name__)
 def schedule(func: Any, *args: Any, name: str | None = None, schedule_type: str = Schedule.ONCE,
              minutes: int | None = None, cron: str | None = None, repeats: int = -1,
              next_run: datetime.datetime | None = None, queue: str | None = None, priority: int = 0,
-             catch_up: bool | None = None, **kwargs: Any) -> Schedule:
-    """Create (or replace, by ``name``) a schedule; return it. Bad arguments raise ConfigError."""
+             catch_up: bool | None = None, hook: Any = None, intended_date_kwarg: str | None = None,
+             q_options: dict | None = None, **kwargs: Any) -> Schedule:
+    """Create (or replace, by ``name``) a schedule; return it. Bad arguments raise ConfigError.
+
+    ``hook`` is each run's hook; ``intended_date_kwarg`` names a keyword argument that receives the
+    run's due time (ISO 8601); ``q_options`` holds more ``async_task`` options for each run
+    (``timeout``, ``group``, ``cached``, ...; JSON values).
+    """
+    return save_schedule(func, args, kwargs, name=name, schedule_type=schedule_type, minutes=minutes, cron=cron,
+                         repeats=repeats, next_run=next_run, queue=queue, priority=priority, catch_up=catch_up,
+                         hook=hook, intended_date_kwarg=intended_date_kwarg, q_options=q_options)
+
+
+def save_schedule(func: Any, args: Sequence[Any] = (), kwargs: dict[str, Any] | None = None, *,
+                  name: str | None = None, schedule_type: str = Schedule.ONCE, minutes: int | None = None,
+                  cron: str | None = None, repeats: int = -1, next_run: datetime.datetime | None = None,
+                  queue: str | None = None, priority: int = 0, catch_up: bool | None = None, hook: Any = None,
+                  intended_date_kwarg: str | None = None, q_options: dict | None = None,
+                  replace: bool = True) -> Schedule:
+    """:func:`schedule` with the call's arguments given as a list and a dict, so that any keyword
+    argument name is the function's. ``replace=False`` refuses a name already taken (ConfigError)."""
+    kwargs = dict(kwargs or {})
     settings = get_settings()
     path = check_allowed(func_path(func), settings)
     validate_options({"queue": queue, "priority": priority}, settings)
+    # A hook is called with every finished job: like func, only an allowed function may be named.
+    hook = check_allowed(func_path(hook, "hook"), settings) if hook is not None else None
+    if intended_date_kwarg is not None and (not isinstance(intended_date_kwarg, str)
+                                            or not intended_date_kwarg.isidentifier()):
+        raise ConfigError(f"intended_date_kwarg must be a keyword argument name, got {intended_date_kwarg!r}")
+    options = check_schedule_options(dict(q_options or {}), settings)
     try:
         kind = cron_policy.ScheduleType(schedule_type)
     except ValueError:
@@ -43,14 +70,18 @@ def schedule(func: Any, *args: Any, name: str | None = None, schedule_type: str 
     if next_run is not None and timezone.is_naive(next_run):
         raise ConfigError("next_run must be an aware datetime")
     try:
-        json.dumps([list(args), kwargs])
+        json.dumps([list(args), kwargs, options])
     except TypeError as exc:
         raise ConfigError(f"schedule arguments must be JSON-serialisable: {exc}") from None
+    name = name or f"{path}-{timezone.now().timestamp():.0f}"
+    if not replace and Schedule.objects.using(settings.database).filter(name=name).exists():
+        raise ConfigError(f"a schedule named {name!r} exists already")
     obj, _ = Schedule.objects.using(settings.database).update_or_create(
-        name=name or f"{path}-{timezone.now().timestamp():.0f}",
+        name=name,
         defaults=dict(func=path, args=list(args), kwargs=kwargs, schedule_type=kind.value, minutes=minutes,
                       cron=cron, repeats=repeats, next_run=next_run or timezone.now(), queue=queue,
-                      priority=priority, catch_up=catch_up),
+                      priority=priority, catch_up=catch_up, hook=hook, intended_date_kwarg=intended_date_kwarg,
+                      options=options),
     )
     return obj
 
@@ -86,13 +117,24 @@ def tick(settings: Settings | None = None, now: datetime.datetime | None = None,
 
 def _fire(item: Schedule, settings: Settings, now: datetime.datetime, tz) -> str:
     """Enqueue one due schedule and move it to its next run; return the job id."""
-    # The row is not signed: whoever can edit it chooses func, so only allowed functions fire.
+    # The row is not signed: whoever can edit it chooses func and hook, so only allowed functions fire.
     check_allowed(item.func, settings)
+    if item.hook:
+        check_allowed(item.hook, settings)
+    if not isinstance(item.args, list) or not isinstance(item.kwargs, dict):
+        raise ConfigError(f"args must be a JSON list and kwargs a JSON object, got {item.args!r} and {item.kwargs!r}")
     # A kwarg named like an enqueue option goes to the function: naming it in q_options (None
     # meaning "not given") tells async_task so.
-    options = {name: None for name in item.kwargs if name in OPTIONS}
-    options.update(queue=item.queue or None, priority=item.priority, task_name=item.name)
-    job_id = async_task(item.func, *item.args, q_options=options, **item.kwargs)
+    kwargs = dict(item.kwargs)
+    if item.intended_date_kwarg:
+        kwargs[item.intended_date_kwarg] = item.next_run.isoformat()  # the run's due time, as django-q2 gives it
+    options = {name: None for name in kwargs if name in OPTIONS}
+    options.update(task_name=item.name)
+    options.update(check_schedule_options(item.options or {}))
+    options.update(queue=item.queue or None, priority=item.priority)
+    if item.hook:
+        options["hook"] = item.hook
+    job_id = async_task(item.func, *item.args, q_options=options, **kwargs)
     item.last_job = job_id
     kind = cron_policy.ScheduleType(item.schedule_type)
     catch_up = settings.catch_up if item.catch_up is None else item.catch_up

@@ -361,6 +361,9 @@ class MemoryBroker(Broker):
     def retry_jobs(self, job_ids: Sequence[str], queue: str | None = None, priority: int | None = None) -> int:
         raise _unused("retry_jobs")
 
+    def forget_group(self, group: str, delete: bool = False) -> int:
+        raise _unused("forget_group")
+
     # -- the cluster's upkeep -------------------------------------------------------------------
     def prune(self, keep: int, batch: int = 1000) -> int:
         if keep <= 0:

@@ -242,6 +242,11 @@ class Broker(abc.ABC):
         requeued DEAD job are marked replayed. Jobs in any other state are left as they are.
         """
 
+    @abc.abstractmethod
+    def forget_group(self, group: str, delete: bool = False) -> int:
+        """Take the label ``group`` off its finished jobs, or with ``delete`` delete them (and their
+        dead letters); return how many. Jobs that have not finished keep their group."""
+
     # -- the cluster's upkeep -------------------------------------------------------------------
     @abc.abstractmethod
     def prune(self, keep: int, batch: int = 1000) -> int:

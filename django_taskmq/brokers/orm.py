@@ -36,6 +36,8 @@ from .orm_flow import status as flow_status
 logger = logging.getLogger(__name__)
 
 JOB = Job._meta.db_table
+JOB_LABEL = Job._meta.label
+FINISHED = sorted(state.value for state in JobState.FINAL)
 QSTATE = QueueState._meta.db_table
 
 
@@ -759,6 +761,14 @@ class OrmBroker(Broker):
                 Job.objects.using(self.alias).filter(pk__in=[j for _, j in part], state=State.DEAD).delete()
                 DeadLetter.objects.using(self.alias).filter(pk__in=[pk for pk, _ in part]).delete()
         return len(letters)
+
+    def forget_group(self, group: str, delete: bool = False) -> int:
+        """See :meth:`Broker.forget_group` (django-q2's ``delete_group``); finished jobs only."""
+        jobs = Job.objects.using(self.alias).filter(group=group, state__in=FINISHED)
+        if delete:
+            with transaction.atomic(using=self.alias):
+                return jobs.delete()[1].get(JOB_LABEL, 0)
+        return jobs.update(group=None)
 
     # -- upkeep -------------------------------------------------------------------------------
     def reclaim_expired(self) -> int:
