@@ -51,7 +51,7 @@ class ScheduleForm(forms.ModelForm):
     class Meta:
         model = Schedule
         fields = ("name", "func", "args", "kwargs", "schedule_type", "minutes", "cron", "repeats", "next_run", "queue",
-                  "priority", "catch_up", "paused")
+                  "priority", "catch_up", "paused", "hook", "intended_date_kwarg", "options")
         help_texts = {
             "func": _("dotted path of a function in an allowed task module, e.g. myapp.tasks.send_report"),
             "args": _('positional arguments as a JSON list, e.g. [42, "monthly"]'),
@@ -99,6 +99,23 @@ class ScheduleForm(forms.ModelForm):
         if not isinstance(kwargs, dict):
             raise forms.ValidationError(_('must be a JSON object, e.g. {"key": "value"}'))
         return kwargs
+
+    def clean_options(self) -> Any:
+        options = self.cleaned_data.get("options")
+        if options is None:
+            return {}
+        if not isinstance(options, dict):
+            raise forms.ValidationError(_('must be a JSON object of async_task options, e.g. {"timeout": 30}'))
+        return options
+
+    def clean_hook(self) -> str | None:
+        hook = self.cleaned_data.get("hook") or None
+        if hook:
+            try:
+                check_allowed(hook, get_settings())
+            except ConfigError as exc:
+                raise forms.ValidationError(str(exc)) from None
+        return hook
 
     def clean_queue(self) -> str | None:
         return self.cleaned_data.get("queue") or None

@@ -62,6 +62,7 @@ class ScheduleAdmin(admin.ModelAdmin):
         (_("When"), {"fields": ("schedule_type", "minutes", "cron", "repeats", "next_run", "catch_up", "paused",
                                 "upcoming")}),
         (_("Where"), {"fields": ("queue", "priority")}),
+        (_("More"), {"fields": ("hook", "intended_date_kwarg", "options"), "classes": ("collapse",)}),
         (_("Last run"), {"fields": ("last_job_link",)}),
     )
     change_form_template = "admin/django_taskmq/schedule/change_form.html"

@@ -252,7 +252,7 @@ def test_purge_confirms_logs_and_deletes_letters_with_their_jobs(admin_client, b
 def schedule_form(**changes) -> dict:
     return {"name": "report", "func": "tests.tasks.noop", "args": "[]", "kwargs": "{}", "schedule_type": "C",
             "cron": "0 9 * * 1-5", "minutes": "", "repeats": -1, "next_run_0": "2030-01-07", "next_run_1": "09:00:00",
-            "queue": "", "priority": 0, **changes}
+            "queue": "", "priority": 0, "hook": "", "intended_date_kwarg": "", "options": "{}", **changes}
 
 
 @pytest.mark.parametrize("changes, field, message", [
@@ -263,6 +263,8 @@ def schedule_form(**changes) -> dict:
     ({"cron": "99 * * * *"}, "cron", "not a valid cron expression"),
     ({"schedule_type": "I", "minutes": ""}, "minutes", "needs its interval in minutes"),
     ({"queue": "nowhere"}, "queue", "Select a valid choice"),
+    ({"hook": "os.system"}, "hook", "not in an allowed task module"),
+    ({"options": '{"nonsense": 1}'}, "options", "unknown"),
 ])
 def test_schedule_form_checks(admin_client, changes, field, message):
     response = admin_client.post(f"{SCHEDULES}add/", schedule_form(**changes))
