@@ -335,27 +335,43 @@ class Importer:
             done = self._imported(QUEUED, [str(task.get("id")) for _, task in opened])
             counts.already += sum(1 for _, task in opened if str(task.get("id")) in done)
             stale = [row["id"] for row, task in opened if str(task.get("id")) in done]  # moved, not yet deleted
-            values, marks, moved = [], [], []
+            built = []
             for row, task in opened:
                 if str(task.get("id")) in done:
                     continue
                 try:
-                    job = self._job(row, task)
+                    built.append((row, task, self._job(row, task)))
                 except (ConfigError, ValueError, TypeError) as exc:
                     self.report.refuse(QUEUED, f"queued task {task.get('id')} ({task.get('name')})", str(exc))
-                    continue
-                values.append(job)
-                marks.append((str(task.get("id")), job["id"]))
-                moved.append(row["id"])
             delete = f"DELETE FROM {table} WHERE id IN (%IDS%)"
             with self.broker.atomic(write=True):
-                if values:
-                    self.broker.enqueue_many(values)
-                    self._mark(QUEUED, marks)
-                later = self._after(delete, moved + stale)
-            if later:
-                self._change(*later)
-            counts.imported += len(values)
+                if self.together:
+                    # Take each row from django-q2 first, in this transaction, and only if no
+                    # django-q2 cluster took it since it was read (its dequeue moves the lock into
+                    # the future): a task is never in both queues, even with its cluster running.
+                    built = [item for item in built if self._take(table, item[0]["id"])]
+                    self._change(delete, stale)
+                if built:
+                    self.broker.enqueue_many([job for _, _, job in built])
+                    self._mark(QUEUED, [(str(task.get("id")), job["id"]) for _, task, job in built])
+            if not self.together:
+                self._change(delete, [row["id"] for row, _, _ in built] + stale)
+            counts.imported += len(built)
+
+    def _take(self, table: str, row_id: Any) -> bool:
+        """Delete one django-q2 row unless a django-q2 cluster holds it now; return True if it was deleted."""
+        if self.dry_run:
+            return True
+        with self.connection.cursor() as cursor:
+            lock = self.connection.ops.quote_name("lock")
+            cursor.execute(f"DELETE FROM {table} WHERE id = %s AND ({lock} IS NULL OR {lock} <= %s)",
+                           [row_id, self.connection.ops.adapt_datetimefield_value(timezone.now())])
+            taken = cursor.rowcount == 1
+        if not taken:
+            self.report.counts[QUEUED].held += 1
+            self.report.problems.append(f"queued task row {row_id}: taken by a django-q2 cluster while importing; "
+                                        f"not imported")
+        return taken
 
     def _job(self, row: dict[str, Any], task: dict[str, Any]) -> dict[str, Any]:
         options = {key: task[key] for key in ("hook", "group", "save", "cached", "ack_failure", "timeout", "chain")

@@ -187,6 +187,28 @@ def test_a_task_a_django_q2_cluster_holds_is_left_for_a_later_run():
     assert qimport()[1].startswith("queued tasks: 1 imported")
 
 
+def test_a_task_a_django_q2_cluster_takes_while_importing_stays_there(monkeypatch):
+    from django_q.models import OrmQ
+    from django_q.tasks import async_task as q_async
+
+    from django_taskmq.compat.djangoq_import import Importer
+
+    q_async(RECORD, "taken")
+    q_async(RECORD, "moved")
+    original = Importer._job
+
+    def dequeued_meanwhile(self, row, task):
+        if task["args"] == ("taken",):  # django-q2's dequeue moves the lock of the row it takes
+            OrmQ.objects.filter(pk=row["id"]).update(lock=timezone.now() + datetime.timedelta(seconds=60))
+        return original(self, row, task)
+
+    monkeypatch.setattr(Importer, "_job", dequeued_meanwhile)
+    lines = qimport()
+    assert lines[1] == "queued tasks: 1 imported, 0 already imported, 0 refused, 1 held by a running django-q2 cluster"
+    assert "taken by a django-q2 cluster while importing" in "\n".join(lines)
+    assert OrmQ.objects.count() == 1 and Job.objects.count() == 1
+
+
 def test_history_imports_finished_tasks_without_unpickling_them():
     from django_q.models import Task
 
