@@ -23,6 +23,7 @@ from django.urls import path, reverse
 from django.utils.translation import gettext as _
 
 from .. import monitoring
+from ..brokers import get_broker
 from ..models import Job
 from ..policy.states import JobState
 from .chart import throughput_svg
@@ -62,6 +63,7 @@ def dashboard_view(request: HttpRequest, site: admin.AdminSite) -> TemplateRespo
         "chart": throughput_svg(snap.throughput.per_minute),
         "refresh": REFRESH,
         "replay_all_url": reverse("admin:django_taskmq_deadletter_replay_all", current_app=site.name),
+        "flow": get_broker().flow_status(),
     }
     request.current_app = site.name
     return TemplateResponse(request, "admin/django_taskmq/dashboard.html", context)

@@ -14,6 +14,7 @@ from django.urls import reverse
 from django.utils.html import format_html, format_html_join
 from django.utils.safestring import SafeString
 
+from ..brokers import get_broker
 from ..conf import get_settings
 from ..envelope import Envelope
 from ..exceptions import BadPackage
@@ -105,6 +106,29 @@ def limits(job: Job) -> SafeString:
         ("executions started", str(job.attempt)),
         ("yields", f"{job.yields} of {settings.max_yields}"),
     ])
+
+
+def flow(job: Job, status: dict | None = None) -> str | SafeString:
+    """Its concurrency key and rate limit, their use now, and whether they hold it back."""
+    if job.concurrency_key is None and job.rate_limit is None and job.queue not in get_settings().queue_caps():
+        return "-"
+    status = status if status is not None else get_broker().flow_status()
+    ready = job.state in (State.QUEUED, State.RETRYING)
+    rows = []
+    if job.concurrency_key is not None:
+        use = status["keys"].get(job.concurrency_key, {"running": 0})
+        limit = job.concurrency_limit or 1
+        held = ready and use["running"] >= limit
+        rows.append(("concurrency key", f"{job.concurrency_key}: {use['running']} of {limit} running"
+                                        + (", this job waits for it" if held else "")))
+    cap = status["queues"].get(job.queue)
+    if cap is not None:
+        held = ready and cap["running"] >= cap["cap"]
+        rows.append(("queue cap", f"{cap['running']} of {cap['cap']} running" + (", this job waits" if held else "")))
+    if job.rate_limit is not None:
+        rate = status["rates"].get(f"task:{job.func}", {"next_start_in": 0})
+        rows.append(("rate limit", f"{job.rate_limit}, next start allowed in {rate['next_start_in']} s"))
+    return _table(rows)
 
 
 def lease(job: Job, now: datetime.datetime | None = None) -> str | SafeString:

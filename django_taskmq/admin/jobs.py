@@ -77,11 +77,11 @@ class JobAdmin(ReadOnlyMixin, admin.ModelAdmin):
         (_("Call"), {"fields": ("arguments", "keyword_arguments", "next_link")}),
         (_("Outcome"), {"fields": ("return_value", "error_display", "traceback_display", "dead_letters")}),
         (_("Times"), {"fields": ("times",)}),
-        (_("Deliveries"), {"fields": ("limits", "lease")}),
+        (_("Deliveries"), {"fields": ("limits", "lease", "flow")}),
     )
     readonly_fields = ("id", "task_name", "func", "state_display", "queue", "priority", "group_display", "key",
                        "cluster", "arguments", "keyword_arguments", "next_link", "return_value", "error_display",
-                       "traceback_display", "dead_letters", "times", "limits", "lease")
+                       "traceback_display", "dead_letters", "times", "limits", "lease", "flow")
     change_list_template = "admin/django_taskmq/job/change_list.html"
 
     # Deleting rows bypasses the broker (a running job's lease, its dead letters): cancel instead.
@@ -189,6 +189,10 @@ class JobAdmin(ReadOnlyMixin, admin.ModelAdmin):
     @admin.display(description=_("lease"))
     def lease(self, job: Job):
         return job_page.lease(job)
+
+    @admin.display(description=_("flow control"))
+    def flow(self, job: Job):
+        return job_page.flow(job)
 
     # -- actions ------------------------------------------------------------------------------
     @admin.action(description=_("Retry selected failed, dead, expired or cancelled jobs"), permissions=["retry"])

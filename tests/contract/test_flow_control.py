@@ -184,3 +184,15 @@ def test_qinfo_shows_keys_held_and_what_waits(broker):
     out = StringIO()
     call_command("qinfo", "--json", stdout=out)
     assert json.loads(out.getvalue())["flow"]["keys"]["import:7"] == {"running": 1, "limit": 1, "waiting": 2}
+
+
+def test_the_admin_job_page_and_dashboard_show_why_a_job_waits(admin_client, broker):
+    holder = async_task("tests.tasks.noop", concurrency_key="import:9")
+    waiting = async_task("tests.tasks.noop", concurrency_key="import:9")
+    claim(broker)
+    page = admin_client.get(f"/admin/django_taskmq/job/{waiting}/change/").content.decode()
+    assert "import:9: 1 of 1 running, this job waits for it" in page
+    page = admin_client.get(f"/admin/django_taskmq/job/{holder}/change/").content.decode()
+    assert "import:9: 1 of 1 running" in page and "this job waits" not in page
+    dashboard = admin_client.get("/admin/django_taskmq/dashboard/").content.decode()
+    assert 'id="taskmq-flow"' in dashboard and "import:9" in dashboard
