@@ -282,6 +282,7 @@ def test_the_schedule_examples_name_functions_schedules_may_not_run(docs):
                  schedule_type='H')
 
 
+@pytest.mark.filterwarnings("ignore:datetime.datetime.utcnow:DeprecationWarning")  # the docs' own example
 def test_schedules_with_the_projects_functions(docs, taskmq_settings):
     from django_taskmq.compat.django_q import Schedule, schedule
 

@@ -145,6 +145,29 @@ def settings_obj():
     return get_settings()
 
 
+def test_the_import_works_without_django_q2_installed(run_log, settings):
+    from django.db import connection
+    from django_q.tasks import async_task as q_async
+    from django_q.tasks import schedule as q_schedule
+
+    from tests.conftest import finish, start_script
+
+    q_async(RECORD, "x")
+    q_schedule(RECORD, "y", name="y", schedule_type="H")
+    plain = "tests.settings_postgresql" if connection.vendor == "postgresql" else "tests.settings_sqlite"
+    # Settings without django_q, and django_q made unimportable: only its tables are left.
+    out = finish(start_script("""
+        import sys
+        sys.modules["django_q"] = None
+        from django.core.management import call_command
+        call_command("qimport_djangoq", "--name", "legacy")
+    """, env=db_env({"DJANGO_SETTINGS_MODULE": plain})))
+    assert out.splitlines()[:2] == ["schedules: 1 imported, 0 already imported, 0 refused",
+                                    "queued tasks: 1 imported, 0 already imported, 0 refused, 0 held by a running "
+                                    "django-q2 cluster"]
+    assert Job.objects.get().func == RECORD and Schedule.objects.get().name == "y"
+
+
 def test_a_dry_run_changes_nothing():
     from django_q.models import OrmQ
     from django_q.tasks import async_task as q_async
