@@ -224,6 +224,8 @@ def _find(task_id: str, settings: Settings) -> Job | None:
                   .values_list("target", flat=True).first())
         if target is not None:
             return jobs.filter(pk=target).first()
+    if re.fullmatch(r"[0-9a-f]{24}", task_id or ""):
+        return None  # one of our ids, not a name: no scan of the task names
     return jobs.filter(task_name=task_id).order_by("-id").first()
 
 

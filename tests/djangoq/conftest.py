@@ -4,6 +4,8 @@ Under other settings its tests are skipped."""
 
 from __future__ import annotations
 
+import shutil
+
 import pytest
 
 
@@ -26,3 +28,14 @@ def empty_cache():
     cache.clear()
     yield
     cache.clear()
+
+
+@pytest.fixture(scope="session", autouse=True)
+def cache_directory():
+    """Remove the cache directory of this run at its end."""
+    yield
+    from django.conf import settings
+
+    location = settings.CACHES["default"].get("LOCATION")
+    if "django_q" in settings.INSTALLED_APPS and location:
+        shutil.rmtree(location, ignore_errors=True)
