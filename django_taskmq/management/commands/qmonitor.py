@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import signal
 import select
 import sys
 import termios
@@ -49,6 +50,9 @@ class Command(BaseCommand):
             console.print(self.frame(hint=""))
             return
         console = Console(highlight=False)
+        # Ctrl-C must quit even when this process was started with SIGINT ignored (a child of a
+        # non-interactive shell's background job inherits that): Python then installs no handler.
+        signal.signal(signal.SIGINT, signal.default_int_handler)
         try:
             with _keys() as pressed, Live(self.frame(), console=console, screen=console.is_terminal,
                                           auto_refresh=False, redirect_stdout=False) as live:
