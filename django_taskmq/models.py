@@ -98,6 +98,9 @@ class Job(models.Model):
             models.Index(fields=["lease_until"], condition=Q(state=State.RUNNING), name="taskmq_job_leased"),
             models.Index(fields=["lease_owner"], condition=Q(state=State.RUNNING), name="taskmq_job_owner"),
             models.Index(fields=["finished_at"], condition=Q(state=State.SUCCEEDED), name="taskmq_job_succeeded"),
+            # The dashboard's and the metrics' failures of the last hour (FAILED and DEAD jobs).
+            models.Index(fields=["finished_at"], condition=Q(state__in=[State.FAILED, State.DEAD]),
+                         name="taskmq_job_failed"),
             models.Index(fields=["group"], condition=Q(group__isnull=False), name="taskmq_job_group"),
             models.Index(fields=["state", "queue"], name="taskmq_job_state_queue"),
             # Counting the running jobs of a key: only running keyed rows are in it.
