@@ -11,6 +11,7 @@ from rich.table import Table
 from rich.text import Text
 
 from . import monitoring
+from .policy import durations
 from .policy.states import JobState
 
 SPARK = "▁▂▃▄▅▆▇█"
@@ -20,21 +21,7 @@ FINISHED = (JobState.FAILED, JobState.DEAD, JobState.EXPIRED, JobState.CANCELLED
 
 def seconds(value: float | None) -> str:
     """Return a short duration: ``850ms``, ``12.5s``, ``4m10s``, ``3h05m``, ``2d04h``."""
-    if value is None:
-        return "-"
-    value = max(value, 0.0)
-    if value < 1:
-        return f"{value * 1000:.0f}ms"
-    if value < 60:
-        return f"{value:.1f}s"
-    minutes, secs = divmod(int(value), 60)
-    if minutes < 60:
-        return f"{minutes}m{secs:02d}s"
-    hours, minutes = divmod(minutes, 60)
-    if hours < 48:
-        return f"{hours}h{minutes:02d}m"
-    days, hours = divmod(hours, 24)
-    return f"{days}d{hours:02d}h"
+    return durations.duration(value, compact=True)
 
 
 def sparkline(values: Sequence[int]) -> str:

@@ -11,6 +11,7 @@ from django.utils.html import format_html
 from django.utils.safestring import SafeString
 
 from ..models import State
+from ..policy import durations
 
 #: Background colour of each state's badge (white text).
 STATE_COLOURS = {
@@ -63,21 +64,7 @@ def monospace(text: str) -> SafeString:
 
 def duration(seconds: float | None) -> str:
     """Return a duration for people: ``850 ms``, ``12.5 s``, ``4 min 10 s``, ``3 h 5 min``, ``2 d 4 h``."""
-    if seconds is None:
-        return "-"
-    seconds = max(seconds, 0.0)
-    if seconds < 1:
-        return f"{seconds * 1000:.0f} ms"
-    if seconds < 60:
-        return f"{seconds:.1f} s"
-    minutes, secs = divmod(int(seconds), 60)
-    if minutes < 60:
-        return f"{minutes} min {secs} s"
-    hours, minutes = divmod(minutes, 60)
-    if hours < 48:
-        return f"{hours} h {minutes} min"
-    days, hours = divmod(hours, 24)
-    return f"{days} d {hours} h"
+    return durations.duration(seconds)
 
 
 def between(start: datetime.datetime | None, end: datetime.datetime | None) -> float | None:
