@@ -13,12 +13,12 @@ worker, ``task_finished`` where the outcome is recorded (the monitor, or the cal
 from __future__ import annotations
 
 import datetime
+import sys
 from typing import Any
 
 from django.conf import settings as django_settings
 from django.core import checks
 from django.utils import timezone
-from django.utils.module_loading import import_string
 
 try:  # Django 6.0+
     from django.tasks.backends.base import BaseTaskBackend
@@ -139,13 +139,15 @@ class TaskMQBackend(BaseTaskBackend):
 
     def _result(self, job: Job, running: datetime.datetime | None = None) -> TaskResult:
         """The TaskResult of ``job``; ``running`` is the start of the execution under way (in a worker)."""
+        # The path comes from the signed package, never from the plain ``func`` column: a row
+        # written into the table must not make this process import a module of its choice.
+        envelope = verify(job.payload, get_settings().name)
         try:
-            task = import_string(job.func)
-        except ImportError:
-            raise TaskResultDoesNotExist(f"{job.id}: its task {job.func} cannot be imported") from None
+            task = resolve(envelope.func)
+        except (ImportError, AttributeError):
+            raise TaskResultDoesNotExist(f"{job.id}: its task {envelope.func} cannot be imported") from None
         if not is_django_task(task):
             raise TaskResultDoesNotExist(f"{job.id} is not a Django task")
-        envelope = verify(job.payload, get_settings().name)
         priority = envelope.options.get("django_priority")
         if priority is None:  # enqueued through our API: the task's own if it is in the band
             priority = task.priority if to_taskmq(task.priority) == job.priority else to_django(job.priority)
@@ -186,15 +188,20 @@ class TaskMQBackend(BaseTaskBackend):
 
 
 def _exception_path(error: str) -> str:
-    """Return the exception class path an error line starts with ("pkg.Error: message")."""
+    """Return the exception class path an error line starts with ("pkg.Error: message").
+
+    The error is plain text (a task chooses its message; anyone who can write the table chooses
+    the column), so nothing is imported here: a class of a module this process has not loaded is
+    reported as ``builtins.Exception``.
+    """
     name = error.split(":", 1)[0].strip()
     if "." not in name:
         name = f"builtins.{name}"
-    try:
-        import_string(name)
-    except ImportError:
-        return "builtins.Exception"
-    return name
+    module_name, _, attr = name.rpartition(".")
+    found = getattr(sys.modules.get(module_name), attr, None)
+    if isinstance(found, type) and issubclass(found, BaseException):
+        return name
+    return "builtins.Exception"
 
 
 def _backend_of(func: str | None) -> TaskMQBackend | None:

@@ -271,3 +271,20 @@ def test_a_django_task_in_an_allowed_module_may_be_scheduled():
     from django_taskmq import schedule
 
     assert schedule("tests.django6.tasks_django.multiply", 2, 3).func == "tests.django6.tasks_django.multiply"
+
+
+def test_get_result_imports_nothing_named_by_plain_columns():
+    """``func`` and ``error`` are unsigned columns: a row rewritten with raw values must not make
+    get_result import a module; the task comes from the signed package."""
+    import sys
+
+    from tests.django6 import tasks_django
+
+    result = tasks_django.multiply.enqueue(6, 7)
+    run_sync(result.id)
+    Job.objects.filter(pk=result.id).update(func="taskmq_never_imported_a.f", state=State.FAILED,
+                                            error="taskmq_never_imported_b.Boom: forged")
+    got = default_task_backend.get_result(result.id)
+    assert got.task.module_path == "tests.django6.tasks_django.multiply"
+    assert got.errors[0].exception_class_path == "builtins.Exception"
+    assert "taskmq_never_imported_a" not in sys.modules and "taskmq_never_imported_b" not in sys.modules
