@@ -227,12 +227,14 @@ def _run_hooks(finals: list[tuple[ex.Outcome, str]], broker: Broker, settings: S
     if not wanted and not cached:
         return
     jobs = broker.jobs([*wanted, *(o.reservation.job_id for o, _ in cached)])
-    if cached:
-        try:
-            cached_results.store([(jobs[o.reservation.job_id], o.result if o.status == ex.SUCCESS else None, timeout)
-                                  for o, timeout in cached if o.reservation.job_id in jobs], settings)
+    for o, timeout in cached:
+        job = jobs.get(o.reservation.job_id)
+        if job is None:
+            continue
+        try:  # one by one: a record the cache refuses (too large, say) must not cost its neighbours theirs
+            cached_results.store([(job, o.result if o.status == ex.SUCCESS else None, timeout)], settings)
         except Exception:
-            logger.exception("caching the results of %d job(s) failed", len(cached))
+            logger.exception("caching the result of job %s failed", job.pk)
     for job_id, hooks in wanted.items():
         for hook in hooks:
             try:

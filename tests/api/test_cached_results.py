@@ -115,3 +115,24 @@ def test_a_hook_sees_the_cached_result(sync, monkeypatch):
     async_task("tests.tasks.add", 20, 1, cached=True, hook="tests.tasks.noop")
     resolve.cache_clear()
     assert seen == [21]
+
+
+def test_a_record_the_cache_refuses_costs_no_other_job_its_record(broker, settings, taskmq_settings):
+    """Two cached jobs recorded in one batch: the cache refuses the first's 2 MB record; the
+    second's is written all the same, and both jobs succeed."""
+    from django_taskmq import execution, recorder
+
+    settings.CACHES = {**settings.CACHES, "small": {"BACKEND": "tests.cache_backends.ItemLimitedCache",
+                                                      "LOCATION": "taskmq-small"}}
+    taskmq_settings(cache="small")
+    from django.core.cache import caches
+
+    big = async_task("tests.tasks.blob", 2_000_000, cached=True)
+    small = async_task("tests.tasks.add", 2, 3, cached=True)
+    reservations = broker.reserve(["default"], 10, 300, "t")
+    outcomes = [execution.seal(execution.execute(execution.unpack(r, get_settings().name)), get_settings())
+                for r in reservations]
+    recorder.record(outcomes, broker, get_settings())
+    assert set(Job.objects.values_list("state", flat=True)) == {State.SUCCEEDED}
+    assert caches["small"].get(job_key(get_settings(), big)) is None
+    assert result(small, cached=True) == 5
