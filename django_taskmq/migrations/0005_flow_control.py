@@ -5,13 +5,8 @@ notification when a keyed job stops running, so clusters waiting for its key wak
 
 from django.db import migrations, models
 
+# django_taskmq_notify() is the function migration 0002 created for new jobs.
 RELEASE = """
-CREATE OR REPLACE FUNCTION django_taskmq_notify() RETURNS trigger AS $$
-BEGIN
-    PERFORM pg_notify('taskmq_job', '');
-    RETURN NULL;
-END;
-$$ LANGUAGE plpgsql;
 DROP TRIGGER IF EXISTS django_taskmq_job_release ON django_taskmq_job;
 CREATE TRIGGER django_taskmq_job_release AFTER UPDATE OF state ON django_taskmq_job
     FOR EACH ROW WHEN (OLD.state = 'RUNNING' AND NEW.state <> 'RUNNING' AND OLD.concurrency_key IS NOT NULL)
