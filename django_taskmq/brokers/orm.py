@@ -31,6 +31,7 @@ from ..signals import job_dead
 from ..signing import seal_result
 from .base import Ack, Broker, Reservation
 from .orm_flow import KEY_FREE, FlowGate
+from .sql import READY_SQL, RUNNING, literal, marks
 from .orm_flow import status as flow_status
 
 logger = logging.getLogger(__name__)
@@ -42,11 +43,6 @@ QSTATE = QueueState._meta.db_table
 
 
 # -- states in SQL: every literal comes from policy.states, every state change from its table ------
-def _literal(*states: JobState) -> str:
-    """Return the SQL list of ``states``: ``('QUEUED', 'RETRYING')``."""
-    return "(" + ", ".join(f"'{state.value}'" for state in sorted(states)) + ")"
-
-
 class _Move(NamedTuple):
     """One event of the state table as SQL: the state it sets and the states it may leave."""
 
@@ -59,7 +55,7 @@ class _Move(NamedTuple):
 def _move(event: Event) -> _Move:
     allowed = frozenset(state for (state, e) in TRANSITIONS if e is event)
     (target,) = {TRANSITIONS[state, event] for state in allowed}
-    return _Move(f"'{target.value}'", _literal(*allowed), target, allowed)
+    return _Move(f"'{target.value}'", literal(*allowed), target, allowed)
 
 
 RESERVE, ACK, RETRY, FAIL, BURY, EXPIRE, CANCEL, GIVE, RECLAIM, REPLAY = (
@@ -67,20 +63,14 @@ RESERVE, ACK, RETRY, FAIL, BURY, EXPIRE, CANCEL, GIVE, RECLAIM, REPLAY = (
                        Event.EXPIRE, Event.CANCEL, Event.DEFER, Event.RECLAIM, Event.REPLAY)
 )
 assert _move(Event.YIELD) == GIVE  # defer and yield are the same move
-READY_SQL = _literal(*JobState.READY)
-RUNNING = f"'{JobState.RUNNING.value}'"
-UNFINISHED = _literal(JobState.RETRYING, JobState.RUNNING)  # a burst waits for these, and for...
+UNFINISHED = literal(JobState.RETRYING, JobState.RUNNING)  # a burst waits for these, and for...
 RESERVE_FIRST = f"'{JobState.QUEUED.value}'"  # ...queued jobs already visible (not those for later)
-COUNTED = _literal(*JobState.READY, JobState.RUNNING, JobState.DEAD)  # the states stats() counts
+COUNTED = literal(*JobState.READY, JobState.RUNNING, JobState.DEAD)  # the states stats() counts
 # A reservation handed back unstarted (defer, yield, a graceful stop): the delivery its claim
 # counted never ran, so it is taken back.
 GIVE_BACK = (f"state = {GIVE.to}, deliveries = deliveries - 1, lease_owner = NULL, lease_token = NULL, "
              "lease_until = NULL")
 CHUNK = 500  # rows per statement: well under SQLite's variable limit
-
-
-def _marks(n: int) -> str:
-    return ", ".join(["%s"] * n)
 
 
 def _chunks(items: Sequence, size: int = CHUNK) -> Iterator[Sequence]:
@@ -237,10 +227,10 @@ class OrmBroker(Broker):
                         copy.write_row(values)
             elif self.connection.vendor == "sqlite":
                 # sqlite3's own executemany loops in C over one prepared statement.
-                marks = ", ".join(["?"] * width)
-                cursor.cursor.executemany(f"INSERT INTO {JOB} ({columns}) VALUES ({marks})", table)
+                qmarks = ", ".join(["?"] * width)
+                cursor.cursor.executemany(f"INSERT INTO {JOB} ({columns}) VALUES ({qmarks})", table)
             else:
-                row = f"({_marks(width)})"
+                row = f"({marks(width)})"
                 for part in _chunks(table, 100):
                     cursor.execute(f"INSERT INTO {JOB} ({columns}) VALUES {', '.join([row] * len(part))}",
                                    [v for values in part for v in values])
@@ -274,7 +264,7 @@ class OrmBroker(Broker):
     def _insert(self, rows: Sequence[Mapping[str, Any]]) -> None:
         """INSERT jobs given as column values in one statement (the single-enqueue hot path)."""
         columns, width, table = self._table(rows)
-        row = f"({_marks(width)})"
+        row = f"({marks(width)})"
         with self.connection.cursor() as cursor:
             cursor.execute(f"INSERT INTO {JOB} ({columns}) VALUES {', '.join([row] * len(table))}",
                            [v for values in table for v in values])
@@ -346,7 +336,7 @@ class OrmBroker(Broker):
         floor = "AND priority > %s " if above is not None else ""
         with self.connection.cursor() as cursor:
             cursor.execute(
-                f"SELECT 1 FROM {JOB} AS c WHERE c.state IN {READY_SQL} AND c.queue IN ({_marks(len(queues))}) "
+                f"SELECT 1 FROM {JOB} AS c WHERE c.state IN {READY_SQL} AND c.queue IN ({marks(len(queues))}) "
                 f"{floor}AND c.visible_at <= %s AND {KEY_FREE} LIMIT 1",
                 [*queues, *([above] if above is not None else []), time.time()],
             )
@@ -362,7 +352,7 @@ class OrmBroker(Broker):
         floor = f"AND {KEY_FREE} " + ("AND priority > %s " if above is not None else "")
         floor_params: list = [above] if above is not None else []
         if closed_funcs:
-            floor += f"AND (c.rate_limit IS NULL OR c.func NOT IN ({_marks(len(closed_funcs))})) "
+            floor += f"AND (c.rate_limit IS NULL OR c.func NOT IN ({marks(len(closed_funcs))})) "
             floor_params += list(closed_funcs)
         columns = ("c.id, c.queue, c.priority, c.deliveries, c.max_deliveries, c.expires_at, c.func, "
                    "c.concurrency_key, c.concurrency_limit, c.rate_limit")
@@ -391,7 +381,7 @@ class OrmBroker(Broker):
         return heads
 
     def _served(self, cursor, queues: Sequence[str]) -> dict[str, int]:
-        cursor.execute(f"SELECT queue, served FROM {QSTATE} WHERE queue IN ({_marks(len(queues))})", list(queues))
+        cursor.execute(f"SELECT queue, served FROM {QSTATE} WHERE queue IN ({marks(len(queues))})", list(queues))
         served = dict(cursor.fetchall())
         missing = [q for q in queues if q not in served]
         if missing:
@@ -408,7 +398,7 @@ class OrmBroker(Broker):
         for part in _chunks([c.id for c in chosen]):
             cursor.execute(
                 f"UPDATE {JOB} SET state = {RESERVE.to}, deliveries = deliveries + 1, lease_owner = %s, "
-                f"lease_token = %s, lease_until = %s, cluster = %s WHERE id IN ({_marks(len(part))}) "
+                f"lease_token = %s, lease_until = %s, cluster = %s WHERE id IN ({marks(len(part))}) "
                 f"RETURNING id, deliveries, yields, payload",
                 [owner, token, until, owner.split(":", 1)[0], *part],
             )
@@ -445,7 +435,7 @@ class OrmBroker(Broker):
         for part in _chunks(ids):
             cursor.execute(
                 f"UPDATE {JOB} SET state = {EXPIRE.to}, finished_at = %s, lease_owner = NULL, lease_token = NULL, "
-                f"lease_until = NULL WHERE state IN {EXPIRE.sources} AND id IN ({_marks(len(part))})",
+                f"lease_until = NULL WHERE state IN {EXPIRE.sources} AND id IN ({marks(len(part))})",
                 [finished, *part],
             )
 
@@ -462,7 +452,7 @@ class OrmBroker(Broker):
         last_errors: dict[str, str] = {}
         if not error:
             for part in _chunks([j[0] for j in jobs]):
-                cursor.execute(f"SELECT id, error FROM {JOB} WHERE id IN ({_marks(len(part))})", list(part))
+                cursor.execute(f"SELECT id, error FROM {JOB} WHERE id IN ({marks(len(part))})", list(part))
                 last_errors.update(cursor.fetchall())
         buried = []
         for job_id, queue, deliveries, reason in jobs:
@@ -642,7 +632,7 @@ class OrmBroker(Broker):
             for part in _chunks(list(job_ids)):
                 cursor.execute(
                     f"UPDATE {JOB} SET lease_until = %s WHERE lease_owner = %s AND state = {RUNNING} "
-                    f"AND id IN ({_marks(len(part))})",
+                    f"AND id IN ({marks(len(part))})",
                     [until, owner, *part],
                 )
                 renewed += cursor.rowcount
@@ -723,7 +713,7 @@ class OrmBroker(Broker):
             for part in _chunks(list(job_ids)):
                 cursor.execute(
                     f"UPDATE {JOB} SET state = {CANCEL.to}, finished_at = %s "
-                    f"WHERE state IN {CANCEL.sources} AND id IN ({_marks(len(part))})",
+                    f"WHERE state IN {CANCEL.sources} AND id IN ({marks(len(part))})",
                     [self._db_now(), *part],
                 )
                 cancelled += cursor.rowcount
@@ -817,7 +807,7 @@ class OrmBroker(Broker):
         # RUNNING to RETRYING between them.
         with self.connection.cursor() as cursor:
             cursor.execute(
-                f"SELECT 1 FROM {JOB} WHERE queue IN ({_marks(len(queues))}) AND (state IN {UNFINISHED} "
+                f"SELECT 1 FROM {JOB} WHERE queue IN ({marks(len(queues))}) AND (state IN {UNFINISHED} "
                 f"OR (state = {RESERVE_FIRST} AND visible_at <= %s)) LIMIT 1",
                 [*queues, now],
             )

@@ -20,24 +20,19 @@ from typing import Any
 from ..conf import Settings
 from ..models import FlowBucket, Job
 from ..policy import flow, pick
-from ..policy.states import JobState
 from ..signals import job_held
+from .sql import READY_SQL, RUNNING, marks
 
 logger = logging.getLogger("django_taskmq.flow")
 
 JOB = Job._meta.db_table
 BUCKET = FlowBucket._meta.db_table
-RUNNING = f"'{JobState.RUNNING.value}'"
 HELD_LOG_EVERY = 10.0  # seconds between two log lines for the same reason a job waits
 
 # Ready rows whose key is already at its limit are not candidates at all, so they cannot block
 # the rows behind them (the subquery walks the partial index of running keyed rows).
 KEY_FREE = (f"(c.concurrency_key IS NULL OR c.concurrency_limit > (SELECT COUNT(*) FROM {JOB} r "
             f"WHERE r.state = {RUNNING} AND r.concurrency_key = c.concurrency_key))")
-
-
-def _marks(n: int) -> str:
-    return ", ".join(["%s"] * n)
 
 
 class FlowGate:
@@ -122,25 +117,10 @@ class FlowGate:
             yield f"queue:{head.queue}", rate
 
     def _running_keys(self, cursor, keys: Sequence[str]) -> dict[str, int]:
-        if not keys:
-            return {}
-        cursor.execute(
-            f"SELECT concurrency_key, COUNT(*) FROM {JOB} WHERE state = {RUNNING} "
-            f"AND concurrency_key IN ({_marks(len(keys))}) GROUP BY concurrency_key",
-            list(keys),
-        )
-        return dict(cursor.fetchall())
+        return count_by(cursor, "concurrency_key", keys)
 
     def _running_queues(self, cursor, queues: Sequence[str]) -> dict[str, int]:
-        capped = [q for q in queues if q in self.caps]
-        if not capped:
-            return {}
-        cursor.execute(
-            f"SELECT queue, COUNT(*) FROM {JOB} WHERE state = {RUNNING} AND queue IN ({_marks(len(capped))}) "
-            f"GROUP BY queue",
-            capped,
-        )
-        return dict(cursor.fetchall())
+        return count_by(cursor, "queue", [q for q in queues if q in self.caps])
 
     def _lock_buckets(self, cursor, buckets: Sequence[str]) -> dict[str, float | None]:
         if not buckets:
@@ -149,7 +129,7 @@ class FlowGate:
         conflict = " ON CONFLICT DO NOTHING" if self.postgresql else ""
         cursor.executemany(f"{insert} {BUCKET} (key, tat) VALUES (%s, 0){conflict}", [(b,) for b in buckets])
         lock = " ORDER BY key FOR UPDATE" if self.postgresql else ""
-        cursor.execute(f"SELECT key, tat FROM {BUCKET} WHERE key IN ({_marks(len(buckets))}){lock}", list(buckets))
+        cursor.execute(f"SELECT key, tat FROM {BUCKET} WHERE key IN ({marks(len(buckets))}){lock}", list(buckets))
         return {key: (tat or None) for key, tat in cursor.fetchall()}
 
     def _report(self, held: dict[str, list]) -> None:
@@ -163,6 +143,18 @@ class FlowGate:
                 logger.info("%d job(s) wait, not delivered: %s (e.g. job %s)", len(jobs), reason, jobs[0].id)
 
 
+def count_by(cursor, column: str, values: Sequence[str], states: str = f"({RUNNING})") -> dict[str, int]:
+    """Return how many jobs in ``states`` (running by default) each of ``values`` of ``column`` has."""
+    if not values:
+        return {}
+    cursor.execute(
+        f"SELECT {column}, COUNT(*) FROM {JOB} WHERE state IN {states} AND {column} IN ({marks(len(values))}) "
+        f"GROUP BY {column}",
+        list(values),
+    )
+    return dict(cursor.fetchall())
+
+
 def status(cursor, settings: Settings) -> dict[str, Any]:
     """Return what flow control holds now: keys, waiting jobs, queue caps and rate limits in use."""
     cursor.execute(
@@ -170,25 +162,11 @@ def status(cursor, settings: Settings) -> dict[str, Any]:
         f"AND concurrency_key IS NOT NULL GROUP BY concurrency_key ORDER BY concurrency_key"
     )
     keys = {key: {"running": n, "limit": limit or 1} for key, n, limit in cursor.fetchall()}
-    ready = "(" + ", ".join(f"'{s.value}'" for s in sorted(JobState.READY)) + ")"
-    if keys:
-        cursor.execute(
-            f"SELECT concurrency_key, COUNT(*) FROM {JOB} WHERE state IN {ready} "
-            f"AND concurrency_key IN ({_marks(len(keys))}) GROUP BY concurrency_key",
-            list(keys),
-        )
-        for key, n in cursor.fetchall():
-            keys[key]["waiting"] = n
+    for key, n in count_by(cursor, "concurrency_key", list(keys), states=READY_SQL).items():
+        keys[key]["waiting"] = n
     caps = settings.queue_caps()
-    queues = {}
-    if caps:
-        cursor.execute(
-            f"SELECT queue, COUNT(*) FROM {JOB} WHERE state = {RUNNING} AND queue IN ({_marks(len(caps))}) "
-            f"GROUP BY queue",
-            list(caps),
-        )
-        running = dict(cursor.fetchall())
-        queues = {q: {"running": running.get(q, 0), "cap": cap} for q, cap in sorted(caps.items())}
+    running = count_by(cursor, "queue", list(caps))
+    queues = {q: {"running": running.get(q, 0), "cap": cap} for q, cap in sorted(caps.items())}
     now = time.time()
     cursor.execute(f"SELECT key, tat FROM {BUCKET} ORDER BY key")
     rates = {key: {"next_start_in": round(max(tat - now, 0.0), 3)} for key, tat in cursor.fetchall()}
