@@ -113,9 +113,6 @@ class MemoryBroker(Broker):
     def close(self) -> None:
         self.closes += 1
 
-    def check(self) -> None:
-        return None
-
     def describe(self) -> str:
         return "memory broker"
 

@@ -80,10 +80,6 @@ class Broker(abc.ABC):
         """Drop this process's connection (after an error; the next call reconnects)."""
 
     @abc.abstractmethod
-    def check(self) -> None:
-        """Raise an exception naming the cause unless the store is reachable and set up."""
-
-    @abc.abstractmethod
     def describe(self) -> str:
         """Return a short name of the store for messages ("postgresql 'jobs' at db:5432")."""
 

@@ -130,15 +130,14 @@ class OrmBroker(Broker):
         except Exception:  # the connection may be broken already: nothing more to drop
             logger.debug("closing the connection of %r failed", self.alias, exc_info=True)
 
-    def check(self) -> None:
-        with self.connection.cursor() as cursor:
-            cursor.execute(f"SELECT 1 FROM {JOB} WHERE 1 = 0")
-
     def describe(self) -> str:
-        conf = self.connection.settings_dict
-        where = conf.get("NAME") if self.connection.vendor == "sqlite" else (
-            f"{conf.get('NAME')!r} at {conf.get('HOST') or 'localhost'}:{conf.get('PORT') or 'default port'}")
-        return f"{self.alias!r} ({self.connection.vendor} {where})"
+        """``'default' (postgresql taskmq at 127.0.0.1:5432)``, ``'default' (sqlite /path/db.sqlite3)``."""
+        conn = self.connection
+        conf = conn.settings_dict
+        where = f"{conn.vendor} {conf.get('NAME')}"
+        if conn.vendor == "postgresql":
+            where += f" at {conf.get('HOST') or 'the local socket'}:{conf.get('PORT') or 5432}"
+        return f"{self.alias!r} ({where})"
 
     def waker(self):
         from ..cluster.wakeup import Waker  # engine-specific waiting, used only by the pusher

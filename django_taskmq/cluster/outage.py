@@ -55,19 +55,9 @@ def prepare(alias: str) -> None:
         conn.settings_dict["OPTIONS"] = dict(options)
 
 
-def describe(alias: str) -> str:
-    """Name the database of ``alias`` for a log line: ``postgresql taskmq at 127.0.0.1:5432``."""
-    conn = connections[alias]
-    settings_dict = conn.settings_dict
-    if conn.vendor == "postgresql":
-        host = settings_dict.get("HOST") or "the local socket"
-        port = settings_dict.get("PORT") or 5432
-        return f"postgresql {settings_dict.get('NAME')} at {host}:{port}"
-    return f"{conn.vendor} {settings_dict.get('NAME')}"
-
-
-def check(alias: str) -> str | None:
-    """Return None when the cluster can use the database ``alias``, else one line saying why not.
+def check(alias: str, where: str) -> str | None:
+    """Return None when the cluster can use the database ``alias``, else one line saying why not;
+    ``where`` names it (``Broker.describe()``).
 
     Connects (within the connect timeout :func:`prepare` set), runs ``SELECT 1`` and checks that
     the tables of django_taskmq exist. The connection is closed afterwards.
@@ -75,7 +65,7 @@ def check(alias: str) -> str | None:
     from django.apps import apps
 
     conn = connections[alias]
-    where = f"database {alias!r} ({describe(alias)})"
+    where = f"database {where}"
     name = str(conn.settings_dict.get("NAME") or "")
     if conn.vendor == "sqlite" and not conn.is_in_memory_db() and not name.startswith("file:") \
             and not os.path.exists(name):

@@ -26,21 +26,24 @@ class Command(BaseCommand):
         queues = None
         if options["queues"]:
             queues = [q.strip() for q in options["queues"].split(",") if q.strip()]
-            unknown = sorted(set(queues) - set(settings.queues))
-            if unknown:
-                raise CommandError(f"unknown queue(s) {unknown}; TASKMQ['queues'] has {sorted(settings.queues)}")
+            try:
+                for queue in queues:
+                    settings.check_queue(queue)
+            except ConfigError as exc:
+                raise CommandError(str(exc)) from exc
         if options["workers"] is not None and options["workers"] < 1:
             raise CommandError("--workers must be at least 1")
         # Before anything is spawned: a database that is away or not migrated is one line and
         # exit status 1, not a cluster retrying for ever (a running cluster does retry, see outage).
         outage.prepare(settings.database)
-        problem = outage.check(settings.database)
+        broker = get_broker()
+        problem = outage.check(settings.database, broker.describe())
         if problem:
             self.stderr.write(f"qcluster: {problem}")
             raise SystemExit(1)
         # The one place the cluster's broker is chosen; the pusher and the monitor, forked children,
         # each build their own at their entry point.
-        status = Sentinel(settings, get_broker(), queues=queues, burst=options["burst"], workers=options["workers"],
+        status = Sentinel(settings, broker, queues=queues, burst=options["burst"], workers=options["workers"],
                           name=options["name"]).start()
         if status:
             raise SystemExit(status)
