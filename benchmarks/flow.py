@@ -6,6 +6,7 @@ Uses the repository's ``.venv`` and the test settings (``tests.settings_sqlite``
 the jobs (``tests.tasks.noop``). Raw results: ``benchmarks/results/flow.json``.
 
     .venv/bin/python benchmarks/flow.py [--runs 3] [--engines sqlite,postgresql] [-n 2000]
+    python3 benchmarks/flow.py --report benchmarks/results/flow.json   # the tables of saved results
 """
 
 from __future__ import annotations
@@ -100,18 +101,25 @@ def summary(rows: list[dict], engine: str, variant: str, field: str, rate: str =
     return f"{statistics.median(values):g} ({min(values):g}-{max(values):g})"
 
 
+VARIANTS = ["no keys", "key per job", "10 keys"]
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--engines", default="sqlite,postgresql")
     parser.add_argument("-n", type=int, default=2000)
+    parser.add_argument("--report", metavar="FILE", help="print the tables of saved raw results, run nothing")
     args = parser.parse_args()
+    if args.report:
+        rows = json.loads(Path(args.report).read_text())["rows"]
+        report(rows, sorted({r["engine"] for r in rows}, reverse=True))
+        return
     engines = args.engines.split(",")
-    variants = ["no keys", "key per job", "10 keys"]
     rows = []
     for run in range(args.runs):
         for engine in engines:
-            for variant in variants:
+            for variant in VARIANTS:
                 n = 1000 if variant == "10 keys" else args.n
                 rows.append(run_once(engine, variant, n))
                 print(json.dumps(rows[-1]), flush=True)
@@ -122,9 +130,14 @@ def main() -> None:
     out.parent.mkdir(exist_ok=True)
     out.write_text(json.dumps({"machine": os.uname().nodename, "cpus": os.cpu_count(), "runs": args.runs,
                                "rows": rows}, indent=1))
+    report(rows, engines)
+
+
+def report(rows: list[dict], engines: list[str]) -> None:
+    """Print the markdown tables of RESULTS.md from raw rows."""
     print("\n| engine | jobs | drain incl. start-up (jobs/s) | steady (jobs/s) |\n|---|---|---|---|")
     for engine in engines:
-        for variant in variants:
+        for variant in VARIANTS:
             print(f"| {engine} | {variant} | {summary(rows, engine, variant, 'jobs_per_s')} | "
                   f"{summary(rows, engine, variant, 'steady_jobs_per_s')} |")
     print("\n| engine | limit | measured start rate (/s) |\n|---|---|---|")
