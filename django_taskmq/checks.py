@@ -63,12 +63,48 @@ def check_app_order() -> list[checks.CheckMessage]:
     return []
 
 
+def connections_needed(workers: int, threads: int) -> int:
+    """The database connections one cluster opens: one per worker thread, plus the sentinel's,
+    the pusher's and the monitor's."""
+    return workers * threads + 3
+
+
+def connection_budget_problem(alias: str, workers: int, threads: int) -> str | None:
+    """Say why one cluster of ``workers`` x ``threads`` may exhaust PostgreSQL's
+    ``max_connections`` on ``alias``; None when it fits (or the database is not PostgreSQL)."""
+    from django.db import connections
+
+    connection = connections[alias]
+    if connection.vendor != "postgresql":
+        return None
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT current_setting('max_connections')::int, "
+                       "current_setting('superuser_reserved_connections')::int")
+        limit, reserved = cursor.fetchone()
+    needed = connections_needed(workers, threads)
+    if needed <= limit - reserved:
+        return None
+    return (f"one cluster of {workers} workers x {threads} threads opens up to {needed} database connections "
+            f"(workers x threads + 3), more than the {limit - reserved} PostgreSQL allows "
+            f"(max_connections {limit} - superuser_reserved_connections {reserved})")
+
+
 def check_database(app_configs=None, databases=None, **kwargs) -> list[checks.CheckMessage]:
     messages: list[checks.CheckMessage] = []
     try:
         conf = read(settings)
     except ConfigError:
         return messages
+    if databases and conf.database in databases:
+        try:
+            problem = connection_budget_problem(conf.database, conf.workers, conf.threads)
+        except Exception:  # the database does not answer: qcluster's start-up check says so
+            problem = None
+        if problem:
+            messages.append(checks.Warning(
+                problem, hint="Lower TASKMQ['workers'] or TASKMQ['threads'], raise max_connections, or put a "
+                              "connection pooler (PgBouncer) in front; see the Concurrency page of the docs.",
+                id="taskmq.W004"))
     db = settings.DATABASES.get(conf.database, {})
     if db.get("ENGINE") == "django.db.backends.sqlite3":
         if db.get("OPTIONS", {}).get("transaction_mode") != "IMMEDIATE":

@@ -38,6 +38,9 @@ class QueueConfig:
     rate_limit: Rate | None = None
 
 
+MAX_THREADS = 256  # per worker process; more is a mistake, not a configuration
+
+
 def _default_workers() -> int:
     return os.cpu_count() or 1
 
@@ -48,6 +51,7 @@ class Settings:
 
     name: str = "default"
     workers: int = field(default_factory=_default_workers)
+    threads: int = 1
     timeout: float | None = None
     lease: float = 60.0
     max_deliveries: int = 5
@@ -202,6 +206,7 @@ def _retry(value: Any) -> Retry:
 _VALIDATORS = {
     "name": _name,
     "workers": lambda k, v: _number(k, v, minimum=1, integer=True),
+    "threads": lambda k, v: _number(k, v, minimum=1, integer=True, maximum=MAX_THREADS),
     "timeout": lambda k, v: _number(k, v, strict=True, optional=True),
     "lease": lambda k, v: _number(k, v, minimum=1),
     "max_deliveries": lambda k, v: _number(k, v, minimum=1, integer=True, maximum=COUNTER_MAX),

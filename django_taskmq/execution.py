@@ -5,11 +5,13 @@ The cluster and sync mode share these functions, so a task runs the same way in 
 
 from __future__ import annotations
 
+import asyncio
 import contextvars
 import enum
 import inspect
 import time
 import traceback as tb
+from collections.abc import Callable
 from typing import Any, NamedTuple
 
 from asgiref.sync import async_to_sync
@@ -38,6 +40,12 @@ class Status(str, enum.Enum):
 SUCCESS, FAILURE, RETRY, DEFER, REJECT, TIMEOUT, CRASH, UNSTORABLE = Status
 
 current_job_id: contextvars.ContextVar[str | None] = contextvars.ContextVar("taskmq_current_job", default=None)
+
+
+#: Called with the event loop and the asyncio task of a coroutine task when it starts (a worker
+#: with several threads uses it to cancel a coroutine at its timeout; see cluster.interrupts).
+coroutine_started: contextvars.ContextVar[Callable[[asyncio.AbstractEventLoop, asyncio.Task], None] | None] = \
+    contextvars.ContextVar("taskmq_coroutine_started", default=None)
 
 
 def current_job() -> str | None:
@@ -96,7 +104,8 @@ def execute(message: TaskMessage) -> Outcome:
         return Outcome(message.reservation, envelope, DEFER, started_at=started, finished_at=time.time(), delay=exc.delay)
     except Reject as exc:
         return _outcome(message, REJECT, started, exc)
-    except (Exception, SystemExit, KeyboardInterrupt) as exc:  # sys.exit() in a task is its failure
+    # sys.exit() in a task is its failure; so is a CancelledError (a coroutine task cancelled).
+    except (Exception, SystemExit, KeyboardInterrupt, asyncio.CancelledError) as exc:
         return _outcome(message, FAILURE, started, exc)
     finally:
         current_job_id.reset(token)
@@ -113,6 +122,11 @@ def _context(path: str, job_id: str) -> tuple:
 
 
 async def _awaited(awaitable: Any) -> Any:
+    started = coroutine_started.get()
+    if started is not None:
+        task = asyncio.current_task()
+        if task is not None:
+            started(asyncio.get_running_loop(), task)
     return await awaitable
 
 
@@ -122,6 +136,15 @@ def _outcome(message: TaskMessage, status: Status, started: float, exc: BaseExce
         error=clip_head(describe(exc)), traceback=clip_tail(tb.format_exc()),
         started_at=started, finished_at=time.time(), delay=delay,
     )
+
+
+def lost(reservation: Reservation, envelope: Envelope | None, status: Status, error: BaseException,
+         started_at: float | None = None, traceback: str = "") -> Outcome:
+    """The outcome of a task stopped from outside: interrupted or killed at its timeout, or lost
+    with its worker. Its error reads ``TaskTimeout: ran past its timeout of 5s``."""
+    now = time.time()
+    return Outcome(reservation, envelope, status, error=f"{type(error).__name__}: {error}", traceback=traceback,
+                   started_at=started_at or now, finished_at=now)
 
 
 def describe(exc: BaseException) -> str:

@@ -8,10 +8,13 @@ Sentinel and pusher, over their pipe (pickled named tuples: immutable, fast to p
 Sentinel and each worker, over the worker's own pipe (raw bytes, never unpickled by the sentinel):
 
 * sentinel -> worker: a :attr:`Ticket.blob` (a pickled
-  :class:`~django_taskmq.execution.TaskMessage`, opened by :func:`load_task`), or :data:`STOP`,
-  the poison pill;
-* worker -> sentinel: an outcome frame, one status byte (:data:`SUCCEEDED` or :data:`FAILED`) then
-  the pickled :class:`~django_taskmq.execution.Outcome`: :func:`outcome_frame` builds it,
+  :class:`~django_taskmq.execution.TaskMessage`, opened by :func:`load_task`); :data:`STOP`, the
+  poison pill (the worker finishes what it runs, then exits); or :func:`cancel_frame`, asking a
+  worker with several threads to interrupt one task past its timeout;
+* worker -> sentinel: :data:`READY` once, when the worker can take work; :data:`RETIRING` when
+  it wants to stop (``max_rss`` with several threads); and an outcome frame per task, one status
+  byte (:data:`SUCCEEDED`, :data:`FAILED` or :data:`TIMED_OUT`), the job id, a NUL byte, then the
+  pickled :class:`~django_taskmq.execution.Outcome`: :func:`outcome_frame` builds it,
   :func:`read_outcome_frame` splits it without unpickling.
 
 Sentinel and monitor, over the result queue:
@@ -77,8 +80,12 @@ class Stop(NamedTuple):
 
 # -- the workers' pipes ----------------------------------------------------------------------------
 STOP = b"stop"  # sentinel -> worker, the poison pill: never a pickle, which starts with b"\x80"
+CANCEL = b"cancel:"  # sentinel -> worker, followed by a job id: interrupt that task (see cancel_frame)
+READY = b"R"  # worker -> sentinel: spawned and ready for work
+RETIRING = b"Q"  # worker -> sentinel: send no more work; the worker exits once its tasks are done
 SUCCEEDED = b"S"  # status byte of an outcome frame: the task succeeded
-FAILED = b"F"  # status byte of an outcome frame: any other outcome
+FAILED = b"F"  # status byte of an outcome frame: any other outcome ...
+TIMED_OUT = b"T"  # ... but a task interrupted at its timeout (threads > 1)
 
 
 def dump_outcome(outcome: Outcome) -> bytes:
@@ -86,11 +93,17 @@ def dump_outcome(outcome: Outcome) -> bytes:
     return pickle.dumps(outcome, pickle.HIGHEST_PROTOCOL)
 
 
+def cancel_frame(job_id: str) -> bytes:
+    """Sentinel -> worker: interrupt the task of ``job_id``, which ran past its timeout."""
+    return CANCEL + job_id.encode()
+
+
 def outcome_frame(outcome: Outcome) -> bytes:
-    """Worker -> sentinel: the status byte, then the pickled outcome.
+    """Worker -> sentinel: the status byte, the job id and a NUL byte, then the pickled outcome.
 
     An outcome whose envelope no longer pickles (its arguments changed while running) is sent as
-    UNSTORABLE, saying why. The status byte lets the sentinel count outcomes without unpickling them.
+    UNSTORABLE, saying why. The status byte and the id let the sentinel count outcomes and know
+    which task ended without unpickling them.
     """
     try:
         data = dump_outcome(outcome)
@@ -98,12 +111,14 @@ def outcome_frame(outcome: Outcome) -> bytes:
         outcome = outcome._replace(envelope=None, status=ex.UNSTORABLE, result=None,
                                    error=f"outcome cannot be pickled: {ex.describe(exc)}", traceback="")
         data = dump_outcome(outcome)
-    return (SUCCEEDED if outcome.status == ex.SUCCESS else FAILED) + data
+    status = SUCCEEDED if outcome.status == ex.SUCCESS else TIMED_OUT if outcome.status == ex.TIMEOUT else FAILED
+    return status + outcome.reservation.job_id.encode() + b"\0" + data
 
 
-def read_outcome_frame(frame: bytes) -> tuple[bool, bytes]:
-    """Split an outcome frame: (whether the task succeeded, the pickled outcome, unopened)."""
-    return frame[:1] == SUCCEEDED, frame[1:]
+def read_outcome_frame(frame: bytes) -> tuple[bytes, str, bytes]:
+    """Split an outcome frame: (its status byte, the job id, the pickled outcome, unopened)."""
+    head, _, data = frame.partition(b"\0")
+    return head[:1], head[1:].decode(), data
 
 
 # -- the result queue ------------------------------------------------------------------------------

@@ -1,7 +1,7 @@
 """The sentinel: spawns the pusher, the workers and the monitor, and supervises them.
 
 Supervision only: it spawns its children, waits on their pipes and deaths in the guard loop, feeds
-each idle worker through that worker's own pipe, enforces timeouts from the workers' shared timers,
+each worker with a free thread through that worker's own pipe, enforces each task's timeout,
 reincarnates dead processes, orchestrates the stop procedure, and turns SIGTERM/SIGINT into a flag.
 Its parts, each in its own module: the dispatch buffer (:mod:`.buffer`) holds the reserved tasks
 that have not started; the upkeep (:mod:`.upkeep`) renews leases, ticks the scheduler, publishes the
@@ -19,7 +19,7 @@ import socket
 import time
 import uuid
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from multiprocessing.connection import Connection, wait
 from typing import Any, Protocol
 
@@ -31,7 +31,8 @@ from ..conf import Settings
 from ..exceptions import TaskMQError, TaskTimeout, WorkerDied
 from . import monitor, outage, pusher, worker
 from .buffer import Buffer
-from .messages import END_OF_RESULTS, STOP, Batch, Stop, Ticket, dump_outcome, read_outcome_frame
+from .messages import (END_OF_RESULTS, READY, RETIRING, STOP, SUCCEEDED, TIMED_OUT, Batch, Stop, Ticket,
+                       cancel_frame, dump_outcome, read_outcome_frame)
 from .upkeep import DatabaseAway, Report, Upkeep
 
 logger = logging.getLogger(__name__)
@@ -40,6 +41,9 @@ IDLE_WAIT = 0.5  # seconds the guard loop may sleep while no task waits or runs
 #: The outcomes counted per queue in the heartbeat (``counts["queues"]``): the worker's S or F frame,
 #: a timeout, a worker that died running the task.
 OUTCOMES = ("succeeded", "failed", "timeouts", "crashes")
+#: Seconds a worker with several threads has to stop a task past its timeout once asked, before
+#: the task counts as stuck (blocked in C code) and its worker takes no more work.
+CANCEL_GRACE = 1.0
 
 
 class Process(Protocol):
@@ -86,15 +90,41 @@ class ResultQueue(Protocol):
 
 
 @dataclass
+class Running:
+    """A task a worker runs."""
+
+    ticket: Ticket
+    started: float  # monotonic; a worker starts what it is sent at once (it is sent only to a free thread)
+    cancelled: float | None = None  # monotonic, when the worker was asked to interrupt it (threads > 1)
+
+    def overdue(self, now: float) -> bool:
+        """It runs past its timeout."""
+        timeout = self.ticket.timeout
+        return bool(timeout) and now - self.started > timeout  # type: ignore[operator]
+
+    def stuck(self, now: float) -> bool:
+        """It was asked to stop more than :data:`CANCEL_GRACE` seconds ago and still runs."""
+        return self.cancelled is not None and now - self.cancelled > CANCEL_GRACE
+
+
+@dataclass
 class Slot:
-    """One worker process and the task it runs."""
+    """One worker process and the tasks it runs (job id -> :class:`Running`)."""
 
     index: int
     process: Process
     pipe: Connection
-    task: Ticket | None = None
+    running: dict[str, Running] = field(default_factory=dict)
+    ready: bool = True  # a freshly spawned worker is not, until it says so
     done: int = 0
-    retiring: bool = False
+    retiring: bool = False  # no more work: the poison pill follows its last outcome
+    stopped: bool = False  # the poison pill was sent
+    stuck: bool = False  # a task of it did not stop at its timeout: no more work, then it is killed
+
+    def free(self, threads: int) -> bool:
+        """It can take one more task now."""
+        return (self.ready and not self.retiring and not self.stuck and len(self.running) < threads
+                and self.process.is_alive())
 
 
 class Sentinel:
@@ -105,20 +135,21 @@ class Sentinel:
     """
 
     def __init__(self, settings: Settings, broker: Broker, queues: list[str] | None = None, burst: bool = False,
-                 workers: int | None = None, name: str | None = None) -> None:
+                 workers: int | None = None, name: str | None = None, threads: int | None = None) -> None:
         self.settings = settings
         self.broker = broker
         self.queues = sorted(queues or settings.queues)
         self.burst = burst
         self.workers = workers or settings.workers
-        self.limit = max(settings.effective_queue_limit, self.workers)
+        self.threads = threads or settings.threads
+        self.capacity = self.workers * self.threads  # tasks that can run at once
+        self.limit = max(settings.effective_queue_limit, self.capacity)
         self.host = socket.gethostname()
         # The name labels this cluster (heartbeat, lease owner, Job.cluster); packages are still
         # signed and verified with TASKMQ['name'], the salt every producer uses.
         self.name = name or settings.name
         self.owner = f"{self.name}:{self.host}:{os.getpid()}:{uuid.uuid4().hex[:8]}"[:64]
         self.ctx = multiprocessing.get_context("fork")
-        self.timers = self.ctx.RawArray("d", self.workers)
         # The children, spawned by start() (tests put stand-ins here).
         self.slots: list[Slot] = []
         self.pusher: Process = NOT_STARTED
@@ -135,7 +166,7 @@ class Sentinel:
         self._next_guard = 0.0  # monotonic time of the next timeout and liveness check
         self.upkeep = Upkeep(settings, broker, owner=self.owner, name=self.name, host=self.host, queues=self.queues,
                              burst=burst, held=self._held, report=self._report)
-        self.buffer = Buffer(broker, self.limit, self.workers, failed=self.upkeep.failed)
+        self.buffer = Buffer(broker, self.limit, self.capacity, failed=self.upkeep.failed)
 
     # -- life cycle -------------------------------------------------------------------------
     def start(self) -> int:
@@ -145,7 +176,8 @@ class Sentinel:
         outage.prepare(self.settings.database)  # qcluster did it already; for a Sentinel started otherwise
         self._spawn_all()
         self.state = "running"
-        logger.info("cluster %s started: %d workers, queues %s", self.owner, self.workers, ", ".join(self.queues))
+        logger.info("cluster %s started: %d workers%s, queues %s", self.owner, self.workers,
+                    f" x {self.threads} threads" if self.threads > 1 else "", ", ".join(self.queues))
         gave_up = False
         try:
             try:
@@ -201,12 +233,11 @@ class Sentinel:
 
     def _spawn_worker(self, index: int) -> Slot:
         connections.close_all()
-        self.timers[index] = 0.0
         parent, child = self.ctx.Pipe()
-        process = self._spawn(worker.run, (index, child, self.timers, self.settings),
+        process = self._spawn(worker.run, (index, child, self.settings, self.threads),
                               f"taskmq-worker-{index}", own_parent_end=parent)
         child.close()
-        return Slot(index, process, parent)
+        return Slot(index, process, parent, ready=False)
 
     # -- the guard loop -----------------------------------------------------------------------
     def step(self) -> None:
@@ -214,10 +245,10 @@ class Sentinel:
         self._ask_pusher()  # before sleeping, so a fresh cluster does not idle through its first wait
         pusher_pipe = self.pusher_pipe
         handles: list[Connection | int] = [] if pusher_pipe is None else [pusher_pipe]
-        handles += [s.pipe for s in self.slots if s.task is not None or s.retiring]
+        handles += [s.pipe for s in self.slots if s.running or s.retiring or not s.ready]
         handles += [s.process.sentinel for s in self.slots] + [self.pusher.sentinel, self.monitor.sentinel]
         # Idle, nothing can time out: sleep longer (pipes and process deaths still wake the wait).
-        busy = bool(self.buffer) or any(s.task is not None for s in self.slots)
+        busy = bool(self.buffer) or any(s.running for s in self.slots)
         for handle in wait(handles, timeout=self.settings.guard_interval if busy else IDLE_WAIT):
             if handle is pusher_pipe:
                 self._from_pusher()
@@ -259,38 +290,79 @@ class Sentinel:
         except (EOFError, OSError):
             self._replace_worker(slot, crashed=True)
             return
-        task, slot.task = slot.task, None
-        slot.done += 1
-        succeeded, outcome = read_outcome_frame(frame)
-        self.counts["succeeded" if succeeded else "failed"] += 1
-        if task is not None:
-            self._count(task.reservation.queue, "succeeded" if succeeded else "failed")
-        self.outbox.append(outcome)
-        if slot.done >= self.settings.recycle and not slot.retiring:
+        if frame == READY:
+            slot.ready = True
+        elif frame == RETIRING:
             slot.retiring = True
+        else:
+            status, job_id, outcome = read_outcome_frame(frame)
+            running = slot.running.pop(job_id, None)
+            if not slot.running:
+                slot.stuck = False  # what did not stop in time has ended after all
+            slot.done += 1
+            kind = "succeeded" if status == SUCCEEDED else "timeouts" if status == TIMED_OUT else "failed"
+            self.counts[kind] += 1
+            if running is not None:
+                self._count(running.ticket.reservation.queue, kind)
+            self.outbox.append(outcome)
+            if slot.done >= self.settings.recycle:
+                slot.retiring = True
+        self._pill_if_done(slot)
+
+    def _pill_if_done(self, slot: Slot) -> None:
+        """Send the poison pill to a retiring worker once its last task has ended."""
+        if slot.retiring and not slot.running and not slot.stopped:
+            slot.stopped = True
             self._send(slot, STOP)
 
     def _guard(self) -> None:
         now = time.monotonic()
         for slot in list(self.slots):
             if not slot.process.is_alive():
-                if slot.task is not None and _readable(slot.pipe):
-                    self._from_worker(slot)  # it sent its outcome, then exited (max_rss): not a crash
+                while slot.running and _readable(slot.pipe):
+                    self._from_worker(slot)  # it sent its outcomes, then exited (max_rss): not a crash
                 if slot in self.slots:
-                    self._replace_worker(slot, crashed=slot.task is not None)
+                    self._replace_worker(slot, crashed=bool(slot.running))
                 continue
-            started = self.timers[slot.index]
-            task = slot.task
-            timeout = task.timeout if task is not None else None
-            if task is not None and started and timeout and now - started > timeout:
-                logger.warning("job %s ran past its timeout of %ss: killing worker %s",
-                               task.reservation.job_id, timeout, slot.process.pid)
-                self.counts["timeouts"] += 1
-                self._count(task.reservation.queue, "timeouts")
-                self._record_lost(task, ex.TIMEOUT, TaskTimeout(f"ran past its timeout of {timeout}s"))
-                slot.task = None
-                _kill(slot.process)
-                self._replace_worker(slot, crashed=False)
+            if any(r.overdue(now) for r in slot.running.values()):
+                self._enforce_timeouts(slot, now)
+
+    def _enforce_timeouts(self, slot: Slot, now: float) -> None:
+        """Stop the tasks of ``slot`` that run past their timeout.
+
+        With one thread, the worker is killed (and replaced) at once. With several, the worker is
+        asked to interrupt the task; a task still running :data:`CANCEL_GRACE` seconds later is
+        stuck: the worker gets no more work and is killed once every task it still runs is stuck
+        too (its other tasks finish, or reach their own timeouts, first).
+        """
+        if self.threads == 1:
+            (running,) = slot.running.values()
+            logger.warning("job %s ran past its timeout of %ss: killing worker %s",
+                           running.ticket.reservation.job_id, running.ticket.timeout, slot.process.pid)
+            self._kill_timed_out(slot)
+            return
+        for job_id, running in slot.running.items():
+            if running.cancelled is None and running.overdue(now):
+                running.cancelled = now
+                self._send(slot, cancel_frame(job_id))
+            elif running.stuck(now) and not slot.stuck:
+                slot.stuck = True
+                logger.warning("job %s ran past its timeout of %ss and did not stop when interrupted: worker %s "
+                               "takes no more work and is killed once its other tasks are done",
+                               job_id, running.ticket.timeout, slot.process.pid)
+        if slot.stuck and all(r.stuck(now) for r in slot.running.values()):
+            self._kill_timed_out(slot)
+
+    def _kill_timed_out(self, slot: Slot) -> None:
+        """Kill the worker of ``slot``; each task it runs is recorded as timed out, then it is replaced."""
+        for running in slot.running.values():
+            self.counts["timeouts"] += 1
+            self._count(running.ticket.reservation.queue, "timeouts")
+            self._record_lost(running.ticket, ex.TIMEOUT,
+                              TaskTimeout(f"ran past its timeout of {running.ticket.timeout}s"), running.started)
+        slot.running.clear()
+        _kill(slot.process)
+        self._replace_worker(slot, crashed=False)
         if not self.pusher.is_alive() and self.state == "running":
             logger.error("pusher died (exit code %s): reincarnating", self.pusher.exitcode)
             self.counts["reincarnations"] += 1
@@ -306,13 +378,14 @@ class Sentinel:
 
     def _replace_worker(self, slot: Slot, crashed: bool) -> None:
         slot.process.join(timeout=1)
-        if crashed and slot.task is not None:
+        if crashed:
             code = slot.process.exitcode
-            logger.error("worker %s died (exit code %s) running job %s", slot.process.pid, code,
-                         slot.task.reservation.job_id)
-            self.counts["crashes"] += 1
-            self._count(slot.task.reservation.queue, "crashes")
-            self._record_lost(slot.task, ex.CRASH, WorkerDied(f"the worker exited with code {code} while running it"))
+            for job_id, running in slot.running.items():
+                logger.error("worker %s died (exit code %s) running job %s", slot.process.pid, code, job_id)
+                self.counts["crashes"] += 1
+                self._count(running.ticket.reservation.queue, "crashes")
+                self._record_lost(running.ticket, ex.CRASH,
+                                  WorkerDied(f"the worker exited with code {code} while running it"), running.started)
         slot.pipe.close()
         index = self.slots.index(slot)
         if self.state == "running":
@@ -329,19 +402,23 @@ class Sentinel:
             per_queue = self.by_queue[queue] = dict.fromkeys(OUTCOMES, 0)
         per_queue[outcome] += 1
 
-    def _record_lost(self, task: Ticket, status: ex.Status, error: TaskMQError) -> None:
+    def _record_lost(self, task: Ticket, status: ex.Status, error: TaskMQError, started: float) -> None:
         """Record the outcome of a task whose worker was killed at its timeout or died."""
-        now = time.time()
-        outcome = ex.Outcome(task.reservation, task.message().envelope, status, error=_error_text(error),
-                             started_at=now, finished_at=now)
-        self.outbox.append(dump_outcome(outcome))
+        started_at = time.time() - (time.monotonic() - started)
+        self.outbox.append(dump_outcome(ex.lost(task.reservation, task.message().envelope, status, error, started_at)))
 
     def _dispatch(self) -> None:
-        for slot in self.slots:
-            if not self.buffer:
+        """Give the most urgent waiting tasks to the workers with a free thread, one per worker per round."""
+        while self.buffer:
+            given = False
+            for slot in self.slots:
+                if self.buffer and slot.free(self.threads):
+                    ticket = self.buffer.hand_out(functools.partial(self._send, slot))
+                    if ticket is not None:
+                        slot.running[ticket.reservation.job_id] = Running(ticket, time.monotonic())
+                        given = True
+            if not given or self.threads == 1:
                 return
-            if slot.task is None and not slot.retiring and slot.process.is_alive():
-                slot.task = self.buffer.hand_out(functools.partial(self._send, slot))
 
     def _send(self, slot: Slot, message: Ticket | bytes) -> bool:
         """Send a task (its pickled bytes, unopened) or the poison pill to a worker."""
@@ -354,7 +431,7 @@ class Sentinel:
     def _ask_pusher(self) -> None:
         if self.want_pending or self.state != "running" or not self.pusher.is_alive() or self.pusher_pipe is None:
             return
-        want = self.buffer.want(busy=sum(1 for s in self.slots if s.task is not None))
+        want = self.buffer.want(busy=sum(len(s.running) for s in self.slots))
         if want is None:
             return
         try:
@@ -365,15 +442,14 @@ class Sentinel:
 
     def _held(self) -> list[str]:
         """The job ids of what the cluster holds: waiting and running tasks."""
-        return self.buffer.held() + [s.task.reservation.job_id for s in self.slots if s.task is not None]
+        return self.buffer.held() + [job_id for s in self.slots for job_id in s.running]
 
     def _report(self) -> Report:
         """What the heartbeat says of the processes now; ``tasks`` lists what each busy worker runs:
         ``[worker index, job id, queue, seconds since it started]``."""
         now = time.monotonic()
-        tasks = [[s.index, s.task.reservation.job_id, s.task.reservation.queue,
-                  round(now - self.timers[s.index], 1) if self.timers[s.index] else 0.0]
-                 for s in self.slots if s.task is not None]
+        tasks = [[s.index, job_id, r.ticket.reservation.queue, round(now - r.started, 1)]
+                 for s in self.slots for job_id, r in s.running.items()]
         return Report(self.state, len(self.slots),
                       {**self.counts, "waiting": len(self.buffer), "running": len(tasks),
                        "queues": {queue: dict(per_queue) for queue, per_queue in self.by_queue.items()},
@@ -381,7 +457,7 @@ class Sentinel:
 
     def _idle(self) -> bool:
         """The pusher found nothing ready, and no task waits or runs here."""
-        return self.drained and not self.buffer and not any(s.task for s in self.slots)
+        return self.drained and not self.buffer and not any(s.running for s in self.slots)
 
     # -- the stop procedure -------------------------------------------------------------------
     def stop(self) -> None:
@@ -405,11 +481,10 @@ class Sentinel:
             self.upkeep.attempt(
                 f"returning {len(self.buffer)} unstarted reservation(s) (their leases bring them back)",
                 self.buffer.give_back)
-        # 3. Poison pills: idle workers get one now, busy ones after their task.
+        # 3. Poison pills: idle workers get one now, busy ones after their last task.
         for slot in self.slots:
-            if slot.task is None and not slot.retiring:
-                slot.retiring = True
-                self._send(slot, STOP)
+            slot.retiring = True
+            self._pill_if_done(slot)
         while self.slots and self.signals < 2:
             handles: list[Connection | int] = [s.pipe for s in self.slots]
             handles += [s.process.sentinel for s in self.slots]
@@ -417,9 +492,6 @@ class Sentinel:
                 finished = next((s for s in self.slots if s.pipe is handle), None)
                 if finished is not None:
                     self._from_worker(finished)
-                    if not finished.retiring:
-                        finished.retiring = True
-                        self._send(finished, STOP)
             self._guard()
             self._flush()
             self.upkeep.stopping()
@@ -436,11 +508,6 @@ class Sentinel:
     def _kill_all(self) -> None:
         for process in [self.pusher, self.monitor, *(s.process for s in self.slots)]:
             _kill(process)
-
-
-def _error_text(error: TaskMQError) -> str:
-    """The recorded error of a lost task: ``TaskTimeout: ran past its timeout of 5s``."""
-    return f"{type(error).__name__}: {error}"
 
 
 def _readable(pipe: Connection) -> bool:

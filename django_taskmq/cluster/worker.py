@@ -1,4 +1,5 @@
-"""A worker process: run one task at a time, fed by the sentinel through the worker's own pipe.
+"""A worker process: run tasks fed by the sentinel through the worker's own pipe, one at a time
+or, with ``TASKMQ['threads']`` > 1, up to that many at once in threads.
 
 Each worker has a private pipe, so a worker killed at any instant (SIGKILL included) can only
 break its own pipe, never a lock another process needs; the sentinel replaces it.
@@ -8,27 +9,30 @@ from __future__ import annotations
 
 import logging
 import os
+import queue
 import resource
 import signal
-import time
+import threading
 from multiprocessing.connection import Connection
+
+from django.db import close_old_connections, connections
 
 from .. import execution as ex
 from ..conf import Settings
-from .messages import STOP, load_task, outcome_frame
+from ..exceptions import TaskTimeout
+from .interrupts import Interrupts, Running
+from .messages import CANCEL, READY, RETIRING, STOP, load_task, outcome_frame
 
 logger = logging.getLogger(__name__)
 
 
-def run(index: int, conn: Connection, timers, settings: Settings) -> None:
-    """Serve tasks from ``conn`` until the poison pill (:data:`STOP`) arrives or the pipe closes.
+def run(index: int, conn: Connection, settings: Settings, threads: int = 1) -> None:
+    """Serve tasks from ``conn`` until the poison pill (:data:`~.messages.STOP`) arrives or the pipe closes.
 
     Tasks arrive as pickled :class:`~django_taskmq.execution.TaskMessage` bytes; outcomes leave
     as outcome frames (:func:`~.messages.outcome_frame`), the result already signed for storage
-    (signing here spreads that cost over the workers).
-
-    ``timers[index]`` holds the monotonic start time of the running task (0 when idle): the
-    sentinel reads it to enforce timeouts.
+    (signing here spreads that cost over the workers). The sentinel sends a worker at most
+    ``threads`` tasks at a time, so every task it receives starts at once.
     """
     # The sentinel decides when workers stop: ignore Ctrl-C and a SIGTERM sent to the whole
     # process group (a terminal, systemd), so a running task can finish during a graceful stop.
@@ -38,6 +42,15 @@ def run(index: int, conn: Connection, timers, settings: Settings) -> None:
     from ..signals import post_spawn
 
     post_spawn.send(sender=run, proc_name=f"worker-{index}")
+    conn.send_bytes(READY)
+    if threads == 1:
+        _one_at_a_time(index, conn, settings)
+    else:
+        Pool(index, conn, settings, threads).serve()
+
+
+def _one_at_a_time(index: int, conn: Connection, settings: Settings) -> None:
+    retiring = False
     while True:
         try:
             blob = conn.recv_bytes()
@@ -45,10 +58,107 @@ def run(index: int, conn: Connection, timers, settings: Settings) -> None:
             return
         if blob == STOP:
             return
-        timers[index] = time.monotonic()
+        if blob.startswith(CANCEL):  # with one thread the sentinel kills at a timeout; never sent
+            continue
         outcome = ex.execute(load_task(blob))
-        timers[index] = 0.0
         conn.send_bytes(outcome_frame(ex.seal(outcome, settings)))
-        if settings.max_rss and resource.getrusage(resource.RUSAGE_SELF).ru_maxrss > settings.max_rss:
-            logger.info("worker %s (pid %s) above max_rss, recycling", index, os.getpid())
-            return
+        if not retiring and _above_max_rss(index, settings):
+            retiring = True
+            conn.send_bytes(RETIRING)
+
+
+def _above_max_rss(index: int, settings: Settings) -> bool:
+    if settings.max_rss and resource.getrusage(resource.RUSAGE_SELF).ru_maxrss > settings.max_rss:
+        logger.info("worker %s (pid %s) above max_rss, recycling", index, os.getpid())
+        return True
+    return False
+
+
+class Pool:
+    """``threads`` threads of one worker process, each running one task at a time.
+
+    The main thread reads the pipe: tasks go to the threads through a queue, a cancel frame
+    interrupts one task (see :mod:`.interrupts`), the poison pill lets the running tasks finish and
+    ends the process. Each thread has its own database connection (Django's connections are per
+    thread) and closes it as a request would: after each task when it is broken or past
+    ``CONN_MAX_AGE``, and always when the thread ends or a task of it was interrupted.
+    """
+
+    def __init__(self, index: int, conn: Connection, settings: Settings, threads: int) -> None:
+        self.index = index
+        self.conn = conn
+        self.settings = settings
+        self.work: queue.SimpleQueue[bytes | None] = queue.SimpleQueue()
+        self.send_lock = threading.Lock()
+        self.interrupts = Interrupts()
+        self.retiring = False
+        self.threads = [threading.Thread(target=self._serve_thread, name=f"taskmq-worker-{index}-{n}", daemon=True)
+                        for n in range(threads)]
+
+    def serve(self) -> None:
+        for thread in self.threads:
+            thread.start()
+        while True:
+            try:
+                blob = self.conn.recv_bytes()
+            except (EOFError, OSError):
+                return  # the sentinel is gone: the daemon threads end with this process
+            if blob == STOP:
+                break
+            if blob.startswith(CANCEL):
+                self.interrupts.interrupt(blob[len(CANCEL):].decode())
+            else:
+                self.work.put(blob)
+        for _ in self.threads:
+            self.work.put(None)
+        for thread in self.threads:
+            thread.join()
+
+    def _send(self, frame: bytes) -> None:
+        with self.send_lock:
+            self.conn.send_bytes(frame)
+
+    def _serve_thread(self) -> None:
+        try:
+            while (blob := self.work.get()) is not None:
+                outcome = self._run(load_task(blob))
+                try:
+                    self._send(outcome_frame(ex.seal(outcome, self.settings)))
+                except (BrokenPipeError, OSError):
+                    return
+                if not self.retiring and _above_max_rss(self.index, self.settings):
+                    self.retiring = True
+                    self._send(RETIRING)
+        finally:
+            connections.close_all()
+
+    def _run(self, message: ex.TaskMessage) -> ex.Outcome:
+        """Execute one task in this thread; an interruption at its timeout makes it TIMEOUT."""
+        close_old_connections()
+        entry = Running(message.reservation.job_id, threading.get_ident())
+        outcome = None
+        try:
+            with self.interrupts.running(entry):
+                outcome = ex.execute(message)
+            _settle()
+        except TaskTimeout:
+            pass  # the interruption landed after the task's own code: entry.interrupted says so
+        except BaseException as exc:  # what execute lets through (GeneratorExit, ...): this task's failure only
+            outcome = ex.lost(message.reservation, message.envelope, ex.FAILURE, exc)
+        if not entry.interrupted and outcome is not None:
+            close_old_connections()
+            return outcome
+        # The exception may have landed in the middle of a query: this thread's connection is
+        # in an unknown state.
+        connections.close_all()
+        if outcome is not None and outcome.status == ex.SUCCESS:
+            return outcome  # it finished as the interruption was sent
+        timeout = message.envelope.options.get("timeout")
+        return ex.lost(message.reservation, message.envelope, ex.TIMEOUT,
+                       TaskTimeout(f"ran past its timeout of {timeout}s"),
+                       started_at=outcome.started_at if outcome is not None else None,
+                       traceback=outcome.traceback if outcome is not None else "")
+
+
+def _settle() -> None:
+    """A call for a pending asynchronous exception to land on, inside the caller's ``try``."""

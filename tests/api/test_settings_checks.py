@@ -32,6 +32,9 @@ BAD = {
     "empty name": ({"name": ""}, "name"),
     "compress not bool": ({"compress": 1}, "compress"),
     "poll 0": ({"poll": 0}, "poll"),
+    "threads 0": ({"threads": 0}, "threads"),
+    "threads above 256": ({"threads": 257}, "threads"),
+    "threads float": ({"threads": 4.5}, "threads"),
 }
 
 
@@ -83,3 +86,18 @@ def test_overriding_taskmq_resets_the_cached_settings(settings):
     settings.TASKMQ = {**BASE, "max_yields": 9}
     assert (first.max_yields, get_settings().max_yields) == (7, 9)
     assert isinstance(get_settings(), Settings)
+
+
+@pytest.mark.django_db
+def test_a_cluster_needing_more_connections_than_postgresql_allows_warns(settings):
+    """taskmq.W004 (a database check): workers x threads + 3 above PostgreSQL's max_connections
+    (less the superuser's reserve); silent when it fits, and on SQLite, which has no such limit."""
+    from django.core import checks
+    from django.db import connection
+
+    settings.TASKMQ = {**settings.TASKMQ, "workers": 2, "threads": 4}
+    assert "taskmq.W004" not in [m.id for m in checks.run_checks(databases=["default"])]
+    settings.TASKMQ = {**settings.TASKMQ, "workers": 100, "threads": 256}
+    ids = [m.id for m in checks.run_checks(databases=["default"])]
+    assert ("taskmq.W004" in ids) == (connection.vendor == "postgresql"), ids
+    assert "taskmq.W004" not in [m.id for m in checks.run_checks()]  # only where databases are checked

@@ -104,3 +104,23 @@ def stamped(tag: str) -> str:
     """Log ``start:<tag> <epoch time>`` (the rate-limit tests count starts per window)."""
     log(f"start:{tag} {time.time():.6f}")
     return tag
+
+
+def spin(seconds: float) -> str:
+    """Log ``start:spin``, run Python code for ``seconds`` (interruptible in its thread), log ``end:spin``."""
+    log(f"start:spin {os.getpid()}")
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        pass
+    log("end:spin")
+    return "spun"
+
+
+async def async_sleeper(seconds: float) -> float:
+    """A coroutine task: log ``start:async-sleep``, ``await asyncio.sleep(seconds)``, log ``end:async-sleep``."""
+    import asyncio
+
+    log(f"start:async-sleep {os.getpid()}")
+    await asyncio.sleep(seconds)
+    log("end:async-sleep")
+    return seconds

@@ -15,7 +15,7 @@ import pytest
 
 from django_taskmq.brokers.base import Broker, Reservation
 from django_taskmq.cluster.messages import Batch, Ticket
-from django_taskmq.cluster.sentinel import Sentinel, Slot
+from django_taskmq.cluster.sentinel import Running, Sentinel, Slot
 from django_taskmq.conf import get_settings
 from tests.memory_broker import MemoryBroker
 
@@ -88,7 +88,7 @@ def test_each_idle_worker_gets_the_most_urgent_waiting_task(harness):
     harness.sentinel._dispatch()
 
     assert harness.received() == ["d9", "b5", "e5", "a0", "c0"]
-    assert [s.task.reservation.job_id for s in slots] == ["d9", "b5", "e5", "a0", "c0"]
+    assert [list(s.running) for s in slots] == [["d9"], ["b5"], ["e5"], ["a0"], ["c0"]]
     assert harness.waiting() == ["f-3"]
 
 
@@ -107,17 +107,17 @@ def test_a_later_urgent_task_overtakes_waiting_ones(harness):
 def test_busy_and_retiring_workers_get_nothing_and_the_rest_keeps_its_order(harness):
     """Only idle, non-retiring workers are fed; what is left waits in order for the next free worker."""
     busy, retiring, idle1, idle2 = (harness.add_slot() for _ in range(4))
-    busy.task = ticket("running", 0)
+    busy.running["running"] = Running(ticket("running", 0), 0.0)
     retiring.retiring = True
     harness.push(ticket("x1", 1), ticket("y3", 3), ticket("z3", 3), ticket("w2", 2))
 
     harness.sentinel._dispatch()
 
     assert harness.received() == [None, None, "y3", "z3"]
-    assert (busy.task.reservation.job_id, retiring.task) == ("running", None)
+    assert (list(busy.running), retiring.running) == (["running"], {})
     assert harness.waiting() == ["w2", "x1"]
 
-    busy.task = None  # its outcome arrived
+    busy.running.clear()  # its outcome arrived
     harness.sentinel._dispatch()
     assert harness.received() == ["w2", None, None, None]
     assert harness.waiting() == ["x1"]
@@ -132,7 +132,7 @@ def test_a_task_whose_send_fails_goes_back_and_reaches_the_next_idle_worker(harn
 
     harness.sentinel._dispatch()
 
-    assert broken.task is None
-    assert healthy.task.reservation.job_id == "urgent"
+    assert broken.running == {}
+    assert list(healthy.running) == ["urgent"]
     assert harness.received() == [None, "urgent"]
     assert harness.waiting() == ["normal"]

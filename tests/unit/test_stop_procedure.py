@@ -17,6 +17,7 @@ from __future__ import annotations
 import multiprocessing
 import os
 import pickle
+import time
 from collections.abc import Iterator
 
 import pytest
@@ -24,7 +25,7 @@ from django.db import OperationalError
 
 from django_taskmq import execution as ex
 from django_taskmq.cluster.messages import END_OF_RESULTS, STOP, Batch, Stop, Ticket, outcome_frame
-from django_taskmq.cluster.sentinel import Sentinel, Slot
+from django_taskmq.cluster.sentinel import Running, Sentinel, Slot
 from django_taskmq.conf import get_settings
 from django_taskmq.envelope import Envelope
 from django_taskmq.policy.states import JobState
@@ -148,7 +149,9 @@ class Cluster:
         parent, child = multiprocessing.Pipe()
         worker = FakeWorker(name, child, self.events, busy_for, frame)
         self.workers.append(worker)
-        slot = Slot(len(self.sentinel.slots), worker, parent, task=task)
+        slot = Slot(len(self.sentinel.slots), worker, parent)
+        if task is not None:
+            slot.running[task.reservation.job_id] = Running(task, time.monotonic())
         self.sentinel.slots.append(slot)
         return slot
 
@@ -236,7 +239,7 @@ def test_the_heartbeat_tells_what_each_busy_worker_runs(cluster):
     t = cluster.reserve("run")
     cluster.add_worker("idle")
     busy = cluster.add_worker("busy", task=t["run"])
-    cluster.sentinel.timers[busy.index] = time.monotonic() - 2.0
+    busy.running["run"].started = time.monotonic() - 2.0
     counts = cluster.sentinel._report().counts
     ((index, job_id, queue, seconds),) = counts["tasks"]
     assert (index, job_id, queue, counts["running"]) == (busy.index, "run", "default", 1)

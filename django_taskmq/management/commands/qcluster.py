@@ -1,6 +1,6 @@
 from django.core.management.base import BaseCommand, CommandError
 
-from django_taskmq.conf import get_settings
+from django_taskmq.conf import MAX_THREADS, get_settings
 from django_taskmq.exceptions import ConfigError
 
 
@@ -12,6 +12,8 @@ class Command(BaseCommand):
                             "packages are always verified with TASKMQ['name']")
         parser.add_argument("-Q", "--queues", help="comma-separated queues to serve; default all")
         parser.add_argument("-w", "--workers", type=int, help="number of workers; default TASKMQ['workers']")
+        parser.add_argument("-t", "--threads", type=int,
+                            help="tasks each worker runs at once, in threads; default TASKMQ['threads']")
         parser.add_argument("--burst", action="store_true", help="drain what is ready, then stop")
 
     def handle(self, *args, **options):
@@ -33,6 +35,8 @@ class Command(BaseCommand):
                 raise CommandError(str(exc)) from exc
         if options["workers"] is not None and options["workers"] < 1:
             raise CommandError("--workers must be at least 1")
+        if options["threads"] is not None and not 1 <= options["threads"] <= MAX_THREADS:
+            raise CommandError(f"--threads must be from 1 to {MAX_THREADS}")
         # Before anything is spawned: a database that is away or not migrated is one line and
         # exit status 1, not a cluster retrying for ever (a running cluster does retry, see outage).
         outage.prepare(settings.database)
@@ -41,9 +45,15 @@ class Command(BaseCommand):
         if problem:
             self.stderr.write(f"qcluster: {problem}")
             raise SystemExit(1)
+        from django_taskmq.checks import connection_budget_problem
+
+        budget = connection_budget_problem(settings.database, options["workers"] or settings.workers,
+                                           options["threads"] or settings.threads)
+        if budget:
+            self.stderr.write(f"qcluster: warning: {budget}")
         # The one place the cluster's broker is chosen; the pusher and the monitor, forked children,
         # each build their own at their entry point.
         status = Sentinel(settings, broker, queues=queues, burst=options["burst"], workers=options["workers"],
-                          name=options["name"]).start()
+                          name=options["name"], threads=options["threads"]).start()
         if status:
             raise SystemExit(status)

@@ -1,0 +1,78 @@
+"""Interrupting one task of a worker that runs several at once (``TASKMQ['threads']`` > 1).
+
+A task past its timeout must stop without taking its sibling tasks down, so the worker cannot be
+killed for it. What Python allows instead:
+
+* a plain function gets :class:`~django_taskmq.exceptions.TaskTimeout` raised in its thread (an
+  asynchronous exception, ``PyThreadState_SetAsyncExc``). It lands at the next Python bytecode the
+  thread runs: a thread blocked in C code (``time.sleep``, a socket read without a timeout, a C
+  extension) only sees it when that call returns;
+* a coroutine function (it runs on an event loop of its own, see
+  :func:`django_taskmq.execution.execute`) has its asyncio task cancelled, which interrupts any
+  ``await``.
+
+A task that does not stop within the sentinel's grace period is *stuck*: the sentinel sends that
+worker no more work, lets its other tasks finish within their own timeouts, then kills it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import ctypes
+import threading
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+from .. import execution as ex
+from ..exceptions import TaskTimeout
+
+
+@dataclass
+class Running:
+    """One task a thread of this worker runs now."""
+
+    job_id: str
+    thread: int  # threading.get_ident() of the thread running it
+    loop: asyncio.AbstractEventLoop | None = None  # for a coroutine: its loop and task
+    task: asyncio.Task | None = None
+    interrupted: bool = False
+
+
+class Interrupts:
+    """The tasks this worker's threads run now, and the means to interrupt each of them."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._running: dict[str, Running] = {}
+
+    @contextlib.contextmanager
+    def running(self, entry: Running) -> Iterator[None]:
+        """Register ``entry`` (a task of the calling thread) for the duration of the block."""
+        with self._lock:
+            self._running[entry.job_id] = entry
+        token = ex.coroutine_started.set(lambda loop, task: self._coroutine(entry, loop, task))
+        try:
+            yield
+        finally:
+            with self._lock:
+                self._running.pop(entry.job_id, None)
+            ex.coroutine_started.reset(token)
+
+    def _coroutine(self, entry: Running, loop: asyncio.AbstractEventLoop, task: asyncio.Task) -> None:
+        with self._lock:
+            entry.loop, entry.task = loop, task
+
+    def interrupt(self, job_id: str) -> bool:
+        """Interrupt the task of ``job_id``; False when no thread runs it (it has just ended)."""
+        with self._lock:
+            entry = self._running.get(job_id)
+            if entry is None:
+                return False
+            entry.interrupted = True
+            if entry.loop is not None and entry.task is not None:
+                entry.loop.call_soon_threadsafe(entry.task.cancel)
+                return True
+            # Under the lock: the thread cannot leave this task (and start another) meanwhile.
+            return ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(entry.thread),
+                                                              ctypes.py_object(TaskTimeout)) == 1
