@@ -70,12 +70,16 @@ class Job(models.Model):
     lease_until = models.FloatField(_("lease until (epoch s)"), null=True, blank=True)
     enqueued_at = models.DateTimeField(default=timezone.now)
     started_at = models.DateTimeField(null=True, blank=True)
+    # When the first execution started (started_at is the latest's); NULL until one ran.
+    first_started_at = models.DateTimeField(_("first execution started"), null=True, blank=True)
     finished_at = models.DateTimeField(null=True, blank=True)
     # The return value as a signed package (see signing.py): read through ``result``, which
     # verifies before it unpickles, so a row written straight into the table runs no code.
     result_package = models.TextField(_("signed result"), null=True, blank=True, editable=False)
     error = models.TextField(blank=True, default="")
     traceback = models.TextField(blank=True, default="")
+    # One entry per failed execution, the newest 20 (policy/attempts.py); NULL until one failed.
+    attempt_log = models.JSONField(_("failed executions"), null=True, blank=True, editable=False)
     group = models.CharField(max_length=100, null=True, blank=True)
     cluster = models.CharField(max_length=100, null=True, blank=True)
     # Flow control (see policy/flow.py): at most concurrency_limit running jobs per key; the

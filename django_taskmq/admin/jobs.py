@@ -24,7 +24,7 @@ from .display import between, duration, monospace, short_time, state_badge
 from .filters import ClusterFilter, GroupFilter, PriorityFilter, QueueFilter
 from .forms import RequeueForm
 
-HEAVY = ("payload", "result_package", "traceback")  # never loaded by a list page
+HEAVY = ("payload", "result_package", "traceback", "attempt_log")  # never loaded by a list page
 RETRYABLE = (State.FAILED, State.DEAD, State.EXPIRED, State.CANCELLED)
 CANCELLABLE = (State.QUEUED, State.RETRYING)
 

@@ -38,6 +38,7 @@ from ..exceptions import ConfigError
 from ..loading import is_django_task, resolve
 from ..models import Job, State
 from ..options import TASK_OPTIONS, validate_options
+from ..policy import attempts as history
 from ..policy.priority import MAX_PRIORITY
 from ..signals import post_execute, pre_execute
 from ..signing import verify
@@ -153,13 +154,12 @@ class TaskMQBackend(BaseTaskBackend):
             priority = task.priority if to_taskmq(task.priority) == job.priority else to_django(job.priority)
         status = STATUS[State(job.state)]
         attempts = job.attempt
-        started = last = job.started_at
+        # The first execution's start (started_at is the latest's; a row from before migration 0008
+        # has only that one).
+        started, last = job.first_started_at or job.started_at, job.started_at
         if running is not None:
             attempts, status, last = attempts + 1, TaskResultStatus.RUNNING, running
             started = started or running
-        errors = []
-        if job.error and job.state != State.SUCCEEDED:
-            errors.append(TaskError(exception_class_path=_exception_path(job.error), traceback=job.traceback))
         finished = job.finished_at if status in FINISHED else None
         if status == TaskResultStatus.FAILED and finished is None:
             finished = job.started_at or job.enqueued_at  # expired or cancelled before it ran
@@ -174,7 +174,7 @@ class TaskMQBackend(BaseTaskBackend):
             args=list(envelope.args),
             kwargs=dict(envelope.kwargs),
             backend=self.alias,
-            errors=errors,
+            errors=_errors(job),
             worker_ids=[job.cluster or job.lease_owner or ""] * attempts,
         )
         if job.state == State.SUCCEEDED:
@@ -185,6 +185,26 @@ class TaskMQBackend(BaseTaskBackend):
         """Return the :class:`TaskContext` of the execution of ``job_id`` starting now (in a worker)."""
         job = Job.objects.using(get_settings().database).get(pk=job_id)
         return TaskContext(task_result=self._result(job, running=timezone.now()))
+
+
+def _errors(job: Job) -> list[TaskError]:
+    """One TaskError per failed execution of ``job``, oldest first (the newest ``policy.attempts.KEEP``).
+
+    They come from the job's attempt history; the newest one carries the job's own traceback,
+    which is kept at full size. A job without a history (its failures recorded before migration
+    0008, or an error that was no execution: a lease that ran out) reports its last error alone,
+    unless it succeeded.
+    """
+    entries = history.entries(job.attempt_log)
+    if not entries:
+        if job.error and job.state != State.SUCCEEDED:
+            return [TaskError(exception_class_path=_exception_path(job.error), traceback=job.traceback)]
+        return []
+    errors = [TaskError(exception_class_path=_exception_path(str(e.get("error") or "")),
+                        traceback=str(e.get("traceback") or "")) for e in entries]
+    if entries[-1].get("attempt") == job.attempt and job.traceback:
+        errors[-1] = TaskError(exception_class_path=errors[-1].exception_class_path, traceback=job.traceback)
+    return errors
 
 
 def _exception_path(error: str) -> str:

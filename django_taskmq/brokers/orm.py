@@ -24,7 +24,7 @@ from django.utils import timezone
 from ..conf import Settings
 from ..exceptions import ConfigError, LeaseLost
 from ..models import Cluster, DeadLetter, IdempotencyKey, Job, QueueState, Schedule, State
-from ..policy import pick
+from ..policy import attempts, pick
 from ..policy.priority import validate_priority
 from ..policy.states import HAS_DELIVERIES_LEFT_SQL, TRANSITIONS, Event, JobState, used_up
 from ..signals import job_dead
@@ -66,6 +66,10 @@ assert _move(Event.YIELD) == GIVE  # defer and yield are the same move
 UNFINISHED = literal(JobState.RETRYING, JobState.RUNNING)  # a burst waits for these, and for...
 RESERVE_FIRST = f"'{JobState.QUEUED.value}'"  # ...queued jobs already visible (not those for later)
 COUNTED = literal(*JobState.READY, JobState.RUNNING, JobState.DEAD)  # the states stats() counts
+# The first execution's start, set by every statement that records an execution (started_at is
+# the latest's); a row from before the column existed falls back on its last known start.
+FIRST_STARTED = "first_started_at = COALESCE(first_started_at, started_at, %s)"
+LOG_FIELD = Job._meta.get_field("attempt_log")
 # A reservation handed back unstarted (defer, yield, a graceful stop): the delivery its claim
 # counted never ran, so it is taken back.
 GIVE_BACK = (f"state = {GIVE.to}, deliveries = deliveries - 1, lease_owner = NULL, lease_token = NULL, "
@@ -439,15 +443,19 @@ class OrmBroker(Broker):
             )
 
     def _bury(self, cursor, jobs: Sequence[tuple[str, str, int, str]], token: str | None,
-              error: str = "", traceback: str = "", started_at: datetime.datetime | None = None) -> int:
+              error: str = "", traceback: str = "", started_at: datetime.datetime | None = None,
+              attempt_log: Any = None) -> int:
         """Dead-letter jobs (id, queue, deliveries, reason): job DEAD plus one DeadLetter row each.
 
         Without ``error`` the job keeps its last error (a crash loop's, say) and its letter carries
-        it. With ``started_at`` the delivery being buried ran: it counts as an execution.
+        it. With ``started_at`` the delivery being buried ran: it counts as an execution, and
+        ``attempt_log`` (the column's new value, see :meth:`_logged`) records its failure.
         """
         finished = self._db_now()
         fence = "AND lease_token = %s" if token else ""
-        ran = ", attempt = attempt + 1, started_at = %s" if started_at else ""
+        ran = f", attempt = attempt + 1, started_at = %s, {FIRST_STARTED}" if started_at else ""
+        if started_at and attempt_log is not None:
+            ran += ", attempt_log = %s"
         last_errors: dict[str, str] = {}
         if not error:
             for part in _chunks([j[0] for j in jobs]):
@@ -455,7 +463,8 @@ class OrmBroker(Broker):
                 last_errors.update(cursor.fetchall())
         buried = []
         for job_id, queue, deliveries, reason in jobs:
-            params = [finished, *([self._adapt(started_at)] if started_at else [])]
+            params = [finished, *([self._adapt(started_at)] * 2 if started_at else [])]
+            params += [attempt_log] if started_at and attempt_log is not None else []
             sets = "error = %s, traceback = %s, " if error else ""
             params += [error, traceback] if error else []
             params += [job_id] + ([token] if token else [])
@@ -521,6 +530,7 @@ class OrmBroker(Broker):
             (
                 seal_result(a.result, name, compress),  # workers send results sealed already
                 adapt(a.started_at or now),
+                adapt(a.started_at or now),
                 adapt(a.finished_at or now),
                 a.reservation.job_id,
                 a.reservation.token,
@@ -529,7 +539,8 @@ class OrmBroker(Broker):
         ]
         with transaction.atomic(using=self.alias), self.connection.cursor() as cursor:
             cursor.executemany(
-                f"UPDATE {JOB} SET state = {ACK.to}, result_package = %s, started_at = %s, finished_at = %s, "
+                f"UPDATE {JOB} SET state = {ACK.to}, result_package = %s, started_at = %s, {FIRST_STARTED}, "
+                f"finished_at = %s, "
                 f"attempt = attempt + 1, lease_owner = NULL, lease_until = NULL, error = '', traceback = '' "
                 f"WHERE id = %s AND lease_token = %s AND state IN {ACK.sources}",
                 rows,
@@ -555,17 +566,22 @@ class OrmBroker(Broker):
         The one poison guard of a failed execution: the deliveries are read under the lease.
         """
         started_at = started_at or timezone.now()
-        with transaction.atomic(using=self.alias):
-            deliveries = self._deliveries(reservation)
+        with self.write_transaction():  # it reads, then writes: the write lock first (SQLite)
+            held = self._held(reservation)
+            deliveries = held[0] if held is not None else None
             if not requeue or (deliveries is not None and used_up(deliveries, reservation.max_deliveries)):
                 reason = (error or "rejected") if not requeue else f"max deliveries exceeded: failed {deliveries} times"
                 buried = self.dead_letter(reservation, reason, error, traceback, started_at=started_at)
                 return BURY.target if buried else None
+            if held is None:
+                self._raise_if_lost(reservation)
+                return None
             retried = self._fenced(
                 reservation,
-                f"state = {RETRY.to}, visible_at = %s, attempt = attempt + 1, started_at = %s, error = %s, "
-                "traceback = %s, lease_owner = NULL, lease_until = NULL",
-                [time.time() + max(delay, 0), self._adapt(started_at), error, traceback],
+                f"state = {RETRY.to}, visible_at = %s, attempt = attempt + 1, started_at = %s, {FIRST_STARTED}, "
+                "error = %s, traceback = %s, attempt_log = %s, lease_owner = NULL, lease_until = NULL",
+                [time.time() + max(delay, 0), self._adapt(started_at), self._adapt(started_at), error, traceback,
+                 self._logged(held, started_at, error, traceback)],
             )
             return RETRY.target if retried else None
 
@@ -574,20 +590,38 @@ class OrmBroker(Broker):
         """Acknowledge a failure (``ack_failures``): the job ends FAILED, no redelivery."""
         adapt = self.connection.ops.adapt_datetimefield_value
         now = timezone.now()
-        return self._fenced(
-            reservation,
-            f"state = {FAIL.to}, error = %s, traceback = %s, started_at = %s, finished_at = %s, "
-            "attempt = attempt + 1, lease_owner = NULL, lease_until = NULL",
-            [error, traceback, adapt(started_at or now), adapt(finished_at or now)],
-        )
+        started_at = started_at or now
+        with self.write_transaction():  # it reads, then writes: the write lock first (SQLite)
+            held = self._held(reservation)
+            if held is None:
+                self._raise_if_lost(reservation)
+                return False
+            return self._fenced(
+                reservation,
+                f"state = {FAIL.to}, error = %s, traceback = %s, started_at = %s, {FIRST_STARTED}, finished_at = %s, "
+                "attempt = attempt + 1, attempt_log = %s, lease_owner = NULL, lease_until = NULL",
+                [error, traceback, adapt(started_at), adapt(started_at), adapt(finished_at or now),
+                 self._logged(held, started_at, error, traceback)],
+            )
 
-    def _deliveries(self, reservation: Reservation) -> int | None:
+    def _held(self, reservation: Reservation) -> tuple[int, int, Any] | None:
+        """Return (deliveries, attempt, attempt_log) of the job while ``reservation`` holds it, else None.
+
+        The one read of a failure's recording: under the lease token only the holder writes these
+        columns, and its fenced update changes nothing if the lease was lost since.
+        """
         return (
             Job.objects.using(self.alias)
             .filter(pk=reservation.job_id, lease_token=reservation.token, state=State.RUNNING)
-            .values_list("deliveries", flat=True)
+            .values_list("deliveries", "attempt", "attempt_log")
             .first()
         )
+
+    def _logged(self, held: tuple[int, int, Any], started_at: datetime.datetime, error: str, traceback: str) -> Any:
+        """Return the ``attempt_log`` column value with this failed execution appended (capped: policy.attempts)."""
+        _, attempt, log = held
+        value = attempts.record(log, attempt + 1, started_at.isoformat(), error, traceback)
+        return LOG_FIELD.get_db_prep_save(value, self.connection)
 
     def defer(self, reservation: Reservation, delay: float = 0) -> bool:
         return self._fenced(reservation, f"{GIVE_BACK}, visible_at = %s", [time.time() + max(delay, 0)])
@@ -641,12 +675,13 @@ class OrmBroker(Broker):
                     started_at: datetime.datetime | None = None) -> bool:
         """See :meth:`Broker.dead_letter`; with ``started_at``, the delivery ran (an execution counts)."""
         with self.write_transaction() as cursor:
-            deliveries = self._deliveries(reservation)
-            if deliveries is None:
+            held = self._held(reservation)
+            if held is None:
                 self._raise_if_lost(reservation)
                 return False
-            return bool(self._bury(cursor, [(reservation.job_id, reservation.queue, deliveries, reason)],
-                                   reservation.token, error, traceback, started_at=started_at))
+            log = self._logged(held, started_at, error, traceback) if started_at else None
+            return bool(self._bury(cursor, [(reservation.job_id, reservation.queue, held[0], reason)],
+                                   reservation.token, error, traceback, started_at=started_at, attempt_log=log))
 
     def dead_letter_package(self, reservation: Reservation, reason: str) -> bool:
         """Dead-letter a package that failed to verify or unpickle (never executed)."""

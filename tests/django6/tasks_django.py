@@ -35,6 +35,20 @@ def fails_first(context):
     return context.attempt
 
 
+class Flaky(Exception):
+    """An exception class of the project's own (its path is reported, not ``builtins.Exception``)."""
+
+
+@task(takes_context=True)
+def fails_twice(context):
+    """Raise KeyError, then Flaky, then succeed on the third execution."""
+    if context.attempt == 1:
+        raise KeyError("first attempt")
+    if context.attempt == 2:
+        raise Flaky("second attempt")
+    return context.attempt
+
+
 @task
 async def async_add(a, b):
     await asyncio.sleep(0)

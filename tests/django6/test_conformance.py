@@ -6,7 +6,9 @@ priorities, ``run_after``, several queues), enqueued through Django's API, run b
 Behavioural cases ported (here and in ``test_tasks_backend.py``) from Django's ``tests/tasks/`` and
 django-tasks-db's suite: enqueue returns a READY result with the args; get_result/refresh/arefresh,
 aenqueue/aget_result; unknown ids raise TaskResultDoesNotExist; return_value raises until
-SUCCESSFUL and after FAILED; errors carry the exception class path and traceback; priority range
+SUCCESSFUL and after FAILED; errors hold one entry per failed execution, oldest first, with its
+exception class path and traceback; started_at is the first execution's start and last_attempted_at
+the latest's (django-tasks-db's per-attempt history); priority range
 and whole numbers, queue_name validation, takes_context needs a ``context`` first argument;
 context.attempt and context.task_result; async tasks with and without context; run_after in the
 past runs and in the future waits; a higher priority runs first; enqueued/started/finished signals
@@ -76,20 +78,22 @@ def test_every_kind_of_task_runs_on_the_cluster_with_every_field_and_signal(tmp_
         "fails": t.explode.enqueue(),
         "async_fails": t.async_explode.enqueue(),
         "retried": t.fails_first.enqueue(),
+        "twice": t.fails_twice.enqueue(),
     }
     signals = burst(tmp_path)
     for r in results.values():
         r.refresh()
     values = {name: r.return_value for name, r in results.items() if r.status == SUCCESSFUL}
     assert values == {"sync": 42, "async": 5, "async_context": 1, "emails": "mail", "queue_a": "a", "past": "past",
-                      "retried": 2,
+                      "retried": 2, "twice": 3,
                       "context": {"attempt": 1, "id": results["context"].id, "status": "RUNNING", "attempts": 1,
                                   "value": "x", "started": True}}
     for name in ("fails", "async_fails"):  # max_deliveries (5) executions, then dead: FAILED
         r = results[name]
         assert r.status == FAILED, name
         assert r.attempts == 5 and len(r.worker_ids) == 5
-        assert r.errors and r.errors[-1].exception_class in (ValueError, RuntimeError)
+        assert len(r.errors) == 5  # one TaskError per failed execution
+        assert {e.exception_class for e in r.errors} == {ValueError if name == "fails" else RuntimeError}
         assert r.finished_at is not None
         with pytest.raises(ValueError):
             r.return_value
@@ -100,10 +104,28 @@ def test_every_kind_of_task_runs_on_the_cluster_with_every_field_and_signal(tmp_
     for name, r in results.items():
         assert r.enqueued_at >= before
         if r.status == SUCCESSFUL:
-            assert r.enqueued_at <= r.started_at <= r.finished_at, name
-            assert r.last_attempted_at == r.started_at and r.worker_ids and all(r.worker_ids), name
-            assert r.errors == [] and r.is_finished
+            assert r.enqueued_at <= r.started_at <= r.last_attempted_at <= r.finished_at, name
+            assert r.worker_ids and all(r.worker_ids) and r.is_finished, name
+            assert len(r.errors) == r.attempts - 1, name  # every execution but the last failed
+        if r.status == FAILED:
+            assert len(r.errors) == r.attempts, name
+        if r.attempts == 1:
+            assert r.last_attempted_at == r.started_at, name
+        elif r.attempts > 1:  # started_at is the first execution's start, last_attempted_at the latest's
+            assert r.started_at < r.last_attempted_at, name
     assert results["retried"].attempts == 2
+    assert [e.exception_class_path for e in results["retried"].errors] == ["builtins.KeyError"]
+    twice = results["twice"]
+    assert twice.attempts == 3
+    assert [e.exception_class_path for e in twice.errors] == ["builtins.KeyError",
+                                                             "tests.django6.tasks_django.Flaky"]
+    assert "first attempt" in twice.errors[0].traceback and "second attempt" in twice.errors[1].traceback
+    assert "second attempt" not in twice.errors[0].traceback
+    # The history says when each failed execution started: the first is the result's started_at.
+    log = Job.objects.get(pk=twice.id).attempt_log
+    assert [e["attempt"] for e in log["attempts"]] == [1, 2] and log["dropped"] == 0
+    starts = [datetime.datetime.fromisoformat(e["started_at"]) for e in log["attempts"]]
+    assert starts[0] == twice.started_at < starts[1] < twice.last_attempted_at
     assert results["emails"].task.queue_name == "emails" and results["queue_a"].task.queue_name == "a"
 
     # task_started in a worker for every execution; task_finished once per finished task, where the
