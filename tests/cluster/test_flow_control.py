@@ -40,10 +40,11 @@ def test_one_key_never_overlaps_across_two_clusters_while_distinct_keys_run_in_p
     assert set(Job.objects.filter(pk__in=one + many).values_list("state", "deliveries")) == {("SUCCEEDED", 1)}
 
 
-def test_a_limit_of_three_runs_three_at_once_and_never_more(cluster):
+@pytest.mark.parametrize("pool", [("-w", "4"), ("-w", "1", "--threads", "8")], ids=["processes", "threads"])
+def test_a_limit_of_three_runs_three_at_once_and_never_more(cluster, pool):
     ids = [async_task(f"{TASKS}.slow", f"three-{i}", 0.1, concurrency_key="reports", concurrency_limit=3)
            for i in range(12)]
-    cluster.burst("-w", "4")
+    cluster.burst(*pool)
     assert most_at_once(cluster.log(), "three-") == 3
     assert set(Job.objects.filter(pk__in=ids).values_list("state", "deliveries")) == {("SUCCEEDED", 1)}
 

@@ -15,7 +15,8 @@ pytestmark = [pytest.mark.cluster, pytest.mark.django_db(transaction=True)]
 TASKS = "tests.cluster.tasks_cluster"
 
 
-def test_chain_runs_links_in_order_and_a_failed_link_stops_it(cluster):
+@pytest.mark.parametrize("threads", ["1", "8"])
+def test_chain_runs_links_in_order_and_a_failed_link_stops_it(cluster, threads):
     async_chain([("tests.tasks.record_run", ("ok1",)), ("tests.tasks.record_run", ("ok2",)),
                  ("tests.tasks.record_run", ("ok3",))], group="good")
     (Chain(group="bad")
@@ -24,7 +25,7 @@ def test_chain_runs_links_in_order_and_a_failed_link_stops_it(cluster):
      .append("tests.tasks.record_run", "bad3")
      .run())
 
-    cluster.burst("-w", "2")
+    cluster.burst("-w", "2", "--threads", threads)
 
     tags = [tag for _, tag in cluster.log()]
     assert [t for t in tags if t.startswith("ok")] == ["ok1", "ok2", "ok3"]
@@ -35,13 +36,14 @@ def test_chain_runs_links_in_order_and_a_failed_link_stops_it(cluster):
     assert bad == {"tests.tasks.record_run": "SUCCEEDED", f"{TASKS}.boom": "DEAD"}
 
 
-def test_hooks_fire_once_per_final_outcome_and_ack_failure_ends_failed(cluster):
+@pytest.mark.parametrize("threads", ["1", "8"])
+def test_hooks_fire_once_per_final_outcome_and_ack_failure_ends_failed(cluster, threads):
     hook = f"{TASKS}.hook"
     ok = async_task("tests.tasks.record_run", "ok", hook=hook)
     redelivered = async_task(f"{TASKS}.boom", "redelivered", hook=hook, max_deliveries=3)
     acked = async_task(f"{TASKS}.boom", "acked", hook=hook, ack_failure=True)
 
-    cluster.burst("-w", "2")
+    cluster.burst("-w", "2", "--threads", threads)
 
     log = cluster.log()
     hooks = collections.Counter((j, t) for j, t in log if t.startswith("hook:"))

@@ -15,37 +15,40 @@ from .conftest import job_states, jobs
 pytestmark = [pytest.mark.cluster, pytest.mark.django_db(transaction=True)]
 
 
-def test_sigterm_finishes_running_tasks_and_returns_unstarted_reservations(cluster):
+@pytest.mark.parametrize("threads", [1, 4])
+def test_sigterm_finishes_running_tasks_and_returns_unstarted_reservations(cluster, threads):
+    """With one thread per worker or four: what runs finishes, what waits goes back uncounted."""
+    running = 2 * threads
     cluster.configure(queue_limit=10)
     gate = cluster.gate("stop")
     ids = enqueue_many("tests.cluster.tasks_cluster.gated", [(f"g{i}", gate) for i in range(30)])
-    qc = cluster.start("-w", "2")
+    qc = cluster.start("-w", "2", "--threads", str(threads))
 
     def started() -> set[str]:
         return {j for j, tag in cluster.log() if tag.startswith("start:")}
 
-    # Two tasks run (held by the gate) and more are reserved, waiting unstarted in the cluster.
-    cluster.wait_until(lambda: len(started()) == 2 and job_states(ids)["RUNNING"] >= 2 + 5,
-                       lambda: f"2 running and 5+ reserved jobs; started {len(started())}, {dict(job_states(ids))}",
-                       alive=[qc])
+    # The tasks run (held by the gate) and more are reserved, waiting unstarted in the cluster.
+    cluster.wait_until(lambda: len(started()) == running and job_states(ids)["RUNNING"] >= running + 5,
+                       lambda: f"{running} running and 5+ reserved jobs; started {len(started())}, "
+                               f"{dict(job_states(ids))}", alive=[qc])
     qc.send(signal.SIGTERM)
     # The stop procedure hands the unstarted reservations back while the running tasks go on...
-    cluster.wait_until(lambda: job_states(ids)["RUNNING"] == 2,
-                       lambda: f"only the 2 running jobs left RUNNING; now {dict(job_states(ids))}", alive=[qc])
-    assert qc.running(), "the cluster exited while two tasks were still running"
+    cluster.wait_until(lambda: job_states(ids)["RUNNING"] == running,
+                       lambda: f"only the {running} running jobs left RUNNING; now {dict(job_states(ids))}", alive=[qc])
+    assert qc.running(), "the cluster exited while tasks were still running"
     # ...and lets them finish before the cluster exits.
     cluster.open(gate)
     code = qc.wait()
     assert code == 0, f"exit status {code} after SIGTERM:\n{qc.output()}"
 
     ran = started()
-    assert len(ran) == 2
+    assert len(ran) == running
     final = jobs(ids)
     for job_id in ran:
         assert (final[job_id].state, final[job_id].deliveries) == ("SUCCEEDED", 1)
     rest = [final[j] for j in ids if j not in ran]
     assert collections.Counter((j.state, j.deliveries, j.lease_owner, j.yields) for j in rest) == {
-        ("QUEUED", 0, None, 0): len(ids) - 2
+        ("QUEUED", 0, None, 0): len(ids) - running
     }, "unstarted jobs are back in the broker with their deliveries unchanged"
     # Each of the two ran once, to its end; nothing else started.
     assert sorted((j, tag.split()[0].split(":")[0]) for j, tag in cluster.log()) == sorted(

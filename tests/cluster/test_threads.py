@@ -151,3 +151,25 @@ def test_a_critical_task_arriving_while_every_thread_is_busy_starts_next(cluster
 
     ran = [job_id for job_id, tag in cluster.log() if job_id in waiting or job_id == critical]
     assert ran[0] == critical, f"the critical task ran {ran.index(critical) + 1}th"
+
+
+def test_recycled_and_max_rss_workers_with_threads_run_every_task_once(cluster):
+    """recycle=7 with 4 threads: workers are replaced after their seventh task while others run
+    beside it; max_rss (1 KiB: every worker is above it after its first task) retires a worker
+    once its running tasks are done. Either way each task runs once, on its first delivery."""
+    ids = enqueue_many(f"{TASKS}.slow", [(f"r{i}", 0.01) for i in range(100)])
+    cluster.configure(recycle=7)
+    cluster.burst("-w", "2", "--threads", "4")
+    assert job_states(ids) == {"SUCCEEDED": 100}
+    assert {j.deliveries for j in jobs(ids).values()} == {1}
+    log = cluster.log()
+    assert starts(log) == dict.fromkeys(ids, 1)
+    # A worker takes at most recycle + threads - 1 tasks (what it was sent before its seventh ended).
+    assert len({pid for pids in start_pids(log).values() for pid in pids}) >= 100 // (7 + 4 - 1)
+
+    more = enqueue_many(f"{TASKS}.slow", [(f"m{i}", 0.01) for i in range(40)])
+    cluster.configure(recycle=500, max_rss=1)
+    cluster.burst("-w", "2", "--threads", "4")
+    assert job_states(more) == {"SUCCEEDED": 40}
+    assert {j.deliveries for j in jobs(more).values()} == {1}
+    assert len({pid for job_id in more for pid in start_pids(cluster.log())[job_id]}) > 2
