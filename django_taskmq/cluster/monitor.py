@@ -22,7 +22,8 @@ from .messages import END_OF_RESULTS, load_outcomes
 logger = logging.getLogger(__name__)
 
 BATCH = 500
-GATHER = 0.005  # seconds the monitor waits for more outcomes before recording a batch
+GATHER = 0.005  # seconds the monitor waits for more outcomes before recording a batch, when busy
+BUSY = 0.05  # outcomes arrived within this many seconds of the last recording: the cluster is busy
 PRUNE_EVERY = 1.0  # seconds between pruning rounds
 PRUNE_BUDGET = 0.1  # seconds a round may spend deleting (short deletes keep SQLite's write lock free)
 
@@ -55,6 +56,7 @@ class Monitor:
         # While the database is away: one line every few seconds with a count, not a traceback a try.
         self.failures = outage.FailureLog("monitor", logger)
         self.last_prune = time.monotonic()
+        self.last_record = 0.0  # monotonic time the last batch was taken
         self.parent = os.getppid()
         self.stopping = False  # the end mark arrived: record what was gathered, then exit
 
@@ -76,9 +78,12 @@ class Monitor:
         except queue_module.Empty:
             return []
         parts = [first]
-        # Gather for a few milliseconds: one commit for many outcomes leaves the database's write
-        # lock to the pusher's claims most of the time (SQLite has one writer).
-        gather_until = time.monotonic() + GATHER
+        # Busy: gather for a few milliseconds, so one commit records many outcomes and leaves the
+        # database's write lock to the pusher's claims most of the time (SQLite has one writer).
+        # Idle (the first outcome in a while): record what is there at once, for latency.
+        now = time.monotonic()
+        gather_until = now + GATHER if now - self.last_record < BUSY else now
+        self.last_record = now
         while len(parts) < BATCH:
             try:
                 parts.append(self.results.get(timeout=max(gather_until - time.monotonic(), 0)))
@@ -121,6 +126,7 @@ class Monitor:
         if time.monotonic() - self.last_prune <= PRUNE_EVERY:
             return
         self.last_prune = time.monotonic()
+        self.last_record = 0.0  # monotonic time the last batch was taken
         try:
             deadline = time.monotonic() + PRUNE_BUDGET
             while self.broker.prune(self.settings.save_limit) and time.monotonic() < deadline:
