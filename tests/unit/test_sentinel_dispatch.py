@@ -136,3 +136,54 @@ def test_a_task_whose_send_fails_goes_back_and_reaches_the_next_idle_worker(harn
     assert list(healthy.running) == ["urgent"]
     assert harness.received() == [None, "urgent"]
     assert harness.waiting() == ["normal"]
+
+
+def test_with_threads_each_worker_gets_tasks_until_its_threads_are_full_one_per_round(harness):
+    """3 threads, 2 workers, 7 waiting: the most urgent go out alternately, 6 in all; one waits."""
+    harness.sentinel.threads = 3
+    first, second = harness.add_slot(), harness.add_slot()
+    harness.push(*(ticket(f"t{i}", 9 - i) for i in range(7)))
+
+    harness.sentinel._dispatch()
+
+    assert list(first.running) == ["t0", "t2", "t4"] and list(second.running) == ["t1", "t3", "t5"]
+    assert harness.waiting() == ["t6"]
+    assert [harness.worker_ends[0].recv_bytes() for _ in range(3)] == [b"t0", b"t2", b"t4"]
+
+
+def test_a_worker_not_ready_yet_gets_nothing(harness):
+    harness.sentinel.threads = 2
+    spawning, ready = harness.add_slot(), harness.add_slot()
+    spawning.ready = False
+    harness.push(ticket("a", 0), ticket("b", 0), ticket("c", 0))
+
+    harness.sentinel._dispatch()
+
+    assert (list(spawning.running), list(ready.running), harness.waiting()) == ([], ["a", "b"], ["c"])
+
+
+def test_with_threads_a_task_past_its_timeout_is_cancelled_then_its_worker_is_marked_stuck(harness):
+    """The worker is asked to interrupt the task (a cancel frame naming it); a task still running
+    CANCEL_GRACE seconds later makes the worker take no more work while its other task runs on."""
+    from django_taskmq.cluster import sentinel as sentinel_module
+    from django_taskmq.cluster.messages import cancel_frame
+
+    harness.sentinel.threads = 4
+    slot = harness.add_slot()
+    late = Ticket(ticket("late", 0).reservation, 1.0, b"late")
+    now = 1000.0
+    slot.running["late"] = Running(late, started=now - 1.5)
+    slot.running["fine"] = Running(ticket("fine", 0), started=now - 1.5)
+
+    harness.sentinel._enforce_timeouts(slot, now)
+    assert harness.worker_ends[0].recv_bytes() == cancel_frame("late")
+    assert slot.running["late"].cancelled == now and not slot.stuck
+
+    harness.sentinel._enforce_timeouts(slot, now + sentinel_module.CANCEL_GRACE / 2)
+    assert not harness.worker_ends[0].poll(0) and not slot.stuck  # asked once; still within the grace
+
+    harness.sentinel._enforce_timeouts(slot, now + sentinel_module.CANCEL_GRACE + 0.1)
+    assert slot.stuck and set(slot.running) == {"late", "fine"}  # "fine" has no timeout: it runs on
+    harness.push(ticket("new", 0))
+    harness.sentinel._dispatch()
+    assert harness.waiting() == ["new"]
