@@ -24,7 +24,8 @@ logger = logging.getLogger(__name__)
 
 CHANNEL = "taskmq_job"
 SQLITE_CHECK = 0.01  # seconds between data_version reads where inotify is missing
-AFTER_WRITE = 0.002  # seconds before looking again when a write was seen but not yet committed
+AFTER_WRITE = 0.002  # seconds to watch for the commit of a write seen in the WAL ...
+AFTER_WRITE_LOOKS = 8  # ... in this many looks
 
 
 class Waker:
@@ -76,12 +77,20 @@ class Waker:
             remaining = deadline - time.monotonic()
             if remaining <= 0 or (pipe is not None and pipe.poll(0)):
                 return
-            if self._watch is not None and not self._watch.wait(remaining, pipe):
+            if self._watch is None:
+                time.sleep(min(SQLITE_CHECK, remaining))
                 continue
-            # Polling, or a write seen in the WAL whose commit may not be finished yet (the
-            # commit itself shows in the shared memory index, which inotify does not report):
-            # look again shortly.
-            time.sleep(min(AFTER_WRITE if self._watch is not None else SQLITE_CHECK, max(remaining, 0)))
+            if not self._watch.wait(remaining, pipe):
+                continue
+            # A write seen in the WAL: its commit shows in the shared memory index, which inotify
+            # does not report, a moment later. Look a few times in quick succession.
+            for _ in range(AFTER_WRITE_LOOKS):
+                time.sleep(AFTER_WRITE / AFTER_WRITE_LOOKS)
+                version = raw.execute("PRAGMA data_version").fetchone()[0]
+                if version != self._version:
+                    self._version = version
+                    self.woken = True
+                    return
 
     def _wait_notify(self, timeout: float, pipe: Connection | None) -> None:
         raw = self.connection.connection
