@@ -27,8 +27,8 @@ class Cluster:
     """
 
     def __init__(self, python: str, project_dir: Path, env: dict[str, str], log_path: Path,
-                 extra_args: tuple[str, ...] = ()) -> None:
-        self.argv = [python, str(project_dir / "manage.py"), "qcluster", *extra_args]
+                 extra_args: tuple[str, ...] = (), argv: list[str] | None = None) -> None:
+        self.argv = argv or [python, str(project_dir / "manage.py"), "qcluster", *extra_args]
         self.cwd = project_dir
         self.env = env
         self.log_path = log_path
@@ -172,6 +172,34 @@ def sample_tree_cpu(root: int, seconds: float, interval: float = 0.5) -> dict:
     used = sum(last[pid] - first[pid] for pid in last)
     return {"cpu_seconds": used, "wall_seconds": wall, "cpu_percent": 100.0 * used / wall,
             "processes": len(last)}
+
+
+def tree_cpu_total(root: int) -> float:
+    """Return the CPU seconds used so far by the tree under ``root``, exited members included.
+
+    Sum over the live tree (zombies too) of utime + stime + cutime + cstime: a process that
+    exited and was reaped by its parent is in that parent's cutime/cstime; one not reaped yet
+    still has its own stat. So every process of the tree counts once, whatever forked, exited
+    or was recycled in between (only a process orphaned to init is lost).
+    """
+    children: dict[int, list[int]] = {}
+    stats: dict[int, list[str]] = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            fields = _read_stat(int(entry))
+            if fields:
+                stats[int(entry)] = fields
+                children.setdefault(int(fields[1]), []).append(int(entry))
+    total, todo = 0, [root]
+    while todo:
+        pid = todo.pop()
+        fields = stats.get(pid)
+        if fields is None:
+            continue
+        # utime, stime, cutime, cstime: fields 14-17 of /proc/<pid>/stat
+        total += sum(int(f) for f in fields[11:15])
+        todo.extend(children.get(pid, ()))
+    return total / CLOCK_TICKS
 
 
 def _status_kb(pid: int, key: str, path: str = "status") -> int | None:

@@ -12,6 +12,7 @@ import shutil
 import sqlite3
 import subprocess
 import sys
+import time
 
 from benchdb import pg_params
 from systems import WORK_DIR, System
@@ -28,9 +29,23 @@ def _template_name(system: System) -> str:
     return f"{system.pg_database}_template"
 
 
+def _redis(db: int):
+    import redis
+
+    return redis.Redis(host=os.environ.get("BENCH_REDIS_HOST", "127.0.0.1"),
+                       port=int(os.environ.get("BENCH_REDIS_PORT", "6379")), db=db)
+
+
+def _redis_dbs() -> tuple[int, int]:
+    return (int(os.environ.get("BENCH_REDIS_BROKER_DB", "10")),
+            int(os.environ.get("BENCH_REDIS_RESULT_DB", "11")))
+
+
 def database_env(system: System, engine: str) -> dict[str, str]:
     """Return the BENCH_* variables that point the project at its live database."""
     env = {"BENCH_ENGINE": engine}
+    if engine == "redis":
+        return {}
     if engine == "sqlite":
         env["BENCH_SQLITE_PATH"] = str(_sqlite_paths(system)[0])
     else:
@@ -70,6 +85,8 @@ def _migrate(system: System, env: dict[str, str]) -> None:
 
 
 def template_exists(system: System, engine: str) -> bool:
+    if engine == "redis":
+        return True
     if engine == "sqlite":
         return _sqlite_paths(system)[1].exists()
     rows = _pg_admin(f"SELECT 1 FROM pg_database WHERE datname = '{_template_name(system)}'")
@@ -78,6 +95,8 @@ def template_exists(system: System, engine: str) -> bool:
 
 def prepare_template(system: System, engine: str) -> None:
     """Create the template database from scratch and run the project's migrations."""
+    if engine == "redis":
+        return  # nothing to migrate: fresh_database flushes the two Redis databases
     if engine == "sqlite":
         SQLITE_DIR.mkdir(parents=True, exist_ok=True)
         template = _sqlite_paths(system)[1]
@@ -98,6 +117,10 @@ def prepare_template(system: System, engine: str) -> None:
 
 def fresh_database(system: System, engine: str) -> None:
     """Replace the live database with a copy of the template."""
+    if engine == "redis":
+        for db in _redis_dbs():
+            _redis(db).flushdb()
+        return
     if not template_exists(system, engine):
         prepare_template(system, engine)
     if engine == "sqlite":
@@ -115,5 +138,58 @@ def server_info(engine: str) -> dict:
     """Return the database engine's version as seen from this venv."""
     if engine == "sqlite":
         return {"sqlite": sqlite3.sqlite_version}
+    if engine == "redis":
+        return {"redis": _redis(_redis_dbs()[0]).info("server").get("redis_version")}
     rows = _pg_admin("SHOW server_version")
     return {"postgresql": rows[0][0]}
+
+
+RAW_PAYLOAD = "x" * 200  # about the size of a small signed job package
+
+
+def raw_commit_rate(system: System, engine: str, n: int) -> dict:
+    """Single-row INSERT + COMMIT, ``n`` times, on the system's live database: the ceiling
+    a single enqueue (one commit each) can approach on this machine, measured in the same
+    workload run. No Django: the database's own driver, one connection, a new table.
+
+    SQLite: the live file (WAL, the default ``synchronous``), ``BEGIN IMMEDIATE`` like a
+    writer that wants the lock at once. PostgreSQL: psycopg, default ``synchronous_commit``.
+    Redis (Celery): one ``RPUSH`` per call, the round trip a send costs at least.
+    """
+    warmup = 10
+    if engine == "sqlite":
+        conn = sqlite3.connect(_sqlite_paths(system)[0], isolation_level=None, timeout=20)
+        conn.execute("CREATE TABLE bench_raw (id INTEGER PRIMARY KEY, payload TEXT)")
+
+        def one():
+            conn.execute("BEGIN IMMEDIATE")
+            conn.execute("INSERT INTO bench_raw (payload) VALUES (?)", (RAW_PAYLOAD,))
+            conn.execute("COMMIT")
+        close = conn.close
+    elif engine == "postgresql":
+        import psycopg
+
+        conn = psycopg.connect(dbname=system.pg_database, **pg_params())
+        conn.execute("CREATE TABLE bench_raw (id bigserial PRIMARY KEY, payload text)")
+        conn.commit()
+
+        def one():
+            conn.execute("INSERT INTO bench_raw (payload) VALUES (%s)", (RAW_PAYLOAD,))
+            conn.commit()
+        close = conn.close
+    else:
+        client = _redis(_redis_dbs()[0])
+
+        def one():
+            client.rpush("bench_raw", RAW_PAYLOAD)
+        close = client.close
+    try:
+        for _ in range(warmup):
+            one()
+        t0 = time.perf_counter()
+        for _ in range(n):
+            one()
+        seconds = time.perf_counter() - t0
+    finally:
+        close()
+    return {"n": n, "seconds": seconds, "commits_per_s": n / seconds}

@@ -1,12 +1,18 @@
-"""Bar chart of drain throughput by system and engine (runs in the ``tools`` venv).
+"""The plots of a results folder (runs in the ``tools`` venv, which has matplotlib).
 
-Usage: ``.work/venv-tools/bin/python benchmarks/plot.py results.json [more.json ...] out.png``
-(several results files are merged, e.g. one per engine).
+Usage: ``.work/venv-tools/bin/python benchmarks/plot.py benchmarks/results/<folder>/``
+(``run.py`` calls it at the end). Writes into the folder:
+
+* ``throughput-vs-n.png``: drain throughput (including start-up, and after the first job)
+  against the number of jobs, per system and engine; median and min–max of the runs;
+* ``latency-cdf.png``: the distribution of enqueue call → result visible over every sample of
+  every run, per system and engine;
+* ``cpu-per-1000.png``: CPU seconds per 1000 jobs of the cluster's processes (drain after the
+  first job, the largest N), median and min–max.
 """
 
 from __future__ import annotations
 
-import json
 import sys
 from pathlib import Path
 
@@ -15,42 +21,121 @@ import matplotlib
 matplotlib.use("Agg")  # no display on a server
 import matplotlib.pyplot as plt  # noqa: E402
 
-from report import aggregate, merge  # noqa: E402
+from report import ENGINE_LABELS, _engines_present, _values, load_folder  # noqa: E402
 from systems import SYSTEMS  # noqa: E402
 
+ENGINE_STYLE = {"sqlite": "-", "postgresql": "--", "redis": ":"}
+SHORT = {"sqlite": "SQLite", "postgresql": "PostgreSQL", "redis": "Redis"}
 
-def plot(results: dict, out: Path) -> None:
-    agg = aggregate(results["records"])
-    engines = results["engines"]
-    systems = [s for s in results["systems"] if s in SYSTEMS]
-    width = 0.8 / max(len(systems), 1)
-    fig, ax = plt.subplots(figsize=(7, 4.2), dpi=120)
-    highest, lowest = 0.0, float("inf")
-    for i, system in enumerate(systems):
-        medians, errors = [], [[], []]
-        for engine in engines:
-            s = agg.get((engine, system, "drain", "jobs_per_s"))
-            median = s["median"] if s else 0.0
-            medians.append(median)
-            errors[0].append(median - s["min"] if s else 0)
-            errors[1].append(s["max"] - median if s else 0)
-            if s:
-                highest, lowest = max(highest, s["max"]), min(lowest, s["min"])
-        xs = [e + (i - (len(systems) - 1) / 2) * width for e in range(len(engines))]
-        bars = ax.bar(xs, medians, width, yerr=errors, capsize=3, label=SYSTEMS[system].label)
-        ax.bar_label(bars, labels=[f"{m:.0f}" if m else "" for m in medians], fontsize=8, padding=2)
-    # A tenfold gap is the point of the chart: switch to a log axis when bars differ that much.
-    if highest and lowest < float("inf") and highest / max(lowest, 1e-9) > 20:
+
+def _series(data):
+    for system in data["systems"]:
+        if system not in SYSTEMS:
+            continue
+        for engine in SYSTEMS[system].engines_for(data["engines"]):
+            if engine in _engines_present(data):
+                yield system, engine
+
+
+def _colors(data):
+    cycle = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+    return {s: cycle[i % len(cycle)] for i, s in enumerate(s for s in data["systems"] if s in SYSTEMS)}
+
+
+def throughput(data, out: Path) -> None:
+    sizes = {"drain": data["options"]["n"], "drain_large": data["options"]["large_n"]}
+    colors = _colors(data)
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4.5), dpi=110, sharey=True)
+    for ax, key, title in ((axes[0], "jobs_per_s", "including start-up"),
+                           (axes[1], "steady_jobs_per_s", "after the first job")):
+        for system, engine in _series(data):
+            xs, ys, lo, hi = [], [], [], []
+            for workload, n in sizes.items():
+                s, _ = _values(data, engine, system, workload, key)
+                if s:
+                    xs.append(n)
+                    ys.append(s["median"])
+                    lo.append(s["median"] - s["min"])
+                    hi.append(s["max"] - s["median"])
+            if xs:
+                ax.errorbar(xs, ys, yerr=[lo, hi], marker="o", capsize=3, color=colors[system],
+                            linestyle=ENGINE_STYLE[engine], label=f"{system} ({SHORT[engine]})")
+        ax.set_xscale("log")
         ax.set_yscale("log")
-    ax.set_xticks(range(len(engines)), engines)
-    ax.set_ylabel("jobs/s (median, min–max)")
-    n = results["options"]["n"]
-    ax.set_title(f"Drain {n} queued no-op jobs, 2 workers (incl. start-up)")
-    ax.legend(fontsize=8)
+        ax.set_xlabel("jobs queued before the cluster starts (N)")
+        ax.set_title(f"Drain, {title}")
+        ax.grid(True, which="both", alpha=0.3)
+    axes[0].set_ylabel("jobs/s (median, min–max)")
+    axes[1].legend(fontsize=7, loc="best")
+    fig.suptitle("Throughput against N: no-op jobs, 2 workers", fontsize=11)
     fig.tight_layout()
     fig.savefig(out)
+    plt.close(fig)
+
+
+def latency_cdf(data, out: Path) -> None:
+    colors = _colors(data)
+    fig, ax = plt.subplots(figsize=(8, 4.8), dpi=110)
+    plotted = False
+    for system, engine in _series(data):
+        samples = []
+        for rec in data["records"]:
+            if rec.get("ok") and rec["workload"] == "latency" and rec["system"] == system and rec["engine"] == engine:
+                samples += (rec.get("details") or {}).get("visible_ms") or []
+        if not samples:
+            continue
+        samples.sort()
+        ys = [(i + 1) / len(samples) for i in range(len(samples))]
+        ax.step(samples, ys, where="post", color=colors[system], linestyle=ENGINE_STYLE[engine],
+                label=f"{system} ({SHORT[engine]}, {len(samples)} jobs)")
+        plotted = True
+    if plotted:
+        ax.set_xscale("log")
+    ax.set_xlabel("enqueue call → result visible (ms, log scale)")
+    ax.set_ylabel("fraction of jobs")
+    ax.set_title("Latency distribution on an idle cluster (all runs pooled)")
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend(fontsize=7, loc="lower right")
+    fig.tight_layout()
+    fig.savefig(out)
+    plt.close(fig)
+
+
+def cpu(data, out: Path) -> None:
+    workload = "drain_large" if "drain_large" in data["workloads"] else "drain"
+    n = data["options"]["large_n" if workload == "drain_large" else "n"]
+    colors = _colors(data)
+    labels, values, errs, cols = [], [], [[], []], []
+    for system, engine in _series(data):
+        s, _ = _values(data, engine, system, workload, "steady_cpu_s_per_1000")
+        if s is None:
+            s, _ = _values(data, engine, system, "drain", "steady_cpu_s_per_1000")
+        if s is None:
+            continue
+        labels.append(f"{system}\n{SHORT[engine]}")
+        values.append(s["median"])
+        errs[0].append(s["median"] - s["min"])
+        errs[1].append(s["max"] - s["median"])
+        cols.append(colors[system])
+    fig, ax = plt.subplots(figsize=(max(6, 0.9 * len(labels) + 2), 4.5), dpi=110)
+    bars = ax.bar(range(len(values)), values, yerr=errs, capsize=3, color=cols)
+    ax.bar_label(bars, labels=[f"{v:.2f}" for v in values], fontsize=7, padding=2)
+    ax.set_xticks(range(len(labels)), labels, fontsize=7)
+    ax.set_ylabel("CPU seconds per 1000 jobs (median, min–max)")
+    ax.set_title(f"CPU of all the cluster's processes, drain N={n} after the first job")
+    if values and max(values) / max(min(values), 1e-9) > 30:
+        ax.set_yscale("log")
+    fig.tight_layout()
+    fig.savefig(out)
+    plt.close(fig)
+
+
+def main(folder: Path) -> None:
+    data = load_folder(folder)
+    throughput(data, folder / "throughput-vs-n.png")
+    latency_cdf(data, folder / "latency-cdf.png")
+    cpu(data, folder / "cpu-per-1000.png")
 
 
 if __name__ == "__main__":
-    *inputs, output = sys.argv[1:]
-    plot(merge([json.loads(Path(p).read_text()) for p in inputs]), Path(output))
+    main(Path(sys.argv[1]))

@@ -1,19 +1,28 @@
-"""Turn raw results into min/median/max per metric, ratios, a text and a markdown table.
+"""Turn raw results into tables; generate ``benchmarks/RESULTS.md`` from the results folders.
 
-Stdlib only. Re-render saved results (several files are merged, e.g. one per engine)::
+Stdlib only::
 
-    python3 benchmarks/report.py .work/results-A.json [.work/results-B.json ...] > table.md
+    python3 benchmarks/report.py                       # regenerate benchmarks/RESULTS.md
+    python3 benchmarks/report.py --check               # exit 1 if RESULTS.md is not what it generates
+    python3 benchmarks/report.py benchmarks/results/2026-12-01-abc1234/   # one folder, to stdout
+    python3 benchmarks/report.py old-results.json [...]  # a results file of the older format
+
+A results folder (``run.py`` writes it) holds ``session.json`` and ``runs/*.json``, one file
+per workload run. Every figure in RESULTS.md is computed here from those files (and from the
+older raw files in ``benchmarks/results/``); nothing in it is typed by hand.
 """
 
 from __future__ import annotations
 
+import contextlib
+import io
 import json
 import statistics
 import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from systems import BASELINES, SUBJECT, SYSTEMS
+from systems import BASELINES, BENCH_DIR, RESULTS_DIR, SUBJECT, SYSTEMS
 
 
 @dataclass(frozen=True)
@@ -25,7 +34,8 @@ class Metric:
     better: str | None  # "higher", "lower", or None for information only
 
 
-METRICS = (
+# The first rounds' metrics (results files of format 1, e.g. architecture-*.json).
+METRICS = LEGACY_METRICS = (
     Metric("enqueue", "jobs_per_s", "enqueue one at a time", "jobs/s", "higher"),
     Metric("bulk", "jobs_per_s", "bulk enqueue", "jobs/s", "higher"),
     Metric("drain", "jobs_per_s", "drain N queued (incl. start-up)", "jobs/s", "higher"),
@@ -227,14 +237,501 @@ def merge(all_results: list[dict]) -> dict:
     return merged
 
 
-if __name__ == "__main__":
-    if len(sys.argv) < 2:
-        sys.exit("usage: python3 benchmarks/report.py results-A.json [results-B.json ...] "
-                 "(several files: e.g. one per engine)")
+
+# =========================================================================== results folders
+# (format 2: run.py writes session.json and runs/*.json; the figures of issue 12)
+
+ENGINE_LABELS = {"sqlite": "SQLite", "postgresql": "PostgreSQL", "redis": "Redis (Celery only)"}
+
+# (workload, key, label, unit, better)
+FOLDER_METRICS = {
+    "Enqueue": (
+        Metric("enqueue", "jobs_per_s", "Enqueue, one call at a time (N)", "jobs/s", "higher"),
+        Metric("enqueue", "raw_commits_per_s", "Raw single-row INSERT + COMMIT on the same database, same run "
+               "(Redis: one RPUSH)", "/s", "higher"),
+        Metric("enqueue", "pct_of_raw", "Single enqueue as % of the raw commit rate", "%", "higher"),
+        Metric("bulk", "jobs_per_s", "Bulk enqueue with the system's bulk API (one call)", "jobs/s", "higher"),
+        Metric("bulk", "chunks_calls_per_s", "Celery `chunks` (100 calls per message), for information only",
+               "calls/s", None),
+    ),
+    "Drain": (
+        Metric("drain", "jobs_per_s", "Drain N, including start-up (exec to last result)", "jobs/s", "higher"),
+        Metric("drain", "steady_jobs_per_s", "Drain N, after the first job", "jobs/s", "higher"),
+        Metric("drain_large", "jobs_per_s", "Drain LARGE_N, including start-up", "jobs/s", "higher"),
+        Metric("drain_large", "steady_jobs_per_s", "Drain LARGE_N, after the first job", "jobs/s", "higher"),
+    ),
+    "Latency on an idle cluster": (
+        Metric("latency", "visible_p50_ms", "Enqueue call → result visible, p50", "ms", "lower"),
+        Metric("latency", "visible_p99_ms", "Enqueue call → result visible, p99", "ms", "lower"),
+        Metric("latency", "start_p50_ms", "Enqueue call → task start, p50", "ms", "lower"),
+        Metric("latency", "start_after_commit_p50_ms", "Enqueue call's return (commit done) → task start, p50",
+               "ms", "lower"),
+        Metric("latency", "start_after_commit_p99_ms", "Enqueue call's return (commit done) → task start, p99",
+               "ms", "lower"),
+    ),
+    "Start-up": (
+        Metric("startup", "ready_ms", "Exec of the cluster/worker → start of a job queued before", "ms", "lower"),
+        Metric("burst", "burst_s", "Burst of one job, exec to exit (`qcluster --burst`, `db_worker --batch`)",
+               "s", "lower"),
+    ),
+    "CPU per 1000 jobs (all processes of the cluster, exited ones included)": (
+        Metric("drain", "cpu_s_per_1000", "Drain N, exec to drained", "CPU s", "lower"),
+        Metric("drain", "steady_cpu_s_per_1000", "Drain N, after the first job", "CPU s", "lower"),
+        Metric("drain_large", "cpu_s_per_1000", "Drain LARGE_N, exec to drained", "CPU s", "lower"),
+        Metric("drain_large", "steady_cpu_s_per_1000", "Drain LARGE_N, after the first job", "CPU s", "lower"),
+    ),
+    "SCALE_ROWS finished rows in the table": (
+        Metric("scale", "jobs_per_s", "Drain N, including start-up", "jobs/s", "higher"),
+        Metric("scale", "steady_jobs_per_s", "Drain N, after the first job", "jobs/s", "higher"),
+        Metric("scale", "visible_p50_ms", "Enqueue call → result visible, p50 (after the drain)", "ms", "lower"),
+        Metric("scale", "visible_p99_ms", "Enqueue call → result visible, p99 (after the drain)", "ms", "lower"),
+    ),
+    "Older workloads (first round)": tuple(m for m in LEGACY_METRICS if m.workload in ("mixed", "idle_cpu", "rss")),
+}
+
+
+def load_folder(folder: Path) -> dict:
+    """Return session.json of ``folder`` with its runs (``records``, in run order) and name."""
+    folder = Path(folder)
+    data = json.loads((folder / "session.json").read_text())
+    records = [json.loads(p.read_text()) for p in sorted((folder / "runs").glob("*.json"))]
+    data["records"] = sorted(records, key=lambda r: r.get("seq", 0))
+    data["folder"] = folder
+    return data
+
+
+def _values(data: dict, engine: str, system: str, workload: str, key: str):
+    """Return (stats over the ok runs, reason when the system reported n/a)."""
+    values, reason = [], None
+    for rec in data["records"]:
+        if (rec.get("ok") and rec["engine"] == engine and rec["system"] == system
+                and rec["workload"] == workload):
+            value = (rec.get("metrics") or {}).get(key)
+            if value is not None:
+                values.append(value)
+            elif (rec.get("details") or {}).get("na"):
+                reason = rec["details"]["na"]
+    return stats(values), reason
+
+
+def folder_cell(data: dict, engine: str, system: str, m: Metric) -> str:
+    engines = SYSTEMS[system].engines_for(data["engines"]) if system in SYSTEMS else data["engines"]
+    if engine not in engines:
+        return "—"
+    if m.workload not in data["workloads"]:
+        return "not run"
+    s, reason = _values(data, engine, system, m.workload, m.key)
+    if s is None and m.better is None:
+        return "—"  # information only, measured for some systems
+    if s is None:
+        if reason:
+            return f"n/a: {reason}"
+        failed = [r for r in data["records"] if r["engine"] == engine and r["system"] == system
+                  and r["workload"] == m.workload and not r.get("ok")]
+        return "n/a: every run failed" if failed else "n/a"
+    text = cell(s)
+    rounds = data["options"].get("runs", 1)
+    if s["runs"] < rounds:
+        text += f" [{s['runs']} of {rounds} runs]"
+    return text
+
+
+def _engines_present(data: dict) -> list[str]:
+    present = {r["engine"] for r in data["records"]}
+    return [e for e in ENGINE_LABELS if e in present]
+
+
+def _label(m: Metric, data: dict) -> str:
+    o = data["options"]
+    return (m.label.replace("LARGE_N", f"N={o.get('large_n')}").replace("(N)", f"(N={o.get('n')})")
+            .replace("Drain N,", f"Drain N={o.get('n')},"))
+
+
+def metric_tables(data: dict) -> list[str]:
+    engines = _engines_present(data)
+    systems = [s for s in data["systems"] if s in SYSTEMS]
+    lines = []
+    for group, metrics in FOLDER_METRICS.items():
+        metrics = [m for m in metrics if m.workload in data["workloads"]]
+        if not metrics:
+            continue
+        title = group.replace("SCALE_ROWS", f"{data['options'].get('scale_rows', 0):,}")
+        lines += ["", f"### {title}"]
+        for m in metrics:
+            row_cells = {s: [folder_cell(data, e, s, m) for e in engines] for s in systems}
+            if all(c in ("—", "not run") or c.startswith("n/a") for cs in row_cells.values() for c in cs) \
+                    and m.better is None:
+                continue
+            arrow = {"higher": " (higher is better)", "lower": " (lower is better)"}.get(m.better, "")
+            lines += ["", f"**{_label(m, data)}**, {m.unit}{arrow}", "",
+                      "| system | " + " | ".join(ENGINE_LABELS[e] for e in engines) + " |",
+                      "|---|" + "---|" * len(engines)]
+            notes: list[str] = []
+            for system in systems:
+                shown = []
+                for c in row_cells[system]:
+                    if c.startswith("n/a: "):
+                        reason = c[len("n/a: "):]
+                        if reason not in notes:
+                            notes.append(reason)
+                        c = f"n/a ({notes.index(reason) + 1})"
+                    shown.append(c)
+                lines.append(f"| {SYSTEMS[system].label} | " + " | ".join(shown) + " |")
+            if notes:
+                lines += [""] + [f"({i}) {reason}  " for i, reason in enumerate(notes, 1)]
+    return lines
+
+
+def _median(data, engine, system, workload, key):
+    s, _ = _values(data, engine, system, workload, key)
+    return s["median"] if s else None
+
+
+def target_table(data: dict) -> list[str]:
+    """Issue 12's targets against django_taskmq's medians (computed, never typed)."""
+    if SUBJECT not in data["systems"]:
+        return []
+    engines = [e for e in ("sqlite", "postgresql") if e in data["engines"]]
+    o = data["options"]
+
+    def med(engine, workload, key, system=SUBJECT):
+        return _median(data, engine, system, workload, key)
+
+    def check(value, op, limit):
+        if value is None:
+            return None
+        return value >= limit if op == ">=" else value <= limit
+
+    rows = []  # (target, {engine: (value text, met)})
+
+    def add(target, per_engine):
+        rows.append((target, per_engine))
+
+    def simple(target, workload, key, op, limits, unit, fmt_value=fmt):
+        per = {}
+        for e, limit in zip(("sqlite", "postgresql"), limits):
+            if e in engines:
+                v = med(e, workload, key)
+                per[e] = (f"{fmt_value(v)} {unit}" if v is not None else "n/a", check(v, op, limit))
+        add(target, per)
+
+    n, large = o.get("n"), o.get("large_n")
+    simple(f"Drain after the first job ≥ 10,000 / 6,000 jobs/s (N={n})", "drain", "steady_jobs_per_s",
+           ">=", (10000, 6000), "jobs/s")
+    simple(f"Drain after the first job ≥ 10,000 / 6,000 jobs/s (N={large})", "drain_large", "steady_jobs_per_s",
+           ">=", (10000, 6000), "jobs/s")
+    simple(f"Drain including start-up ≥ 7,000 / 4,500 jobs/s (N={large})", "drain_large", "jobs_per_s",
+           ">=", (7000, 4500), "jobs/s")
+    simple("Enqueue → result visible p50 ≤ 5 ms", "latency", "visible_p50_ms", "<=", (5, 5), "ms")
+    celery = _median(data, "redis", "celery", "latency", "visible_p50_ms")
+    per = {}
+    for e in engines:
+        v = med(e, "latency", "visible_p50_ms")
+        per[e] = (f"{fmt(v)} vs Celery {fmt(celery)} ms" if v is not None and celery is not None else "n/a",
+                  (v < celery) if v is not None and celery is not None else None)
+    add("Enqueue → result visible p50 below Celery + Redis's", per)
+    simple("Enqueue → result visible p99 ≤ 15 ms", "latency", "visible_p99_ms", "<=", (15, 15), "ms")
+    simple("Task start within 2 ms of the commit (p50 of start − enqueue call's return)", "latency",
+           "start_after_commit_p50_ms", "<=", (2, 2), "ms")
+    simple("Single enqueue ≥ 85 % of the raw single-row commit rate", "enqueue", "pct_of_raw", ">=", (85, 85), "%")
+    simple("`qcluster` ready to run its first job ≤ 250 ms after exec", "startup", "ready_ms", "<=", (250, 250), "ms")
+    simple("`--burst` of one job end to end ≤ 0.6 s", "burst", "burst_s", "<=", (0.6, 0.6), "s")
+    for workload in ("drain_large", "drain"):
+        per = {}
+        for e in engines:
+            ours = med(e, workload, "steady_cpu_s_per_1000")
+            peers = {s: _median(data, pe, s, workload, "steady_cpu_s_per_1000") for s in data["systems"]
+                     if s != SUBJECT and s in SYSTEMS for pe in SYSTEMS[s].engines_for([e])}
+            peers = {s: v for s, v in peers.items() if v is not None}
+            if ours is None or not peers:
+                per[e] = ("n/a", None)
+                continue
+            best = min(peers, key=peers.get)
+            per[e] = (f"{fmt(ours)} s; lowest peer {best} {fmt(peers[best])} s", ours < peers[best])
+        size = large if workload == "drain_large" else n
+        add(f"CPU per 1000 jobs the lowest of all systems (drain N={size}, after the first job)", per)
+    if "scale" in data["workloads"]:
+        per_drain, per_lat = {}, {}
+        for e in engines:
+            full, empty = med(e, "scale", "steady_jobs_per_s"), med(e, "drain", "steady_jobs_per_s")
+            ratio_value = full / empty if full and empty else None
+            per_drain[e] = (f"{fmt(full)} / {fmt(empty)} jobs/s = {ratio_value:.2f}" if ratio_value else "n/a",
+                            check(ratio_value, ">=", 0.9))
+            full, empty = med(e, "scale", "visible_p50_ms"), med(e, "latency", "visible_p50_ms")
+            ratio_value = full / empty if full and empty else None
+            per_lat[e] = (f"{fmt(full)} / {fmt(empty)} ms = {ratio_value:.2f}" if ratio_value else "n/a",
+                          check(ratio_value, "<=", 1.1))
+        rows_label = f"{o.get('scale_rows', 0):,} finished rows"
+        add(f"{rows_label}: drain after the first job (N={n}) within 10 % of an empty table", per_drain)
+        add(f"{rows_label}: result visible p50 within 10 % of an empty table", per_lat)
+    word = {True: "yes", False: "**no**", None: "n/a"}
+    lines = ["", "| target | " + " | ".join(f"{ENGINE_LABELS[e]} (median)" for e in engines)
+             + " | " + " | ".join(f"met on {ENGINE_LABELS[e]}?" for e in engines) + " |",
+             "|---|" + "---|" * (2 * len(engines))]
+    for target, per in rows:
+        lines.append(f"| {target} | " + " | ".join(per.get(e, ("n/a", None))[0] for e in engines) + " | "
+                     + " | ".join(word[per.get(e, ("n/a", None))[1]] for e in engines) + " |")
+    return lines
+
+
+def run_lists(data: dict) -> list[str]:
+    """Failed and retried runs; the foreign CPU load of every run."""
+    records = data["records"]
+    lines = ["", "### Runs, failures and foreign load", ""]
+    failed = [r for r in records if not r.get("ok")]
+    retried = [r for r in records if r.get("failed_attempts")]
+    lines.append(f"{len(records)} runs; {len(failed)} failed (after retries), {len(retried)} needed a retry.")
+    if failed:
+        lines += ["", "Failed runs (not in the numbers):", ""]
+        lines += [f"- #{r.get('seq')} {r['engine']} {r['system']} {r['workload']} round {r['run']}: "
+                  f"{(r.get('error') or '?').splitlines()[0][:300]}" for r in failed]
+    if retried:
+        lines += ["", "Runs retried (the failed attempts are not in the numbers):", ""]
+        lines += [f"- #{r.get('seq')} {r['engine']} {r['system']} {r['workload']} round {r['run']}: "
+                  + "; ".join(a["error"][:200] for a in r["failed_attempts"]) for r in retried]
+    loads = [r["load"]["foreign_cores"] for r in records if (r.get("load") or {}).get("foreign_cores") is not None]
+    cores = next((r["load"]["cores"] for r in records if r.get("load")), None)
+    if loads:
+        heavy = sum(1 for x in loads if x >= 0.5)
+        lines += ["", f"Foreign CPU load during the runs (machine busy time from /proc/stat minus the "
+                      f"benchmark's own processes and the database servers' sampled work for it, in cores "
+                      f"of {cores}): median {fmt(statistics.median(loads))}, max {fmt(max(loads))}; "
+                      f"{heavy} of {len(loads)} runs had ≥ 0.5 core of foreign load. The table below "
+                      f"lists every run in the order it ran.", ""]
+    lines += ["<details><summary>Every run: order, duration, CPU load (cores)</summary>", "",
+              "| # | round | engine | system | workload | ok | wall s | busy | own | db servers | foreign |",
+              "|---|---|---|---|---|---|---|---|---|---|---|"]
+    for r in records:
+        load = r.get("load") or {}
+        lines.append(f"| {r.get('seq')} | {r['run']} | {r['engine']} | {r['system']} | {r['workload']} | "
+                     f"{'yes' if r.get('ok') else 'FAILED'}{' (retried)' if r.get('failed_attempts') else ''} | "
+                     f"{fmt(load.get('wall_s'))} | {fmt(load.get('busy_cores'))} | {fmt(load.get('own_cores'))} | "
+                     f"{fmt(load.get('server_cores'))} | {fmt(load.get('foreign_cores'))} |")
+    lines += ["", "</details>"]
+    return lines
+
+
+def _link(path: Path, base: Path) -> str:
     try:
-        data = merge([json.loads(Path(p).read_text()) for p in sys.argv[1:]])
+        return str(Path(path).resolve().relative_to(Path(base).resolve()))
+    except ValueError:
+        import os
+
+        return os.path.relpath(Path(path).resolve(), Path(base).resolve())
+
+
+def folder_markdown(data: dict, link_base: Path = BENCH_DIR, level: int = 2) -> str:
+    """The markdown of one results folder; links relative to ``link_base``."""
+    folder = Path(data["folder"])
+    rel = _link(folder, link_base)
+    tree = data.get("working_tree") or {}
+    o = data["options"]
+    head = "#" * level
+    lines = [f"{head} Issue 12 benchmark: [`{rel}/`]({rel}/)", ""]
+    changed = tree.get("uncommitted") or []
+    code = f"commit `{tree.get('head', '?')[:12]}`"
+    if changed:
+        code += f", with {len(changed)} uncommitted file(s) of django_taskmq in the working tree: " + \
+                ", ".join(f"`{c}`" for c in changed)
+    else:
+        code += " (no uncommitted change to django_taskmq)"
+    lines += [
+        f"* **Results folder:** [`{rel}/`]({rel}/) (`session.json` and one JSON file per run in `runs/`); "
+        f"every figure below is computed from it by `python3 benchmarks/report.py`.",
+        f"* **Code measured (`taskmq`):** {code}.",
+        f"* **Command:** `{data['command']}` ({data.get('mode', '?')} mode), "
+        f"{data['started']} to {data.get('finished', '(unfinished)')} (machine time, UTC).",
+        f"* **Rounds:** {o.get('runs')}; each round runs every (engine, system, workload) once, in an order "
+        f"shuffled with seed {data.get('seed')} (the order is in `session.json`). Cells are median (min–max) "
+        f"over the successful runs; \"[k of n runs]\" marks a cell with fewer.",
+        f"* **Sizes:** N={o.get('n')} (enqueue, drain, scale), LARGE_N={o.get('large_n')}, bulk "
+        f"{o.get('bulk_n')}, latency up to {o.get('latency_jobs')} jobs {o.get('latency_gap_ms'):g} ms apart "
+        f"and for at most {o.get('latency_max_seconds'):g} s, {o.get('startup_repeats')} cluster starts per "
+        f"start-up and burst run (their median is the run's value), {o.get('scale_rows', 0):,} finished rows "
+        f"for scale.",
+        "* **Machine:** " + ", ".join(f"{k} {v}" for k, v in data["machine"].items()) + ".",
+    ]
+    if o.get("large_skip"):
+        lines.append(f"* **Reduced:** drain at N={o.get('large_n')} was not run for {o['large_skip']}: "
+                     f"{o.get('large_skip_reason') or 'no reason given'}.")
+    for venv, per_engine in data.get("versions", {}).items():
+        merged: dict = {}
+        for info in per_engine.values():
+            merged.update(info)
+        merged.pop("django_taskmq path", None)
+        lines.append(f"* **venv-{venv}:** " + ", ".join(f"{k} {v}" for k, v in merged.items()) + ".")
+    lines += ["* **Systems:** " + "; ".join(f"`{s}` = {SYSTEMS[s].label}" for s in data["systems"]
+                                            if s in SYSTEMS) + ". Settings: `benchmarks/projects/`."]
+    lines += ["", f"{head}# Targets of issue 12 (django_taskmq)"] + target_table(data)
+    lines += metric_tables(data)
+    plots = sorted(folder.glob("*.png"))
+    if plots:
+        lines += ["", f"{head}# Plots", ""]
+        lines += [f"![{p.stem}]({_link(p, link_base)})" for p in plots]
+    lines += run_lists(data)
+    return "\n".join(lines) + "\n"
+
+
+def text_summary(data: dict) -> str:
+    """A short plain-text table for the terminal: the medians of every metric."""
+    out = []
+    engines = _engines_present(data)
+    systems = [s for s in data["systems"] if s in SYSTEMS]
+    for group, metrics in FOLDER_METRICS.items():
+        for m in metrics:
+            if m.workload not in data["workloads"]:
+                continue
+            cells = []
+            for s in systems:
+                for e in engines:
+                    if e in SYSTEMS[s].engines_for(data["engines"]):
+                        med_value = _median(data, e, s, m.workload, m.key)
+                        if med_value is not None:
+                            cells.append(f"{s}/{e[:2]} {fmt(med_value)}")
+            if cells:
+                out.append(f"{_label(m, data)[:60]:<60} {m.unit:>7}: " + ", ".join(cells))
+    return "\n".join(out)
+
+
+# --------------------------------------------------------------------------- RESULTS.md
+
+ROUND_ONE = "results/round-1-report.md"
+COMMENTARY = "results/architecture-flow-notes.md"
+
+
+def result_folders() -> list[Path]:
+    return sorted(p.parent for p in RESULTS_DIR.glob("*/session.json"))
+
+
+def _older_sections() -> list[str]:
+    """The later rounds' raw files in benchmarks/results/, rendered or linked."""
+    lines = ["", "## Earlier rounds", "",
+             f"* **First performance round** (before the architecture issue): [`{ROUND_ONE}`]({ROUND_ONE}), "
+             "**not re-derivable: raw results were not committed**. Kept verbatim as that round's record.",
+             f"* The commentary written by hand beside the two sections below, when they were produced, "
+             f"is kept verbatim in [`{COMMENTARY}`]({COMMENTARY}); the tables here are generated.", ""]
+    arch = RESULTS_DIR / "architecture-before-after.json"
+    if arch.exists():
+        lines += ["### Hardening and architecture rounds against 356699f",
+                  "", f"Raw results: [`results/{arch.name}`](results/{arch.name}); generated with "
+                  f"`python3 benchmarks/report.py benchmarks/results/{arch.name}`.", ""]
+        lines += _demote(markdown(json.loads(arch.read_text())), 4)
+    rerun = RESULTS_DIR / "architecture-latency-rerun.json"
+    if rerun.exists():
+        lines += ["", f"SQLite latency rerun, raw results [`results/{rerun.name}`](results/{rerun.name}):", ""]
+        lines += _demote(markdown(json.loads(rerun.read_text())), 4)
+    flow_json = RESULTS_DIR / "flow.json"
+    if flow_json.exists():
+        import flow
+
+        buffer = io.StringIO()
+        rows = json.loads(flow_json.read_text())["rows"]
+        with contextlib.redirect_stdout(buffer):
+            flow.report(rows, sorted({r["engine"] for r in rows}, reverse=True))
+        lines += ["", "### Flow control: its cost on the hot path, and rate-limit accuracy", "",
+                  f"Raw results: [`results/{flow_json.name}`](results/{flow_json.name}); generated with "
+                  f"`python3 benchmarks/flow.py --report benchmarks/results/{flow_json.name}` (measured with "
+                  f"`.venv/bin/python benchmarks/flow.py --runs 3`). Cells: median (min-max).",
+                  buffer.getvalue().rstrip()]
+    memory = RESULTS_DIR / "result_memory.json"
+    if memory.exists():
+        raw = json.loads(memory.read_text())
+        by_size: dict = {}
+        for row in raw["rows"]:
+            by_size.setdefault(row["size"], []).append(row)
+        lines += ["", "### Peak memory of a cluster recording one large result", "",
+                  f"Raw results: [`results/{memory.name}`](results/{memory.name}), measured with "
+                  "`.venv/bin/python benchmarks/result_memory.py` (see `docs/settings.rst`). Peak RSS "
+                  "(VmHWM) summed over the cluster's processes, and of its largest process; median (min-max) "
+                  "of the runs.", "", "| result size (bytes) | state | runs | sum of peaks, MiB | largest process, MiB |",
+                  "|---|---|---|---|---|"]
+        for size, rows_ in sorted(by_size.items()):
+            sums, maxes = stats([r["sum_mib"] for r in rows_]), stats([r["max_mib"] for r in rows_])
+            lines.append(f"| {size} | {', '.join(sorted({r['state'] for r in rows_}))} | {len(rows_)} | "
+                         f"{cell(sums)} | {cell(maxes)} |")
+    shown = {"architecture-before-after.json", "architecture-latency-rerun.json", "flow.json",
+             "result_memory.json", Path(ROUND_ONE).name, Path(COMMENTARY).name, "drain-sqlite.png",
+             "drain-postgresql.png"}
+    dashboards = sorted(RESULTS_DIR.glob("dashboard-*.txt"))
+    shown.update(p.name for p in dashboards)
+    others = sorted(p for p in RESULTS_DIR.iterdir() if p.is_file() and p.name not in shown)
+    if dashboards:
+        lines += ["", "### Operator read queries on a million jobs", "",
+                  "Raw output of `.venv/bin/python benchmarks/dashboard.py --engine <engine>`, as committed:", ""]
+        for path in dashboards:
+            lines += [f"* [`results/{path.name}`](results/{path.name}):", "", "```",
+                      path.read_text().rstrip(), "```", ""]
+    if others:
+        lines += ["", "### Other raw results in `results/`", "",
+                  "Committed by other benchmark scripts of `benchmarks/`; each script's docstring says how "
+                  "it measured them and how to print their tables:", ""]
+        lines += [f"* [`results/{p.name}`](results/{p.name})" for p in others]
+    return lines
+
+
+def _demote(text: str, level: int) -> list[str]:
+    """Return markdown lines with headings pushed down to at least ``level``."""
+    out = []
+    for line in text.splitlines():
+        if line.startswith("#"):
+            hashes = len(line) - len(line.lstrip("#"))
+            line = "#" * max(hashes + level - 2, level) + line[hashes:]
+        out.append(line)
+    return out
+
+
+def results_md() -> str:
+    folders = result_folders()
+    lines = ["# Benchmark results", "",
+             "<!-- Generated by `python3 benchmarks/report.py` from the files in benchmarks/results/: "
+             "do not edit by hand; change report.py or run the benchmark again. -->", "",
+             "Generated by `python3 benchmarks/report.py` from the raw results committed in "
+             "[`results/`](results/): no figure here is typed by hand. `benchmarks/README.md` says how each "
+             "figure is measured. Load on this shared 2-core machine moves figures between runs: compare "
+             "systems inside one results folder, and see each folder's foreign-load list."]
+    full = [f for f in folders if json.loads((f / "session.json").read_text()).get("mode") == "full"]
+    shown = full or folders
+    if shown:
+        latest = shown[-1]
+        lines += ["", folder_markdown(load_folder(latest), link_base=BENCH_DIR, level=2).rstrip()]
+        if len(shown) > 1:
+            lines += ["", "## Other results folders", ""]
+            lines += [f"* [`results/{f.name}/`](results/{f.name}/): `python3 benchmarks/report.py "
+                      f"benchmarks/results/{f.name}` renders it." for f in reversed(shown[:-1])]
+    lines += _older_sections()
+    return "\n".join(lines).rstrip() + "\n"
+
+
+def write_results_md() -> Path:
+    path = BENCH_DIR / "RESULTS.md"
+    path.write_text(results_md())
+    return path
+
+
+def main(argv: list[str]) -> int:
+    if not argv:
+        print(f"wrote {write_results_md()}")
+        return 0
+    if argv == ["--check"]:
+        current = (BENCH_DIR / "RESULTS.md").read_text()
+        if current != results_md():
+            print("benchmarks/RESULTS.md differs from what report.py generates", file=sys.stderr)
+            return 1
+        return 0
+    paths = [Path(a) for a in argv]
+    if len(paths) == 1 and paths[0].is_dir():
+        print(folder_markdown(load_folder(paths[0]), link_base=Path.cwd()))
+        return 0
+    try:
+        data = merge([json.loads(p.read_text()) for p in paths])
     except ValueError as exc:
-        sys.exit(f"report.py: {exc}")
+        print(f"report.py: {exc}", file=sys.stderr)
+        return 2
     print(text_table(data))
     print()
     print(markdown(data))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,15 +1,17 @@
 #!/usr/bin/env python3
-"""Benchmark django_taskmq against django-q2 on the same machine and database.
+"""Benchmark django_taskmq against django-q2, django-tasks-db and Celery on one machine.
 
-    python3 benchmarks/run.py                      # everything: both engines, 3 runs
-    python3 benchmarks/run.py --quick              # smoke run, a few minutes
+    python3 benchmarks/run.py                      # the full mode: both engines, 3 runs
+    python3 benchmarks/run.py --quick              # all systems, tiny sizes, 1 run (< 2 min)
     python3 benchmarks/run.py --engines sqlite --systems taskmq,djangoq2 --workloads drain,latency
     python3 benchmarks/run.py --baseline HEAD~5 --systems taskmq,taskmq-base   # before/after
 
 Needs only python3 (stdlib): it builds its own venvs under benchmarks/.work/, runs each
-workload in a subprocess of the system's venv (``workloads.py``), interleaves systems
-inside each run, and writes ``.work/results-<timestamp>.json``, ``.work/latest.md`` (a
-table to paste into RESULTS.md) and ``.work/latest.png``. See README.md.
+workload in a subprocess of the system's venv (``workloads.py``) in an order shuffled per
+round (seeded), records the foreign CPU load of every run, and writes one JSON file per run
+into the results folder (``benchmarks/results/<date>-<commit>/`` in the full mode), the plots
+beside them and, in the full mode, regenerates ``benchmarks/RESULTS.md`` (``report.py``).
+See README.md.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ import argparse
 import json
 import os
 import platform
+import random
 import shlex
 import signal
 import shutil
@@ -32,18 +35,26 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import report  # noqa: E402
 import venvs  # noqa: E402
 from cluster import trim_log  # noqa: E402
+from hostload import LoadMeter  # noqa: E402
 from systems import (  # noqa: E402
-    BASELINE_MARKER, BASELINE_VENV, BENCH_DIR, DEFAULT_SYSTEMS, ENGINES, REPO_ROOT, SYSTEMS, VENVS,
-    WORK_DIR, WORKLOADS, baseline_tree, baseline_venv,
+    BASELINE_MARKER, BASELINE_VENV, BENCH_DIR, DEFAULT_SYSTEMS, DEFAULT_WORKLOADS, ENGINES, REPO_ROOT,
+    RESULTS_DIR, SYSTEMS, VENVS, WORK_DIR, WORKLOADS, baseline_tree, baseline_venv, not_applicable,
 )
 
 RESULT_PREFIX = "BENCH-RESULT "
 
 # Sizes of a full run and of --quick; an explicit option beats both.
-FULL = {"runs": 3, "n": 2000, "bulk_n": 10000, "mixed_n": 10000, "rss_n": 100000,
-        "latency_jobs": 50, "latency_gap_ms": 100.0, "idle_seconds": 30.0, "settle": 2.0}
-QUICK = {"runs": 1, "n": 300, "bulk_n": 2000, "mixed_n": 1000, "rss_n": 3000,
-         "latency_jobs": 20, "latency_gap_ms": 100.0, "idle_seconds": 5.0, "settle": 1.0}
+FULL = {"runs": 3, "n": 2000, "large_n": 20000, "bulk_n": 10000, "mixed_n": 10000, "rss_n": 100000,
+        "latency_jobs": 200, "latency_gap_ms": 50.0, "latency_max_seconds": 20.0,
+        "startup_repeats": 3, "scale_rows": 1_000_000, "scale_probe_jobs": 100,
+        "idle_seconds": 30.0, "settle": 1.0, "large_skip": "", "large_skip_reason": ""}
+QUICK = {"runs": 1, "n": 50, "large_n": 150, "bulk_n": 500, "mixed_n": 1000, "rss_n": 3000,
+         "latency_jobs": 10, "latency_gap_ms": 50.0, "latency_max_seconds": 1.5,
+         "startup_repeats": 1, "scale_rows": 0, "scale_probe_jobs": 0,
+         "idle_seconds": 5.0, "settle": 0.2, "large_skip": "", "large_skip_reason": ""}
+# The workloads of --quick: drain_large and scale (1M rows) are the full mode's only (drain_large
+# runs the same code as drain; add it with --workloads to see two points per line in the plot).
+QUICK_WORKLOADS = tuple(w for w in DEFAULT_WORKLOADS if w not in ("drain_large", "scale"))
 
 
 def csv(choices):
@@ -66,11 +77,26 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--baseline", metavar="REF",
                    help=f"git ref of an earlier django_taskmq to run as system {BASELINE_VENV} "
                         "(exported under .work/, own venv and databases)")
-    p.add_argument("--workloads", type=csv(WORKLOADS), default=list(WORKLOADS),
-                   help=f"default: all of {','.join(WORKLOADS)}")
-    p.add_argument("--quick", action="store_true", help="small sizes, 1 run: a smoke test")
+    p.add_argument("--workloads", type=csv(WORKLOADS),
+                   help=f"default: {','.join(DEFAULT_WORKLOADS)} (--quick: without drain_large and scale); "
+                        f"also mixed, idle_cpu, rss")
+    p.add_argument("--quick", action="store_true", help="tiny sizes, 1 run: a smoke test (< 2 min)")
     p.add_argument("--runs", type=int)
-    p.add_argument("-n", type=int, help="jobs for enqueue and drain (default 2000)")
+    p.add_argument("-n", type=int, help="jobs for enqueue, drain and scale (default 2000)")
+    p.add_argument("--large-n", type=int, help="jobs for drain_large (default 20000)")
+    p.add_argument("--large-skip", help="systems not run in drain_large (comma-separated), e.g. the "
+                                        "slowest, with --large-skip-reason saying why")
+    p.add_argument("--large-skip-reason")
+    p.add_argument("--latency-max-seconds", type=float,
+                   help="stop sending latency jobs after this long (default 20)")
+    p.add_argument("--startup-repeats", type=int, help="cluster starts per startup/burst run (default 3)")
+    p.add_argument("--scale-rows", type=int, help="finished rows for scale (default 1000000)")
+    p.add_argument("--scale-probe-jobs", type=int, help="latency jobs after the scale drain (default 100)")
+    p.add_argument("--seed", type=int, help="seed of the run order (default: from the clock; recorded)")
+    p.add_argument("--out", type=Path, help="results folder (default: benchmarks/results/<date>-<commit>/ "
+                                           "in the full mode, .work/results/... with --quick)")
+    p.add_argument("--no-results-md", action="store_true",
+                   help="do not regenerate benchmarks/RESULTS.md (the full mode does by default)")
     p.add_argument("--bulk-n", type=int, help="jobs for bulk enqueue (default 10000)")
     p.add_argument("--mixed-n", type=int, help="jobs in the mixed workload (default 10000)")
     p.add_argument("--rss-n", type=int, help="jobs drained before measuring RSS (default 100000)")
@@ -98,6 +124,10 @@ def parse_args(argv=None) -> argparse.Namespace:
     for key, value in preset.items():
         if getattr(args, key) is None:
             setattr(args, key, value)
+    if args.workloads is None:
+        args.workloads = list(QUICK_WORKLOADS if args.quick else DEFAULT_WORKLOADS)
+    if args.seed is None:
+        args.seed = int(time.time() * 1000) % 1_000_000
     return args
 
 
@@ -171,30 +201,67 @@ def working_tree_info() -> dict:
             "uncommitted": [line[3:] for line in changed.splitlines()]}
 
 
+def results_folder(args: argparse.Namespace, head: str | None) -> Path:
+    """``benchmarks/results/<date>-<short commit>/`` (full mode), a fresh suffix if taken."""
+    if args.out:
+        return args.out.resolve()
+    short = head[:7] if head else "nogit"
+    base = f"{time.strftime('%Y-%m-%d')}-{short}"
+    if args.quick:
+        return WORK_DIR / "results" / f"{base}-quick-{time.strftime('%H%M%S')}"
+    folder, k = RESULTS_DIR / base, 2
+    while folder.exists():
+        folder, k = RESULTS_DIR / f"{base}-{k}", k + 1
+    return folder
+
+
 class Runner:
-    """Runs ``workloads.py`` in the right venv and keeps every result in one JSON file."""
+    """Runs ``workloads.py`` in the right venv; one JSON file per run in the results folder.
+
+    ``session.json`` holds what the runs share (command, options, seed and run order,
+    machine, versions, code); ``runs/NNN-<engine>-<system>-<workload>-r<round>.json`` one
+    workload run each, written as soon as it ends, with its foreign CPU load.
+    """
 
     def __init__(self, args: argparse.Namespace) -> None:
         self.args = args
         self.started = time.strftime("%Y-%m-%d %H:%M:%S")
         stamp = time.strftime("%Y%m%d-%H%M%S")
-        self.results_path = WORK_DIR / f"results-{stamp}.json"
+        try:
+            tree = working_tree_info()
+        except (OSError, RuntimeError) as exc:  # not a git checkout: the numbers still count
+            tree = {"error": str(exc)}
+        self.folder = results_folder(args, tree.get("head"))
+        (self.folder / "runs").mkdir(parents=True, exist_ok=True)
+        self.results_path = self.folder / "session.json"
         self.log_dir = WORK_DIR / "logs" / stamp
         self.log_dir.mkdir(parents=True, exist_ok=True)
+        self.seq = 0
         self.results = {
+            "format": 2,
             "started": self.started,
             "command": "python3 benchmarks/run.py " + shlex.join(sys.argv[1:]),
+            "mode": "quick" if args.quick else "full",
             "engines": args.engines, "systems": args.systems, "workloads": args.workloads,
             "options": {k: getattr(args, k) for k in FULL},
-            "machine": machine_info(), "versions": {}, "records": [],
+            "seed": args.seed, "order": [],
+            "machine": machine_info(), "versions": {}, "working_tree": tree, "records": [],
         }
-        try:
-            self.results["working_tree"] = working_tree_info()
-        except (OSError, RuntimeError) as exc:  # not a git checkout: the numbers still count
-            self.results["working_tree"] = {"error": str(exc)}
 
     def save(self) -> None:
-        self.results_path.write_text(json.dumps(self.results, indent=1))
+        """Write session.json (without the records: they are the files under runs/)."""
+        session = {k: v for k, v in self.results.items() if k != "records"}
+        session["runs_written"] = self.seq
+        self.results_path.write_text(json.dumps(session, indent=1))
+
+    def save_record(self, record: dict) -> None:
+        self.seq += 1
+        record["seq"] = self.seq
+        name = (f"{self.seq:03d}-{record['engine']}-{record['system']}-{record['workload']}"
+                f"-r{record['run']}.json")
+        (self.folder / "runs" / name).write_text(json.dumps(record, indent=1))
+        self.results["records"].append(record)
+        self.save()
 
     def call(self, system: str, engine: str, extra: list[str], log_name: str, timeout: float) -> dict:
         """Run workloads.py for ``system``; return its result dict (never raises)."""
@@ -204,7 +271,8 @@ class Runner:
         # No PYTHONPATH: each venv must import its own django_taskmq (the working tree or
         # the baseline), which a PYTHONPATH naming a checkout would override.
         env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
-        with open(driver_log, "w") as err:
+        meter = LoadMeter()
+        with open(driver_log, "w") as err, meter:
             proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=err, text=True, cwd=BENCH_DIR,
                                     env=env)
             try:
@@ -224,29 +292,40 @@ class Runner:
                 except subprocess.TimeoutExpired:
                     proc.kill()
                     out, _ = proc.communicate()
-                return {"ok": False, "error": f"timed out after {timeout:.0f}s", "driver_log": str(driver_log)}
+                out = ""
+                timed_out = True
+            else:
+                timed_out = False
+        if timed_out:
+            return {"ok": False, "error": f"timed out after {timeout:.0f}s", "driver_log": str(driver_log),
+                    "load": meter.result}
         for line in reversed(out.splitlines()):
             if line.startswith(RESULT_PREFIX):
                 result = json.loads(line[len(RESULT_PREFIX):])
                 result["driver_log"] = str(driver_log)
+                result["load"] = meter.result
                 if result.get("ok"):
                     trim_log(driver_log)  # django-q2 logs a line per enqueued job
                 return result
         return {"ok": False, "error": f"no result line (exit {proc.returncode}); see {driver_log}",
-                "driver_log": str(driver_log)}
+                "driver_log": str(driver_log), "load": meter.result}
 
     def workload_options(self) -> list[str]:
         a = self.args
-        return ["-n", str(a.n), "--bulk-n", str(a.bulk_n), "--mixed-n", str(a.mixed_n),
-                "--rss-n", str(a.rss_n), "--latency-jobs", str(a.latency_jobs),
-                "--latency-gap-ms", str(a.latency_gap_ms), "--idle-seconds", str(a.idle_seconds),
-                "--settle", str(a.settle)]
+        return ["-n", str(a.n), "--large-n", str(a.large_n), "--bulk-n", str(a.bulk_n),
+                "--mixed-n", str(a.mixed_n), "--rss-n", str(a.rss_n),
+                "--latency-jobs", str(a.latency_jobs), "--latency-gap-ms", str(a.latency_gap_ms),
+                "--latency-max-seconds", str(a.latency_max_seconds),
+                "--startup-repeats", str(a.startup_repeats), "--scale-rows", str(a.scale_rows),
+                "--scale-probe-jobs", str(a.scale_probe_jobs),
+                "--large-skip", a.large_skip or "", "--large-skip-reason", a.large_skip_reason or "",
+                "--idle-seconds", str(a.idle_seconds), "--settle", str(a.settle)]
 
     def timeout(self, workload: str) -> float:
         """Outer safety net only; workloads.py has its own tighter deadlines."""
         a = self.args
-        jobs = {"enqueue": a.n, "bulk": a.bulk_n, "drain": a.n, "mixed": a.mixed_n,
-                "rss": a.rss_n}.get(workload, 0)
+        jobs = {"enqueue": a.n, "bulk": a.bulk_n, "drain": a.n, "drain_large": a.large_n, "mixed": a.mixed_n,
+                "rss": a.rss_n, "scale": a.n + a.scale_rows / 1000}.get(workload, 0)
         return 900 + jobs / 3 + a.idle_seconds
 
 
@@ -271,7 +350,7 @@ def main(argv=None) -> int:
     if baseline:
         runner.results["baseline"] = baseline
         log(f"baseline: {baseline['ref']} = {baseline['sha'][:12]} {baseline['subject']}")
-    log(f"results: {runner.results_path}\nlogs:    {runner.log_dir}")
+    log(f"results: {runner.folder}\nlogs:    {runner.log_dir}\nseed:    {args.seed}")
 
     # 1. Environments, versions and template databases.
     needed = {SYSTEMS[s].venv for s in args.systems}
@@ -283,14 +362,15 @@ def main(argv=None) -> int:
             log(f"!! venv-{name} could not be built: {exc}")
             for s in args.systems:
                 if SYSTEMS[s].venv == name:
-                    for e in args.engines:
+                    for e in SYSTEMS[s].engines_for(args.engines):
                         broken[s, e] = f"venv-{name} could not be built"
     for name in sorted(needed):
         system = next(s for s in args.systems if SYSTEMS[s].venv == name)
-        for engine in args.engines:
+        for engine in SYSTEMS[system].engines_for(args.engines):
             if (system, engine) not in broken:
                 info = runner.call(system, engine, ["--info"], f"info-{name}-{engine}", 300)
                 info.pop("driver_log", None)
+                info.pop("load", None)
                 runner.results["versions"].setdefault(name, {})[engine] = info
                 problem = import_problem(info, expected_package.get(name))
                 if problem:
@@ -303,7 +383,7 @@ def main(argv=None) -> int:
             log(f"venv-{name}: django_taskmq from {', '.join(sorted(p or '?' for p in paths))}")
     prepared: dict[tuple, dict] = {}
     for system in args.systems:
-        for engine in args.engines:
+        for engine in SYSTEMS[system].engines_for(args.engines):
             db = SYSTEMS[system].database_key
             key = (db, engine)
             if (system, engine) in broken:
@@ -339,25 +419,42 @@ def import_problem(info: dict, expected: Path | None) -> str | None:
 
 
 def run_rounds(runner: Runner, args: argparse.Namespace, broken: dict) -> bool:
-    """Run every (engine, run, workload, system); return whether any of them failed."""
+    """Run every (engine, system, workload) once per round, in an order shuffled per round.
+
+    The shuffle is seeded (``--seed``, recorded with the order in session.json), so a
+    drift of the machine's load spreads over all systems instead of hitting one of them.
+    Return whether any run failed.
+    """
     failed = False
-    for engine in args.engines:
-        for run in range(1, args.runs + 1):
-            for workload in args.workloads:
-                for system in args.systems:
-                    name = f"{engine}-{system}-{workload}-r{run}"
-                    if (system, engine) in broken:
-                        result = {"ok": False, "error": broken[system, engine]}
-                    else:
-                        result = run_one(runner, args, system, engine, workload, name)
-                    result.update(engine=engine, system=system, workload=workload, run=run)
-                    runner.results["records"].append(result)
-                    runner.save()
-                    log(progress_line(result, args.runs))
-                    if not result.get("ok"):
-                        failed = True
-                        if args.fail_fast:
-                            return failed
+    rng = random.Random(args.seed)
+    cells = [(engine, system, workload) for system in args.systems
+             for engine in SYSTEMS[system].engines_for(args.engines) for workload in args.workloads]
+    total = len(cells) * args.runs
+    done = 0
+    for run in range(1, args.runs + 1):
+        order = list(cells)
+        rng.shuffle(order)
+        runner.results["order"].append([list(c) for c in order])
+        runner.save()
+        for engine, system, workload in order:
+            name = f"{engine}-{system}-{workload}-r{run}"
+            started = time.strftime("%Y-%m-%dT%H:%M:%S")
+            skip = [x for x in (args.large_skip or "").split(",") if x]
+            reason = not_applicable(SYSTEMS[system], workload, skip, args.large_skip_reason)
+            if reason:  # nothing to measure: recorded as n/a without starting anything
+                result = {"ok": True, "metrics": {}, "details": {"na": reason}, "elapsed_seconds": 0.0}
+            elif (system, engine) in broken:
+                result = {"ok": False, "error": broken[system, engine]}
+            else:
+                result = run_one(runner, args, system, engine, workload, name)
+            result.update(engine=engine, system=system, workload=workload, run=run, started=started)
+            runner.save_record(result)
+            done += 1
+            log(f"({done}/{total}) " + progress_line(result, args.runs))
+            if not result.get("ok"):
+                failed = True
+                if args.fail_fast:
+                    return failed
     return failed
 
 
@@ -380,11 +477,12 @@ def run_one(runner: Runner, args: argparse.Namespace, system: str, engine: str,
         if result.get("ok"):
             break
         first = (result.get("error") or "?").splitlines()[0]
-        failed_attempts.append({"error": first, "driver_log": result.get("driver_log")})
+        failed_attempts.append({"error": first, "driver_log": result.get("driver_log"),
+                                "load": result.get("load")})
         if attempt < args.retries:
             log(f"   {name}: attempt {attempt + 1} failed ({first[:200]}); retrying")
-    if failed_attempts and result.get("ok"):
-        result["failed_attempts"] = failed_attempts
+    if len(failed_attempts) > 1 or (failed_attempts and result.get("ok")):
+        result["failed_attempts"] = failed_attempts if result.get("ok") else failed_attempts[:-1]
     return result
 
 
@@ -395,26 +493,31 @@ def progress_line(result: dict, runs: int) -> str:
         first = (result.get("error") or "?").splitlines()[0]
         return f"{head} FAILED: {first[:300]}  (driver log: {result.get('driver_log', '-')})"
     metrics = ", ".join(f"{k}={report.fmt(v)}" for k, v in (result.get("metrics") or {}).items())
-    return f"{head} {metrics}  [{result.get('elapsed_seconds', 0):.1f}s]"
+    load = result.get("load") or {}
+    return (f"{head} {metrics}  [{result.get('elapsed_seconds', 0):.1f}s, foreign "
+            f"{load.get('foreign_cores', float('nan')):.2f} cores]")
 
 
 def finish(runner: Runner, args: argparse.Namespace, status: int) -> int:
+    runner.results["finished"] = time.strftime("%Y-%m-%d %H:%M:%S")
     runner.save()
-    results = runner.results
-    print(report.text_table(results))
-    latest = WORK_DIR / "latest.md"
-    latest.write_text(report.markdown(results))
-    log(f"\nraw results: {runner.results_path}\nmarkdown:    {latest}")
-    if not args.no_plot and "drain" in args.workloads:
+    folder = runner.folder
+    data = report.load_folder(folder)
+    print(report.text_summary(data))
+    log(f"\nraw results: {folder}")
+    if not args.no_plot:
         try:
             python = venvs.ensure(VENVS["tools"], args.python, False, log)
-            png = WORK_DIR / f"drain-{runner.results_path.stem.removeprefix('results-')}.png"
-            subprocess.run([str(python), str(BENCH_DIR / "plot.py"), str(runner.results_path), str(png)],
-                           check=True, cwd=BENCH_DIR)
-            (WORK_DIR / "latest.png").write_bytes(png.read_bytes())
-            log(f"plot:        {png} (and .work/latest.png)")
+            subprocess.run([str(python), str(BENCH_DIR / "plot.py"), str(folder)], check=True, cwd=BENCH_DIR)
+            log(f"plots:       {', '.join(p.name for p in sorted(folder.glob('*.png')))}")
         except Exception as exc:  # a missing plot must not lose the numbers
             log(f"!! plot failed: {exc}")
+    preview = folder / "report.md"
+    preview.write_text(report.folder_markdown(data, link_base=folder))
+    log(f"markdown:    {preview}")
+    if not args.quick and not args.out and not args.no_results_md:
+        path = report.write_results_md()
+        log(f"regenerated: {path}")
     return status
 
 

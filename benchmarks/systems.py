@@ -12,6 +12,7 @@ BENCH_DIR = Path(__file__).resolve().parent
 REPO_ROOT = BENCH_DIR.parent
 WORK_DIR = BENCH_DIR / ".work"
 PROJECTS_DIR = BENCH_DIR / "projects"
+RESULTS_DIR = BENCH_DIR / "results"
 
 # Same Django series on both sides, so the framework is not what differs.
 DJANGO_REQUIREMENT = "Django>=5.2,<5.3"
@@ -50,6 +51,19 @@ VENVS: dict[str, VenvSpec] = {
         name="taskmq",
         requirements=("-e", f"{REPO_ROOT}[postgres]", DJANGO_REQUIREMENT),
         fingerprint_files=(REPO_ROOT / "setup.cfg", REPO_ROOT / "pyproject.toml"),
+    ),
+    # Celery with the Redis broker and result backend (redis-py), prefork pool. No Django
+    # app: the worker imports projects/celery_project/celeryapp.py. Django is installed
+    # only so the driver can run with the same helpers as the others.
+    "celery": VenvSpec(
+        name="celery",
+        requirements=("celery[redis]", DJANGO_REQUIREMENT),
+    ),
+    # django-tasks-db (the ORM backend of Django's tasks framework) with the django-tasks
+    # backport on Django 5.2 (its [compat] extra).
+    "dtdb": VenvSpec(
+        name="dtdb",
+        requirements=("django-tasks-db[compat]", DJANGO_REQUIREMENT, PSYCOPG_REQUIREMENT),
     ),
     # Only for the PNG plot; kept apart so plotting never changes a measured environment.
     "tools": VenvSpec(name="tools", requirements=("matplotlib",)),
@@ -97,6 +111,12 @@ class System:
     pg_database: str
     env: dict[str, str] = field(default_factory=dict)
     db_name: str = ""
+    # Engines the system runs on; None: the database engines (--engines). Celery runs on
+    # Redis only, whatever --engines says.
+    engines: tuple[str, ...] | None = None
+    # How the "cluster" is started: "qcluster" (manage.py qcluster), "celery" (celery
+    # worker) or "db_worker" (two manage.py db_worker processes under a tiny shell).
+    launcher: str = "qcluster"
 
     @property
     def sqlite_name(self) -> str:
@@ -106,6 +126,12 @@ class System:
     def database_key(self) -> tuple[str, str]:
         """Systems with the same key share their live and template databases."""
         return (self.sqlite_name, self.pg_database)
+
+    def engines_for(self, selected) -> list[str]:
+        """Return the engines this system runs on, given the --engines selection."""
+        if self.engines is None:
+            return [e for e in selected if e in DATABASE_ENGINES]
+        return list(self.engines)
 
     @property
     def project_dir(self) -> Path:
@@ -155,18 +181,68 @@ SYSTEMS: dict[str, System] = {
             pg_database="bench_dq2",
             env={"BENCH_CONN_MAX_AGE": "60"},
         ),
+        System(
+            # django-tasks-db: Django's tasks framework, ORM backend, its db_worker command
+            # (one process, one task at a time): two of them for "2 workers".
+            name="dtdb",
+            label="django-tasks-db (db_worker x2)",
+            venv="dtdb",
+            project="dtdb_project",
+            adapter="dtdb",
+            pg_database="bench_dtdb",
+            launcher="db_worker",
+        ),
+        System(
+            # Celery, Redis broker and result backend, prefork pool with concurrency 2.
+            name="celery",
+            label="Celery + Redis (prefork, concurrency 2)",
+            venv="celery",
+            project="celery_project",
+            adapter="celery",
+            pg_database="",
+            engines=("redis",),
+            launcher="celery",
+        ),
     )
 }
 
 # The system every ratio is computed against, and the systems it is compared with
 # (a ratio column each, when both are in the results).
 SUBJECT = "taskmq"
-BASELINES = ("taskmq-base", "djangoq2", "djangoq2-tuned")
+BASELINES = ("taskmq-base", "djangoq2", "djangoq2-tuned", "dtdb", "celery")
 
 # What --systems means when not given (taskmq-base is added by --baseline).
-DEFAULT_SYSTEMS = ("taskmq", "djangoq2", "djangoq2-tuned")
+DEFAULT_SYSTEMS = ("taskmq", "djangoq2", "djangoq2-tuned", "dtdb", "celery")
 
-ENGINES = ("sqlite", "postgresql")
+# --engines chooses among the database engines; "redis" is Celery's own and always added
+# for it (its results form a column of their own in the report).
+DATABASE_ENGINES = ("sqlite", "postgresql")
+ENGINES = DATABASE_ENGINES
+ALL_ENGINES = ("sqlite", "postgresql", "redis")
 
-# Run order inside one round; the cheap ones first so a broken setup fails fast.
-WORKLOADS = ("enqueue", "bulk", "drain", "latency", "mixed", "idle_cpu", "rss")
+# Every workload; DEFAULT_WORKLOADS is what issue 12's figures need (mixed, idle_cpu and
+# rss are the first round's, still available by name).
+WORKLOADS = ("enqueue", "bulk", "drain", "drain_large", "latency", "startup", "burst", "scale",
+             "mixed", "idle_cpu", "rss")
+DEFAULT_WORKLOADS = ("enqueue", "bulk", "drain", "drain_large", "latency", "startup", "burst",
+                     "scale")
+
+
+def not_applicable(system: System, workload: str, large_skip=(), large_skip_reason: str = "") -> str | None:
+    """Return why ``system`` has no figure for ``workload`` (reported "n/a"), or None.
+
+    run.py records these without starting the workload at all; workloads.py says the same.
+    """
+    if workload == "bulk" and system.adapter == "djangoq2":
+        return "django-q2 has no bulk enqueue API"
+    if workload == "bulk" and system.adapter == "dtdb":
+        return "django-tasks-db has no bulk enqueue API (one row per enqueue call)"
+    if workload == "burst" and system.launcher == "celery":
+        return "Celery has no burst mode (a worker runs until stopped)"
+    if workload == "burst" and system.adapter == "djangoq2":
+        return "django-q2 has no burst mode (qcluster's --run-once is accepted but unused)"
+    if workload == "scale" and system.adapter != "taskmq":
+        return "run for django_taskmq only (the 1M-row fill is written for its table)"
+    if workload == "drain_large" and system.name in large_skip:
+        return f"not run for {system.name} (--large-skip: {large_skip_reason or 'no reason given'})"
+    return None

@@ -24,8 +24,8 @@ import traceback
 from contextlib import contextmanager
 from pathlib import Path
 
-from cluster import Cluster, sample_tree_cpu, trim_log, tree_memory
-from systems import SYSTEMS, WORK_DIR, WORKLOADS, System
+from cluster import Cluster, sample_tree_cpu, tree_cpu_total, trim_log, tree_memory
+from systems import BENCH_DIR, SYSTEMS, WORK_DIR, WORKLOADS, System, not_applicable as na_reason
 
 RESULT_PREFIX = "BENCH-RESULT "
 
@@ -54,6 +54,7 @@ def summary_ms(seconds: list[float]) -> dict:
         "count": len(ms),
         "p50_ms": percentile(ms, 50),
         "p95_ms": percentile(ms, 95),
+        "p99_ms": percentile(ms, 99),
         "max_ms": max(ms) if ms else None,
         "mean_ms": sum(ms) / len(ms) if ms else None,
     }
@@ -122,10 +123,31 @@ class Context:
         """Generous deadline: anything slower than 10 jobs/s counts as broken."""
         return 120 + jobs / 10
 
+    def cluster_argv(self, burst: bool = False) -> list[str]:
+        """The command that starts the system's "cluster" (2 workers), as its docs say."""
+        python, system = sys.executable, self.system
+        manage = str(system.project_dir / "manage.py")
+        if system.launcher == "qcluster":
+            return [python, manage, "qcluster", *(["--burst"] if burst else [])]
+        if system.launcher == "celery":
+            assert not burst, "Celery has no burst mode"
+            return [python, "-m", "celery", "-A", "celeryapp", "worker", "--pool", "prefork",
+                    "--concurrency", "2"]
+        if system.launcher == "db_worker":
+            return ["bash", "-c", DB_WORKERS_SH, "bench-db-workers", python, manage,
+                    *(["--batch"] if burst else [])]
+        raise ValueError(f"unknown launcher {system.launcher!r}")
+
+    def new_cluster(self, burst: bool = False, suffix: str = "") -> Cluster:
+        env = dict(self.cluster_env)
+        if self.system.launcher == "celery":
+            env["PYTHONPATH"] = str(BENCH_DIR)  # benchtasks; the worker imports no Django
+        return Cluster(sys.executable, self.system.project_dir, env,
+                       Path(f"{self.log_prefix}{suffix}.cluster.log"), argv=self.cluster_argv(burst))
+
     @contextmanager
-    def running_cluster(self):
-        cluster = Cluster(sys.executable, self.system.project_dir, self.cluster_env,
-                          Path(f"{self.log_prefix}.cluster.log"))
+    def running_cluster(self, suffix: str = ""):
+        cluster = self.new_cluster(suffix=suffix)
         cluster.start()
         try:
             yield cluster
@@ -133,8 +155,12 @@ class Context:
             self.cluster_info.update(cluster.stop())
             self.cluster_info["cluster_log"] = str(cluster.log_path)
 
-    def wait_drained(self, cluster: Cluster, total: int, interval: float) -> tuple[float, tuple]:
+    def wait_drained(self, cluster: Cluster, total: int, interval: float,
+                     cpu: dict | None = None) -> tuple[float, tuple]:
         """Poll until no job is pending; return (end time, (first-progress time, pending then)).
+
+        With ``cpu`` (a dict), the CPU seconds of the cluster's whole tree are put in it at
+        the first progress (``first``) and once drained (``end``).
 
         Failures abort at once: django-q2 keeps a failed job in its queue for a later
         retry, so "pending reaches 0" alone would just wait for the deadline.
@@ -148,7 +174,12 @@ class Context:
             now = time.time()
             if first_progress is None and pending < total:
                 first_progress = (now, pending)
+                if cpu is not None:
+                    cpu["first"] = tree_cpu_total(cluster.pid)
             if pending == 0:
+                if cpu is not None:
+                    cpu["end"] = tree_cpu_total(cluster.pid)
+                    cpu.setdefault("first", cpu["end"])
                 return now, first_progress or (now, 0)
             if now >= next_check:
                 cluster.check_alive()
@@ -177,9 +208,36 @@ def check_stored(adapter, expected: int) -> None:
 
 ENQUEUE_WARMUP = 10  # untimed: first-call costs (imports, connection) are not throughput
 
+# Two db_worker processes for django-tasks-db's "2 workers"; SIGTERM/SIGINT reach both, and
+# the shell exits once both did. bash, not a Python launcher: its CPU is next to nothing.
+DB_WORKERS_SH = """
+py=$1; manage=$2; shift 2
+"$py" "$manage" db_worker "$@" & a=$!
+"$py" "$manage" db_worker "$@" & b=$!
+trap 'kill -TERM $a $b 2>/dev/null' TERM INT
+wait $a; wait $a; wait $b
+"""
+
+
+def not_applicable(reason: str, metrics: tuple[str, ...]) -> dict:
+    return {"metrics": {m: None for m in metrics}, "details": {"na": reason}}
+
+
+def verify_done(adapter) -> None:
+    """Systems that check every result at the end (Celery) do it here."""
+    verify = getattr(adapter, "verify", None)
+    if verify is not None:
+        try:
+            verify()
+        except RuntimeError as exc:
+            raise WorkloadError(str(exc)) from None
+
 
 def workload_enqueue(ctx: Context) -> dict:
-    """(1) Enqueue N no-op jobs one ``async_task`` at a time, no cluster running."""
+    """(1) Enqueue N jobs one call at a time, no cluster running; then, on the same database
+    in the same run, N single-row INSERT + COMMIT with the database's own driver."""
+    from databases import raw_commit_rate
+
     n, adapter = ctx.options.n, ctx.adapter
     for _ in range(ENQUEUE_WARMUP):
         adapter.enqueue()
@@ -188,67 +246,204 @@ def workload_enqueue(ctx: Context) -> dict:
         adapter.enqueue()
     seconds = time.perf_counter() - t0
     check_stored(adapter, n + ENQUEUE_WARMUP)
-    return {"metrics": {"jobs_per_s": n / seconds}, "details": {"n": n, "seconds": seconds}}
+    raw = raw_commit_rate(ctx.system, ctx.engine, n)
+    rate = n / seconds
+    return {"metrics": {"jobs_per_s": rate, "raw_commits_per_s": raw["commits_per_s"],
+                        "pct_of_raw": 100.0 * rate / raw["commits_per_s"]},
+            "details": {"n": n, "seconds": seconds, "raw": raw}}
 
 
 def workload_bulk(ctx: Context) -> dict:
-    """(2) Enqueue N no-op jobs with the system's bulk API in one call."""
+    """(2) Enqueue N jobs with the system's bulk API in one call (n/a without one)."""
     n, adapter = ctx.options.bulk_n, ctx.adapter
     if not adapter.supports_bulk:
-        return {"metrics": {"jobs_per_s": None},
-                "details": {"n": n, "na": f"{ctx.system.label} has no bulk enqueue"}}
+        return not_applicable(na_reason(ctx.system, "bulk") or "no bulk API", ("jobs_per_s",))
     adapter.enqueue_bulk(ENQUEUE_WARMUP)
     t0 = time.perf_counter()
     adapter.enqueue_bulk(n)
     seconds = time.perf_counter() - t0
     check_stored(adapter, n + ENQUEUE_WARMUP)
-    return {"metrics": {"jobs_per_s": n / seconds}, "details": {"n": n, "seconds": seconds}}
+    metrics = {"jobs_per_s": n / seconds}
+    details = {"n": n, "seconds": seconds, "api": adapter.bulk_api}
+    chunks = getattr(adapter, "enqueue_chunks", None)
+    if chunks is not None:  # Celery: chunks of 100 calls per message, for information
+        t0 = time.perf_counter()
+        chunks(n, 100)
+        details["chunks_seconds"] = time.perf_counter() - t0
+        metrics["chunks_calls_per_s"] = n / details["chunks_seconds"]
+    return {"metrics": metrics, "details": details}
+
+
+def drain(ctx: Context, n: int, probe: int = 0) -> dict:
+    """Queue ``n`` jobs, start the cluster, wait until none is pending.
+
+    Rates: n / (drained - exec) and, "steady", the jobs still pending at the first
+    progress / (drained - first progress). CPU: the whole cluster tree (exited processes
+    included) from exec to drained, and from the first progress to drained, per 1000 jobs.
+    With ``probe`` > 0, the same cluster then runs the latency probe on that many jobs.
+    """
+    adapter = ctx.adapter
+    adapter.prefill([_untagged()] * n)
+    check_stored(adapter, n)
+    cpu: dict = {}
+    probe_result = None
+    with ctx.running_cluster() as cluster:
+        # Polled every 10 ms (50 ms above 5000 jobs: counting a large backlog that often
+        # would load the database the cluster is draining; the error stays under 2 %).
+        interval = 0.01 if n <= 5000 else 0.05
+        t_end, (t_first, pending_at_first) = ctx.wait_drained(cluster, n, interval=interval, cpu=cpu)
+        if probe:
+            time.sleep(ctx.options.settle)
+            probe_result = latency_probe(ctx, cluster, probe)
+    verify_done(adapter)
+    seconds = t_end - cluster.started_at
+    steady_seconds = t_end - t_first
+    metrics = {
+        "jobs_per_s": n / seconds,
+        # After the first job is recorded: throughput without the start-up cost.
+        "steady_jobs_per_s": pending_at_first / steady_seconds if steady_seconds > 0 else None,
+        "cpu_s_per_1000": 1000 * cpu["end"] / n,
+        "steady_cpu_s_per_1000": (1000 * (cpu["end"] - cpu["first"]) / pending_at_first
+                                  if pending_at_first else None),
+    }
+    details = {"n": n, "seconds": seconds, "first_progress_seconds": t_first - cluster.started_at,
+               "pending_at_first_progress": pending_at_first, "cpu_seconds": cpu}
+    if probe_result:
+        metrics.update(probe_result["metrics"])
+        details["probe"] = probe_result["details"]
+    return {"metrics": metrics, "details": details}
 
 
 def workload_drain(ctx: Context) -> dict:
-    """(3) Drain N queued no-op jobs: cluster start to the last job recorded as done."""
-    n, adapter = ctx.options.n, ctx.adapter
-    adapter.prefill([_untagged()] * n)
-    check_stored(adapter, n)
-    with ctx.running_cluster() as cluster:
-        t_end, (t_first, pending_at_first) = ctx.wait_drained(cluster, n, interval=0.01)
-    seconds = t_end - cluster.started_at
-    steady_seconds = t_end - t_first
+    """(3) Drain N queued no-op jobs: exec of the cluster to the last job recorded as done."""
+    return drain(ctx, ctx.options.n)
+
+
+def workload_drain_large(ctx: Context) -> dict:
+    """(3b) The same with --large-n jobs (20000 in the full mode)."""
+    reason = na_reason(ctx.system, "drain_large", ctx.options.large_skip, ctx.options.large_skip_reason)
+    if reason:
+        return not_applicable(reason, ("jobs_per_s", "steady_jobs_per_s", "cpu_s_per_1000",
+                                       "steady_cpu_s_per_1000"))
+    return drain(ctx, ctx.options.large_n)
+
+
+def latency_probe(ctx: Context, cluster: Cluster, count: int) -> dict:
+    """Enqueue single tagged jobs into an idle cluster, one at a time, each waited for.
+
+    For each job: call and return times of the enqueue call, the time the finished job was
+    first seen by polling the system's result store (every 0.5 ms, one query each: what a
+    user's harness sees), and the task's own start time (benchtasks' mark). A job is sent at
+    its slot (``--latency-gap-ms`` apart) or, if the previous one took longer, right after
+    it; sending stops after ``--latency-max-seconds`` (slow pollers get fewer samples).
+    """
+    adapter, options = ctx.adapter, ctx.options
+    gap = options.latency_gap_ms / 1000
+    sent: list[tuple[str, float, float, float]] = []
+    base = time.time()
+    stop_at = base + options.latency_max_seconds
+    for i in range(count):
+        sleep_until(base + i * gap)
+        if time.time() > stop_at and len(sent) >= 5:
+            break
+        tag = f"lat{len(sent)}-{int(base * 1000) % 100000}"
+        t_call = time.time()
+        job_id = adapter.enqueue(tag=tag)
+        t_return = time.time()
+        deadline = t_return + 60
+        while not adapter.is_done(job_id):
+            if time.time() > deadline:
+                cluster.check_alive()
+                raise WorkloadError(f"job {job_id} not finished 60 s after its enqueue; log {cluster.log_path}")
+            time.sleep(0.0005)
+        sent.append((tag, t_call, t_return, time.time()))
+    ctx.marks.wait_for([t for t, *_ in sent], cluster, timeout=30)
+    started = ctx.marks.started
+    visible = [v - c for _, c, _, v in sent]
+    start = [started[t] - c for t, c, _, _ in sent]
+    after_commit = [started[t] - r for t, _, r, _ in sent]
+    call = [r - c for _, c, r, _ in sent]
+    v, st, ac = summary_ms(visible), summary_ms(start), summary_ms(after_commit)
     return {
-        "metrics": {
-            "jobs_per_s": n / seconds,
-            # After the first job is recorded: throughput without the start-up cost.
-            "steady_jobs_per_s": pending_at_first / steady_seconds if steady_seconds > 0 else None,
-        },
-        "details": {"n": n, "seconds": seconds, "startup_seconds": t_first - cluster.started_at},
+        "metrics": {"visible_p50_ms": v["p50_ms"], "visible_p99_ms": v["p99_ms"],
+                    "start_p50_ms": st["p50_ms"], "start_after_commit_p50_ms": ac["p50_ms"],
+                    "start_after_commit_p99_ms": ac["p99_ms"]},
+        "details": {"jobs": len(sent), "gap_ms": gap * 1000, "visible": v, "start": st,
+                    "start_after_enqueue_return": ac, "enqueue_call": summary_ms(call),
+                    # raw samples (ms) for the CDF plot
+                    "visible_ms": [round(x * 1000, 3) for x in visible],
+                    "start_ms": [round(x * 1000, 3) for x in start]},
     }
 
 
 def workload_latency(ctx: Context) -> dict:
-    """(4) Idle pickup: enqueue single jobs into an idle cluster, spaced; enqueue -> start."""
-    count, gap = ctx.options.latency_jobs, ctx.options.latency_gap_ms / 1000
-    adapter = ctx.adapter
-    sent: dict[str, tuple[float, float]] = {}
+    """(4) Enqueue -> result visible, and enqueue -> task start, on an idle cluster."""
     with ctx.running_cluster() as cluster:
         ctx.warm_up(cluster)
         time.sleep(ctx.options.settle)  # let the cluster go idle (pollers back off, etc.)
-        base = time.time()
-        for i in range(count):
-            sleep_until(base + i * gap)
-            tag = f"lat{i}"
-            t_call = time.time()
-            adapter.enqueue(tag=tag)
-            sent[tag] = (t_call, time.time())
-        ctx.marks.wait_for(sent, cluster, timeout=120)
-    started = ctx.marks.started
-    from_call = summary_ms([started[t] - call for t, (call, _) in sent.items()])
-    from_return = summary_ms([started[t] - ret for t, (_, ret) in sent.items()])
-    enqueue_call = summary_ms([ret - call for call, ret in sent.values()])
-    return {
-        "metrics": {"p50_ms": from_call["p50_ms"], "p95_ms": from_call["p95_ms"]},
-        "details": {"jobs": count, "gap_ms": gap * 1000, "from_enqueue_call": from_call,
-                    "from_enqueue_return": from_return, "enqueue_call": enqueue_call},
-    }
+        result = latency_probe(ctx, cluster, ctx.options.latency_jobs)
+    verify_done(ctx.adapter)
+    return result
+
+
+def workload_startup(ctx: Context) -> dict:
+    """(5) Exec of the cluster to the start of a job that was queued before it (ready time).
+
+    Repeated ``--startup-repeats`` times, a new cluster each time; the metric is the median.
+    """
+    adapter, times = ctx.adapter, []
+    for i in range(ctx.options.startup_repeats):
+        tag = f"ready{i}"
+        adapter.enqueue(tag=tag)
+        with ctx.running_cluster(suffix=f"-{i}") as cluster:
+            ctx.marks.wait_for([tag], cluster, timeout=120, interval=0.002)
+        times.append(ctx.marks.started[tag] - cluster.started_at)
+    import statistics
+
+    return {"metrics": {"ready_ms": 1000 * statistics.median(times)},
+            "details": {"ready_ms": [round(t * 1000, 2) for t in times]}}
+
+
+def workload_burst(ctx: Context) -> dict:
+    """(6) One queued job, the cluster in burst mode: exec to exit (median of repeats)."""
+    import statistics
+
+    reason = na_reason(ctx.system, "burst")
+    if reason:
+        return not_applicable(reason, ("burst_s",))
+    adapter, times = ctx.adapter, []
+    for i in range(ctx.options.startup_repeats):
+        job_id = adapter.enqueue(tag=f"burst{i}")
+        cluster = ctx.new_cluster(burst=True, suffix=f"-{i}")
+        t0 = cluster.start()
+        try:
+            code = cluster.process.wait(120)
+        finally:
+            cluster.stop(grace=5)
+        elapsed = time.time() - t0
+        if code != 0 or not adapter.is_done(job_id):
+            raise WorkloadError(f"burst run {i}: exit {code}, job done: {adapter.is_done(job_id)}; "
+                                f"log {cluster.log_path}")
+        times.append(elapsed)
+    return {"metrics": {"burst_s": statistics.median(times)},
+            "details": {"burst_s": [round(t, 4) for t in times],
+                        "command": "qcluster --burst" if ctx.system.launcher == "qcluster"
+                        else "db_worker --batch (x2)"}}
+
+
+def workload_scale(ctx: Context) -> dict:
+    """(7) --scale-rows finished jobs in the table (one INSERT ... SELECT, then ANALYZE),
+    then the drain of N jobs and the latency probe, as on an empty table."""
+    adapter = ctx.adapter
+    keys = ("jobs_per_s", "steady_jobs_per_s", "visible_p50_ms", "visible_p99_ms")
+    if not hasattr(adapter, "fill_finished"):
+        return not_applicable(na_reason(ctx.system, "scale") or "no fill", keys)
+    t0 = time.time()
+    adapter.fill_finished(ctx.options.scale_rows)
+    fill_seconds = time.time() - t0
+    result = drain(ctx, ctx.options.n, probe=ctx.options.scale_probe_jobs)
+    result["details"].update(finished_rows=ctx.options.scale_rows, fill_seconds=fill_seconds)
+    return result
 
 
 PRIORITIES = ("LOW", "NORMAL", "CRITICAL")
@@ -366,7 +561,11 @@ WORKLOAD_FUNCTIONS = {
     "enqueue": workload_enqueue,
     "bulk": workload_bulk,
     "drain": workload_drain,
+    "drain_large": workload_drain_large,
     "latency": workload_latency,
+    "startup": workload_startup,
+    "burst": workload_burst,
+    "scale": workload_scale,
     "mixed": workload_mixed,
     "idle_cpu": workload_idle_cpu,
     "rss": workload_rss,
@@ -417,7 +616,7 @@ def collect_info(system: System, engine: str) -> dict:
 def parse_args(argv=None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--system", required=True, choices=sorted(SYSTEMS))
-    parser.add_argument("--engine", required=True, choices=("sqlite", "postgresql"))
+    parser.add_argument("--engine", required=True, choices=("sqlite", "postgresql", "redis"))
     action = parser.add_mutually_exclusive_group(required=True)
     action.add_argument("--workload", choices=WORKLOADS)
     action.add_argument("--prepare", action="store_true", help="(re)build the migrated template database")
@@ -427,13 +626,23 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--mixed-n", type=int, default=10000)
     parser.add_argument("--rss-n", type=int, default=100000)
     parser.add_argument("--latency-jobs", type=int, default=50)
-    parser.add_argument("--latency-gap-ms", type=float, default=100)
+    parser.add_argument("--latency-gap-ms", type=float, default=50)
+    parser.add_argument("--latency-max-seconds", type=float, default=30,
+                        help="stop sending latency jobs after this long (at least 5 jobs)")
+    parser.add_argument("--large-n", type=int, default=20000, help="jobs for drain_large")
+    parser.add_argument("--large-skip", default="", help="systems not run in drain_large")
+    parser.add_argument("--large-skip-reason", default="")
+    parser.add_argument("--startup-repeats", type=int, default=3)
+    parser.add_argument("--scale-rows", type=int, default=1_000_000)
+    parser.add_argument("--scale-probe-jobs", type=int, default=50)
     parser.add_argument("--critical-gap-ms", type=float, default=5)
     parser.add_argument("--idle-seconds", type=float, default=30)
     parser.add_argument("--settle", type=float, default=2.0, help="idle seconds before measuring idle things")
     parser.add_argument("--log-prefix", type=Path, default=None,
                         help="path prefix of the cluster log (default .work/logs/manual/...)")
-    return parser.parse_args(argv)
+    options = parser.parse_args(argv)
+    options.large_skip = [x for x in options.large_skip.split(",") if x]
+    return options
 
 
 def emit(result: dict) -> None:

@@ -10,7 +10,7 @@ from importlib.metadata import version
 
 from django.utils import timezone
 from django_q.conf import Conf
-from django_q.models import Failure, OrmQ
+from django_q.models import Failure, OrmQ, Task
 from django_q.tasks import async_task
 
 from adapters import TASK, JobSpec
@@ -64,6 +64,11 @@ class Adapter:
 
     def failed(self) -> int:
         return Failure.objects.count()
+
+    def is_done(self, job_id: str) -> bool:
+        # The result is saved as a Task row (successes beyond save_limit are pruned later,
+        # but the newest ones stay).
+        return Task.objects.filter(id=job_id, success=True).exists()
 
     def versions(self) -> dict:
         return {"django-q2": version("django-q2")}

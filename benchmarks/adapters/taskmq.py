@@ -69,6 +69,7 @@ def check_import() -> None:
 class Adapter:
     name = "taskmq"
     supports_bulk = True
+    bulk_api = "enqueue_many"
     supports_priority = True
 
     def __init__(self) -> None:
@@ -97,6 +98,42 @@ class Adapter:
 
     def failed(self) -> int:
         return Job.objects.filter(state__in=FAILED_STATES).count()
+
+    def is_done(self, job_id: str) -> bool:
+        return Job.objects.filter(pk=job_id, state="SUCCEEDED").exists()
+
+    def fill_finished(self, count: int) -> None:
+        """Add ``count`` finished (SUCCEEDED) jobs with one INSERT ... SELECT, then ANALYZE.
+
+        The rows are copies of one job enqueued through the API and marked finished the way
+        the recorder leaves a no-op's row, with new ids: every column the current schema
+        has is copied, so a new column needs no change here.
+        """
+        from django.db import connection, transaction
+        from django.utils import timezone
+
+        template = async_task(TASK)
+        now = timezone.now()
+        Job.objects.filter(pk=template).update(
+            state="SUCCEEDED", attempt=1, deliveries=1, started_at=now, first_started_at=now,
+            finished_at=now)
+        table = Job._meta.db_table
+        with connection.cursor() as cursor:
+            columns = [c.name for c in connection.introspection.get_table_description(cursor, table)]
+        quoted = ", ".join(connection.ops.quote_name(c) for c in columns)
+        if connection.vendor == "sqlite":
+            new_id = "printf('fill%028d', n.i)"
+            series = ("(WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n "
+                      f"WHERE i < {int(count)}) SELECT i FROM n) AS n")
+        else:
+            new_id = "'fill' || lpad(n.i::text, 28, '0')"
+            series = f"generate_series(1, {int(count)}) AS n(i)"
+        select = ", ".join(new_id if c == "id" else f"j.{connection.ops.quote_name(c)}" for c in columns)
+        with transaction.atomic(), connection.cursor() as cursor:
+            cursor.execute(f"INSERT INTO {table} ({quoted}) SELECT {select} FROM {table} AS j "
+                           f"CROSS JOIN {series} WHERE j.id = %s", [template])
+        with connection.cursor() as cursor:
+            cursor.execute(f"ANALYZE {table}")
 
     def versions(self) -> dict:
         return {"django-taskmq": version("django-taskmq"), "django_taskmq path": str(package_dir())}
