@@ -102,27 +102,35 @@ def latency_cdf(data, out: Path) -> None:
 
 
 def cpu(data, out: Path) -> None:
-    workload = "drain_large" if "drain_large" in data["workloads"] else "drain"
-    n = data["options"]["large_n" if workload == "drain_large" else "n"]
+    """Grouped bars: per system and engine, one bar per drain size that was measured."""
+    sizes = [(w, data["options"]["n" if w == "drain" else "large_n"]) for w in ("drain", "drain_large")
+             if w in data["workloads"]]
     colors = _colors(data)
-    labels, values, errs, cols = [], [], [[], []], []
+    groups = []
     for system, engine in _series(data):
-        s, _ = _values(data, engine, system, workload, "steady_cpu_s_per_1000")
-        if s is None:
-            s, _ = _values(data, engine, system, "drain", "steady_cpu_s_per_1000")
-        if s is None:
-            continue
-        labels.append(f"{system}\n{SHORT[engine]}")
-        values.append(s["median"])
-        errs[0].append(s["median"] - s["min"])
-        errs[1].append(s["max"] - s["median"])
-        cols.append(colors[system])
-    fig, ax = plt.subplots(figsize=(max(6, 0.9 * len(labels) + 2), 4.5), dpi=110)
-    bars = ax.bar(range(len(values)), values, yerr=errs, capsize=3, color=cols)
-    ax.bar_label(bars, labels=[f"{v:.2f}" for v in values], fontsize=7, padding=2)
-    ax.set_xticks(range(len(labels)), labels, fontsize=7)
+        bars = []
+        for workload, n in sizes:
+            s, _ = _values(data, engine, system, workload, "steady_cpu_s_per_1000")
+            bars.append((n, s))
+        if any(s for _, s in bars):
+            groups.append((f"{system}\n{SHORT[engine]}", colors[system], bars))
+    fig, ax = plt.subplots(figsize=(max(6, 1.1 * len(groups) + 2), 4.5), dpi=110)
+    width = 0.8 / max(len(sizes), 1)
+    hatches = ["", "//"]
+    values = []
+    for i, (label, color, bars) in enumerate(groups):
+        for j, (n, s) in enumerate(bars):
+            if not s:
+                continue
+            x = i + (j - (len(sizes) - 1) / 2) * width
+            bar = ax.bar([x], [s["median"]], width, yerr=[[s["median"] - s["min"]], [s["max"] - s["median"]]],
+                         capsize=3, color=color, hatch=hatches[j % 2], edgecolor="black", linewidth=0.5)
+            ax.bar_label(bar, labels=[f"{s['median']:.2f}"], fontsize=6, padding=2)
+            values.append(s["median"])
+    ax.set_xticks(range(len(groups)), [g[0] for g in groups], fontsize=7)
     ax.set_ylabel("CPU seconds per 1000 jobs (median, min–max)")
-    ax.set_title(f"CPU of all the cluster's processes, drain N={n} after the first job")
+    legend = " / ".join(f"{'plain' if j % 2 == 0 else 'hatched'}: N={n}" for j, (_, n) in enumerate(sizes))
+    ax.set_title(f"CPU of all the cluster's processes, drain after the first job ({legend})", fontsize=9)
     if values and max(values) / max(min(values), 1e-9) > 30:
         ax.set_yscale("log")
     fig.tight_layout()

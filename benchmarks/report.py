@@ -530,11 +530,14 @@ def folder_markdown(data: dict, link_base: Path = BENCH_DIR, level: int = 2) -> 
     lines = [f"{head} Issue 12 benchmark: [`{rel}/`]({rel}/)", ""]
     changed = tree.get("uncommitted") or []
     code = f"commit `{tree.get('head', '?')[:12]}`"
-    if changed:
+    if tree.get("exported"):
+        code += (f" (\"{tree['exported'].get('subject', '')}\"), exported with `git archive` and installed in "
+                 f"its own venv: uncommitted edits of the working tree were not measured")
+    elif changed:
         code += f", with {len(changed)} uncommitted file(s) of django_taskmq in the working tree: " + \
                 ", ".join(f"`{c}`" for c in changed)
     else:
-        code += " (no uncommitted change to django_taskmq)"
+        code += " (the working tree, with no uncommitted change to django_taskmq)"
     lines += [
         f"* **Results folder:** [`{rel}/`]({rel}/) (`session.json` and one JSON file per run in `runs/`); "
         f"every figure below is computed from it by `python3 benchmarks/report.py`.",
