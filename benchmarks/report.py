@@ -280,11 +280,21 @@ FOLDER_METRICS = {
         Metric("drain_large", "cpu_s_per_1000", "Drain LARGE_N, exec to drained", "CPU s", "lower"),
         Metric("drain_large", "steady_cpu_s_per_1000", "Drain LARGE_N, after the first job", "CPU s", "lower"),
     ),
-    "SCALE_ROWS finished rows in the table": (
-        Metric("scale", "jobs_per_s", "Drain N, including start-up", "jobs/s", "higher"),
-        Metric("scale", "steady_jobs_per_s", "Drain N, after the first job", "jobs/s", "higher"),
-        Metric("scale", "visible_p50_ms", "Enqueue call → result visible, p50 (after the drain)", "ms", "lower"),
-        Metric("scale", "visible_p99_ms", "Enqueue call → result visible, p99 (after the drain)", "ms", "lower"),
+    "SCALE_ROWS finished rows against an empty table (same run, `save_limit` 0 in both)": (
+        Metric("scale", "empty_steady_jobs_per_s", "Empty table: drain N, after the first job", "jobs/s", "higher"),
+        Metric("scale", "steady_jobs_per_s", "SCALE_ROWS finished rows: drain N, after the first job", "jobs/s",
+               "higher"),
+        Metric("scale", "steady_ratio", "Drain after the first job, SCALE_ROWS rows / empty (per run)", "×",
+               "higher"),
+        Metric("scale", "empty_jobs_per_s", "Empty table: drain N, including start-up", "jobs/s", "higher"),
+        Metric("scale", "jobs_per_s", "SCALE_ROWS finished rows: drain N, including start-up", "jobs/s", "higher"),
+        Metric("scale", "empty_visible_p50_ms", "Empty table: enqueue → result visible p50 (after the drain)",
+               "ms", "lower"),
+        Metric("scale", "visible_p50_ms", "SCALE_ROWS finished rows: enqueue → result visible p50 (after the "
+               "drain)", "ms", "lower"),
+        Metric("scale", "visible_p50_ratio", "Result visible p50, SCALE_ROWS rows / empty (per run)", "×", "lower"),
+        Metric("scale", "empty_visible_p99_ms", "Empty table: enqueue → result visible p99", "ms", "lower"),
+        Metric("scale", "visible_p99_ms", "SCALE_ROWS finished rows: enqueue → result visible p99", "ms", "lower"),
     ),
     "Older workloads (first round)": tuple(m for m in LEGACY_METRICS if m.workload in ("mixed", "idle_cpu", "rss")),
 }
@@ -344,7 +354,8 @@ def _engines_present(data: dict) -> list[str]:
 def _label(m: Metric, data: dict) -> str:
     o = data["options"]
     return (m.label.replace("LARGE_N", f"N={o.get('large_n')}").replace("(N)", f"(N={o.get('n')})")
-            .replace("Drain N,", f"Drain N={o.get('n')},"))
+            .replace("Drain N,", f"Drain N={o.get('n')},").replace("drain N,", f"drain N={o.get('n')},")
+            .replace("SCALE_ROWS", f"{o.get('scale_rows', 0):,}"))
 
 
 def metric_tables(data: dict) -> list[str]:
@@ -453,17 +464,19 @@ def target_table(data: dict) -> list[str]:
     if "scale" in data["workloads"]:
         per_drain, per_lat = {}, {}
         for e in engines:
-            full, empty = med(e, "scale", "steady_jobs_per_s"), med(e, "drain", "steady_jobs_per_s")
-            ratio_value = full / empty if full and empty else None
-            per_drain[e] = (f"{fmt(full)} / {fmt(empty)} jobs/s = {ratio_value:.2f}" if ratio_value else "n/a",
+            full, empty = med(e, "scale", "steady_jobs_per_s"), med(e, "scale", "empty_steady_jobs_per_s")
+            ratio_value = med(e, "scale", "steady_ratio")
+            per_drain[e] = (f"{fmt(full)} vs {fmt(empty)} jobs/s: ratio {ratio_value:.2f}" if ratio_value else "n/a",
                             check(ratio_value, ">=", 0.9))
-            full, empty = med(e, "scale", "visible_p50_ms"), med(e, "latency", "visible_p50_ms")
-            ratio_value = full / empty if full and empty else None
-            per_lat[e] = (f"{fmt(full)} / {fmt(empty)} ms = {ratio_value:.2f}" if ratio_value else "n/a",
+            full, empty = med(e, "scale", "visible_p50_ms"), med(e, "scale", "empty_visible_p50_ms")
+            ratio_value = med(e, "scale", "visible_p50_ratio")
+            per_lat[e] = (f"{fmt(full)} vs {fmt(empty)} ms: ratio {ratio_value:.2f}" if ratio_value else "n/a",
                           check(ratio_value, "<=", 1.1))
         rows_label = f"{o.get('scale_rows', 0):,} finished rows"
-        add(f"{rows_label}: drain after the first job (N={n}) within 10 % of an empty table", per_drain)
-        add(f"{rows_label}: result visible p50 within 10 % of an empty table", per_lat)
+        add(f"{rows_label}: drain after the first job (N={n}) within 10 % of an empty table "
+            f"(median of the per-run ratios)", per_drain)
+        add(f"{rows_label}: result visible p50 within 10 % of an empty table (median of the per-run ratios)",
+            per_lat)
     word = {True: "yes", False: "**no**", None: "n/a"}
     lines = ["", "| target | " + " | ".join(f"{ENGINE_LABELS[e]} (median)" for e in engines)
              + " | " + " | ".join(f"met on {ENGINE_LABELS[e]}?" for e in engines) + " |",

@@ -432,18 +432,38 @@ def workload_burst(ctx: Context) -> dict:
 
 
 def workload_scale(ctx: Context) -> dict:
-    """(7) --scale-rows finished jobs in the table (one INSERT ... SELECT, then ANALYZE),
-    then the drain of N jobs and the latency probe, as on an empty table."""
+    """(7) An empty table against --scale-rows finished jobs, in the same run, same settings.
+
+    Both halves keep every finished job (``save_limit`` 0, BENCH_TASKMQ_SAVE_LIMIT): first the
+    drain of N jobs and the latency probe on the fresh (empty) table; then --scale-rows
+    finished jobs are added with one INSERT ... SELECT (and ANALYZE / checkpoint / VACUUM,
+    see the adapter) and the same drain and probe run again. Metrics without a prefix are
+    the full table's; ``empty_*`` the empty table's; ``*_ratio`` full / empty of this run.
+    """
     adapter = ctx.adapter
-    keys = ("jobs_per_s", "steady_jobs_per_s", "visible_p50_ms", "visible_p99_ms")
+    keys = ("jobs_per_s", "steady_jobs_per_s", "visible_p50_ms", "visible_p99_ms", "steady_ratio",
+            "visible_p50_ratio")
     if not hasattr(adapter, "fill_finished"):
         return not_applicable(na_reason(ctx.system, "scale") or "no fill", keys)
+    ctx.cluster_env["BENCH_TASKMQ_SAVE_LIMIT"] = "0"
+    probe = ctx.options.scale_probe_jobs
+    empty = drain(ctx, ctx.options.n, probe=probe)
     t0 = time.time()
     adapter.fill_finished(ctx.options.scale_rows)
     fill_seconds = time.time() - t0
-    result = drain(ctx, ctx.options.n, probe=ctx.options.scale_probe_jobs)
-    result["details"].update(finished_rows=ctx.options.scale_rows, fill_seconds=fill_seconds)
-    return result
+    full = drain(ctx, ctx.options.n, probe=probe)
+    e, f = empty["metrics"], full["metrics"]
+    metrics = {k: f.get(k) for k in ("jobs_per_s", "steady_jobs_per_s", "visible_p50_ms", "visible_p99_ms",
+                                      "steady_cpu_s_per_1000")}
+    metrics.update({f"empty_{k}": e.get(k) for k in ("jobs_per_s", "steady_jobs_per_s", "visible_p50_ms",
+                                                     "visible_p99_ms", "steady_cpu_s_per_1000")})
+    metrics["steady_ratio"] = (f["steady_jobs_per_s"] / e["steady_jobs_per_s"]
+                               if f.get("steady_jobs_per_s") and e.get("steady_jobs_per_s") else None)
+    metrics["visible_p50_ratio"] = (f["visible_p50_ms"] / e["visible_p50_ms"]
+                                    if f.get("visible_p50_ms") and e.get("visible_p50_ms") else None)
+    return {"metrics": metrics,
+            "details": {"finished_rows": ctx.options.scale_rows, "fill_seconds": fill_seconds,
+                        "save_limit": 0, "empty": empty["details"], "full": full["details"]}}
 
 
 PRIORITIES = ("LOW", "NORMAL", "CRITICAL")
