@@ -39,6 +39,7 @@ class QueueConfig:
 
 
 MAX_THREADS = 256  # per worker process; more is a mistake, not a configuration
+MAX_PREFETCH = 1000
 
 
 def _default_workers() -> int:
@@ -52,6 +53,7 @@ class Settings:
     name: str = "default"
     workers: int = field(default_factory=_default_workers)
     threads: int = 1
+    prefetch: int = 0
     timeout: float | None = None
     lease: float = 60.0
     max_deliveries: int = 5
@@ -207,6 +209,7 @@ _VALIDATORS = {
     "name": _name,
     "workers": lambda k, v: _number(k, v, minimum=1, integer=True),
     "threads": lambda k, v: _number(k, v, minimum=1, integer=True, maximum=MAX_THREADS),
+    "prefetch": lambda k, v: _number(k, v, integer=True, maximum=MAX_PREFETCH),
     "timeout": lambda k, v: _number(k, v, strict=True, optional=True),
     "lease": lambda k, v: _number(k, v, minimum=1),
     "max_deliveries": lambda k, v: _number(k, v, minimum=1, integer=True, maximum=COUNTER_MAX),

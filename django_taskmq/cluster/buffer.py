@@ -6,7 +6,8 @@ operating-system queue, so the cluster can:
 * place urgent tasks ahead of the waiting ones as they arrive (:meth:`Buffer.add`);
 * hand the least urgent back to the broker when the list holds more than its limit (a *yield*);
   a task that has yielded ``max_yields`` times keeps its place, so nothing starves;
-* give the most urgent task to an idle worker (:meth:`Buffer.hand_out`);
+* give the most urgent tasks to the workers with room (:meth:`Buffer.take`), and take back what
+  could not be sent or came back unstarted (:meth:`Buffer.put_back`);
 * tell what to ask the pusher for (:meth:`Buffer.want`);
 * give every waiting task back, unstarted, on a graceful stop (:meth:`Buffer.give_back`).
 
@@ -83,19 +84,21 @@ class Buffer:
             bisect.insort(self.waiting, item)
         return yielded
 
-    def hand_out(self, send: Callable[[Ticket], bool]) -> Ticket | None:
-        """Send the most urgent waiting task with ``send``; return it once sent.
+    def take(self, count: int) -> list[Ticket]:
+        """Remove and return the ``count`` most urgent waiting tasks (fewer when fewer wait)."""
+        taken = [w.task for w in self.waiting[:count]]
+        del self.waiting[:count]
+        return taken
 
-        None when nothing waits, or when ``send`` failed: the task then waits again, behind the
-        others of its priority.
-        """
-        if not self.waiting:
-            return None
-        task = self.waiting.pop(0).task
-        if send(task):
-            return task
-        self._place(task)
-        return None
+    def put_back(self, tasks: Iterable[Ticket]) -> None:
+        """Return tasks that could not be sent (or came back unstarted): they wait again, behind
+        the others of their priority; no broker call."""
+        for task in tasks:
+            self._place(task)
+
+    def most_urgent(self) -> int | None:
+        """The priority of the first waiting task; None when nothing waits."""
+        return self.waiting[0].task.reservation.priority if self.waiting else None
 
     def want(self, busy: int) -> Want | None:
         """What to ask the pusher for while ``busy`` workers run a task; None: nothing.

@@ -7,12 +7,14 @@ Sentinel and pusher, over their pipe (pickled named tuples: immutable, fast to p
 
 Sentinel and each worker, over the worker's own pipe (raw bytes, never unpickled by the sentinel):
 
-* sentinel -> worker: a :attr:`Ticket.blob` (a pickled
-  :class:`~django_taskmq.execution.TaskMessage`, opened by :func:`load_task`); :data:`STOP`, the
-  poison pill (the worker finishes what it runs, then exits); or :func:`cancel_frame`, asking a
-  worker with several threads to interrupt one task past its timeout;
+* sentinel -> worker: a tasks frame (:func:`tasks_frame`: one or more :attr:`Ticket.blob`\\ s,
+  pickled :class:`~django_taskmq.execution.TaskMessage`\\ s, opened by :func:`read_tasks_frame`
+  and :func:`load_task`); :data:`STOP`, the poison pill (the worker finishes what it runs, returns
+  what it has not started, then exits); or :func:`cancel_frame`, asking a worker with several
+  threads to interrupt one task past its timeout;
 * worker -> sentinel: :data:`READY` once, when the worker can take work; :data:`RETIRING` when
-  it wants to stop (``max_rss`` with several threads); and an outcome frame per task, one status
+  it wants to stop (``max_rss``); :func:`unstarted_frame`, the job ids of the prefetched tasks it
+  hands back at the poison pill; and an outcome frame per task, one status
   byte (:data:`SUCCEEDED`, :data:`FAILED` or :data:`TIMED_OUT`), the job id, a NUL byte, then the
   pickled :class:`~django_taskmq.execution.Outcome`: :func:`outcome_frame` builds it,
   :func:`read_outcome_frame` splits it without unpickling.
@@ -79,10 +81,12 @@ class Stop(NamedTuple):
 
 
 # -- the workers' pipes ----------------------------------------------------------------------------
-STOP = b"stop"  # sentinel -> worker, the poison pill: never a pickle, which starts with b"\x80"
+STOP = b"stop"  # sentinel -> worker, the poison pill
+TASKS = b"T"  # sentinel -> worker, first byte of a tasks frame (see tasks_frame)
 CANCEL = b"cancel:"  # sentinel -> worker, followed by a job id: interrupt that task (see cancel_frame)
 READY = b"R"  # worker -> sentinel: spawned and ready for work
 RETIRING = b"Q"  # worker -> sentinel: send no more work; the worker exits once its tasks are done
+UNSTARTED = b"U"  # worker -> sentinel, then job ids: prefetched tasks handed back unstarted
 SUCCEEDED = b"S"  # status byte of an outcome frame: the task succeeded
 FAILED = b"F"  # status byte of an outcome frame: any other outcome ...
 TIMED_OUT = b"T"  # ... but a task interrupted at its timeout (threads > 1)
@@ -91,6 +95,30 @@ TIMED_OUT = b"T"  # ... but a task interrupted at its timeout (threads > 1)
 def dump_outcome(outcome: Outcome) -> bytes:
     """Pickle one outcome for the monitor (a worker's, or one the sentinel records for a lost task)."""
     return pickle.dumps(outcome, pickle.HIGHEST_PROTOCOL)
+
+
+def tasks_frame(tickets: Iterable[Ticket]) -> bytes:
+    """Sentinel -> worker: :data:`TASKS`, then each ticket's blob preceded by its length (4 bytes)."""
+    return TASKS + b"".join(len(t.blob).to_bytes(4, "big") + t.blob for t in tickets)
+
+
+def read_tasks_frame(frame: bytes) -> list[bytes]:
+    """Split a tasks frame into the blobs it carries, in order."""
+    blobs, at = [], 1
+    while at < len(frame):
+        size = int.from_bytes(frame[at:at + 4], "big")
+        blobs.append(frame[at + 4:at + 4 + size])
+        at += 4 + size
+    return blobs
+
+
+def unstarted_frame(job_ids: Iterable[str]) -> bytes:
+    """Worker -> sentinel: the ids of the tasks it received and hands back without starting them."""
+    return UNSTARTED + ",".join(job_ids).encode()
+
+
+def read_unstarted_frame(frame: bytes) -> list[str]:
+    return [job_id for job_id in frame[1:].decode().split(",") if job_id]
 
 
 def cancel_frame(job_id: str) -> bytes:

@@ -1,7 +1,7 @@
 """The sentinel: spawns the pusher, the workers and the monitor, and supervises them.
 
 Supervision only: it spawns its children, waits on their pipes and deaths in the guard loop, feeds
-each worker with a free thread through that worker's own pipe, enforces each task's timeout,
+each worker with room through that worker's own pipe, enforces each task's timeout,
 reincarnates dead processes, orchestrates the stop procedure, and turns SIGTERM/SIGINT into a flag.
 Its parts, each in its own module: the dispatch buffer (:mod:`.buffer`) holds the reserved tasks
 that have not started; the upkeep (:mod:`.upkeep`) renews leases, ticks the scheduler, publishes the
@@ -31,8 +31,8 @@ from ..conf import Settings
 from ..exceptions import TaskMQError, TaskTimeout, WorkerDied
 from . import monitor, outage, pusher, worker
 from .buffer import Buffer
-from .messages import (END_OF_RESULTS, READY, RETIRING, STOP, SUCCEEDED, TIMED_OUT, Batch, Stop, Ticket,
-                       cancel_frame, dump_outcome, read_outcome_frame)
+from .messages import (END_OF_RESULTS, READY, RETIRING, STOP, SUCCEEDED, TIMED_OUT, UNSTARTED, Batch, Stop,
+                       Ticket, cancel_frame, dump_outcome, read_outcome_frame, read_unstarted_frame, tasks_frame)
 from .upkeep import DatabaseAway, Report, Upkeep
 
 logger = logging.getLogger(__name__)
@@ -94,7 +94,8 @@ class Running:
     """A task a worker runs."""
 
     ticket: Ticket
-    started: float  # monotonic; a worker starts what it is sent at once (it is sent only to a free thread)
+    started: float  # monotonic, when it was sent: with threads > 1 it starts then (it is sent to a free thread)
+    arrival: int = 0  # its place in the order the worker received its tasks, from 1
     cancelled: float | None = None  # monotonic, when the worker was asked to interrupt it (threads > 1)
 
     def overdue(self, now: float) -> bool:
@@ -114,17 +115,17 @@ class Slot:
     index: int
     process: Process
     pipe: Connection
-    running: dict[str, Running] = field(default_factory=dict)
+    running: dict[str, Running] = field(default_factory=dict)  # what it holds: running, or prefetched
     ready: bool = True  # a freshly spawned worker is not, until it says so
+    sent: int = 0  # tasks sent to it so far (the last one's arrival number)
     done: int = 0
-    retiring: bool = False  # no more work: the poison pill follows its last outcome
+    retiring: bool = False  # no more work: the poison pill follows
     stopped: bool = False  # the poison pill was sent
     stuck: bool = False  # a task of it did not stop at its timeout: no more work, then it is killed
 
-    def free(self, threads: int) -> bool:
-        """It can take one more task now."""
-        return (self.ready and not self.retiring and not self.stuck and len(self.running) < threads
-                and self.process.is_alive())
+    def accepting(self) -> bool:
+        """It may be sent work (when it has room)."""
+        return self.ready and not self.retiring and not self.stuck and self.process.is_alive()
 
 
 class Sentinel:
@@ -142,7 +143,9 @@ class Sentinel:
         self.burst = burst
         self.workers = workers or settings.workers
         self.threads = threads or settings.threads
-        self.capacity = self.workers * self.threads  # tasks that can run at once
+        # Tasks a worker may hold: one per thread, and with one thread, ``prefetch`` more waiting there.
+        self.depth = self.threads + (settings.prefetch if self.threads == 1 else 0)
+        self.capacity = self.workers * self.depth
         self.limit = max(settings.effective_queue_limit, self.capacity)
         self.host = socket.gethostname()
         # The name labels this cluster (heartbeat, lease owner, Job.cluster); packages are still
@@ -150,6 +153,9 @@ class Sentinel:
         self.name = name or settings.name
         self.owner = f"{self.name}:{self.host}:{os.getpid()}:{uuid.uuid4().hex[:8]}"[:64]
         self.ctx = multiprocessing.get_context("fork")
+        # Per worker (one thread): the arrival number of the task it runs, and since when (see worker.run).
+        self.current = self.ctx.RawArray("q", self.workers)
+        self.since = self.ctx.RawArray("d", self.workers)
         # The children, spawned by start() (tests put stand-ins here).
         self.slots: list[Slot] = []
         self.pusher: Process = NOT_STARTED
@@ -233,8 +239,9 @@ class Sentinel:
 
     def _spawn_worker(self, index: int) -> Slot:
         connections.close_all()
+        self.current[index] = 0
         parent, child = self.ctx.Pipe()
-        process = self._spawn(worker.run, (index, child, self.settings, self.threads),
+        process = self._spawn(worker.run, (index, child, self.settings, self.threads, self.current, self.since),
                               f"taskmq-worker-{index}", own_parent_end=parent)
         child.close()
         return Slot(index, process, parent, ready=False)
@@ -285,15 +292,25 @@ class Sentinel:
         self.counts["yields"] += self.buffer.add(batch.tasks)
 
     def _from_worker(self, slot: Slot) -> None:
-        try:
-            frame = slot.pipe.recv_bytes()
-        except (EOFError, OSError):
-            self._replace_worker(slot, crashed=True)
-            return
+        """Read what the worker of ``slot`` sent: every frame waiting in its pipe."""
+        while True:
+            try:
+                frame = slot.pipe.recv_bytes()
+            except (EOFError, OSError):
+                self._replace_worker(slot, crashed=True)
+                return
+            self._worker_said(slot, frame)
+            if not _readable(slot.pipe):
+                break
+        self._pill_if_done(slot)
+
+    def _worker_said(self, slot: Slot, frame: bytes) -> None:
         if frame == READY:
             slot.ready = True
         elif frame == RETIRING:
             slot.retiring = True
+        elif frame[:1] == UNSTARTED:
+            self._unstarted(slot, read_unstarted_frame(frame))
         else:
             status, job_id, outcome = read_outcome_frame(frame)
             running = slot.running.pop(job_id, None)
@@ -307,13 +324,33 @@ class Sentinel:
             self.outbox.append(outcome)
             if slot.done >= self.settings.recycle:
                 slot.retiring = True
-        self._pill_if_done(slot)
 
     def _pill_if_done(self, slot: Slot) -> None:
-        """Send the poison pill to a retiring worker once its last task has ended."""
-        if slot.retiring and not slot.running and not slot.stopped:
+        """Send the poison pill to a retiring worker once none of its tasks runs, or at once when it
+        has one thread: the pill then waits in its pipe until the running task ends, and the
+        worker hands back what it holds unstarted."""
+        if slot.retiring and not slot.stopped and (self.threads == 1 or not slot.running):
             slot.stopped = True
             self._send(slot, STOP)
+
+    def _unstarted(self, slot: Slot, job_ids: list[str]) -> None:
+        """Take back tasks a worker held without starting them: they wait here again (their
+        reservations still this cluster's), or during a stop go back to the broker, uncounted."""
+        tickets = [slot.running.pop(job_id).ticket for job_id in job_ids if job_id in slot.running]
+        if not tickets:
+            return
+        if self.state == "running":
+            self.buffer.put_back(tickets)
+        else:
+            self.upkeep.attempt(f"returning {len(tickets)} unstarted task(s) of a stopped worker",
+                                lambda: self.broker.defer_many([t.reservation for t in tickets]))
+
+    def _started(self, slot: Slot) -> list[str]:
+        """The job ids of the tasks of ``slot`` that have started (the others wait in the worker)."""
+        if self.threads > 1:
+            return list(slot.running)
+        arrival = self.current[slot.index]
+        return [job_id for job_id, r in slot.running.items() if r.arrival == arrival]
 
     def _guard(self) -> None:
         now = time.monotonic()
@@ -324,23 +361,34 @@ class Sentinel:
                 if slot in self.slots:
                     self._replace_worker(slot, crashed=bool(slot.running))
                 continue
-            if any(r.overdue(now) for r in slot.running.values()):
+            if self.threads == 1:
+                self._enforce_timeout(slot, now)
+            elif any(r.overdue(now) for r in slot.running.values()):
                 self._enforce_timeouts(slot, now)
+
+    def _enforce_timeout(self, slot: Slot, now: float) -> None:
+        """One thread: kill (and replace) the worker when the task it runs is past its timeout."""
+        started = self._started(slot)
+        if not started:
+            return
+        running = slot.running[started[0]]
+        timeout = running.ticket.timeout
+        if not timeout or now - self.since[slot.index] <= timeout:
+            return
+        if _readable(slot.pipe):
+            self._from_worker(slot)  # it may have just ended: read that first
+            return
+        logger.warning("job %s ran past its timeout of %ss: killing worker %s",
+                       started[0], timeout, slot.process.pid)
+        self._kill_timed_out(slot)
 
     def _enforce_timeouts(self, slot: Slot, now: float) -> None:
         """Stop the tasks of ``slot`` that run past their timeout.
 
-        With one thread, the worker is killed (and replaced) at once. With several, the worker is
-        asked to interrupt the task; a task still running :data:`CANCEL_GRACE` seconds later is
+        With several threads, the worker is asked to interrupt the task; a task still running :data:`CANCEL_GRACE` seconds later is
         stuck: the worker gets no more work and is killed once every task it still runs is stuck
         too (its other tasks finish, or reach their own timeouts, first).
         """
-        if self.threads == 1:
-            (running,) = slot.running.values()
-            logger.warning("job %s ran past its timeout of %ss: killing worker %s",
-                           running.ticket.reservation.job_id, running.ticket.timeout, slot.process.pid)
-            self._kill_timed_out(slot)
-            return
         for job_id, running in slot.running.items():
             if running.cancelled is None and running.overdue(now):
                 running.cancelled = now
@@ -354,7 +402,10 @@ class Sentinel:
             self._kill_timed_out(slot)
 
     def _kill_timed_out(self, slot: Slot) -> None:
-        """Kill the worker of ``slot``; each task it runs is recorded as timed out, then it is replaced."""
+        """Kill the worker of ``slot``; each task it runs is recorded as timed out (what it holds
+        unstarted waits here again), then it is replaced."""
+        started = self._started(slot)
+        self._unstarted(slot, [job_id for job_id in slot.running if job_id not in started])
         for running in slot.running.values():
             self.counts["timeouts"] += 1
             self._count(running.ticket.reservation.queue, "timeouts")
@@ -378,6 +429,8 @@ class Sentinel:
 
     def _replace_worker(self, slot: Slot, crashed: bool) -> None:
         slot.process.join(timeout=1)
+        started = self._started(slot)
+        self._unstarted(slot, [job_id for job_id in slot.running if job_id not in started])
         if crashed:
             code = slot.process.exitcode
             for job_id, running in slot.running.items():
@@ -408,22 +461,54 @@ class Sentinel:
         self.outbox.append(dump_outcome(ex.lost(task.reservation, task.message().envelope, status, error, started_at)))
 
     def _dispatch(self) -> None:
-        """Give the most urgent waiting tasks to the workers with a free thread, one per worker per round."""
-        while self.buffer:
-            given = False
-            for slot in self.slots:
-                if self.buffer and slot.free(self.threads):
-                    ticket = self.buffer.hand_out(functools.partial(self._send, slot))
-                    if ticket is not None:
-                        slot.running[ticket.reservation.job_id] = Running(ticket, time.monotonic())
-                        given = True
-            if not given or self.threads == 1:
-                return
+        """Give the most urgent waiting tasks to the workers with room: one each in turn, all of a
+        worker's in one message. With prefetch, a task more urgent than everything a full worker
+        holds is sent to it all the same (one over): it runs next there, not after the prefetched."""
+        if not self.buffer:
+            return
+        open_slots = [s for s in self.slots if s.accepting() and len(s.running) < self.depth]
+        tickets = self.buffer.take(sum(self.depth - len(s.running) for s in open_slots))
+        while open_slots and tickets:
+            # The most urgent go to distinct workers first; a worker whose send fails is left out
+            # and its tasks are shared among the workers after it.
+            plan, left = _round_robin(tickets, [self.depth - len(s.running) for s in open_slots])
+            for i, (slot, batch) in enumerate(zip(open_slots, plan)):
+                if batch and not self._hand(slot, batch):
+                    tickets = sorted([t for b in plan[i:] for t in b] + left, key=_urgency)
+                    open_slots = open_slots[i + 1:]
+                    break
+            else:
+                tickets, open_slots = left, []
+        self.buffer.put_back(tickets)
+        if self.depth > self.threads:
+            self._overtake()
 
-    def _send(self, slot: Slot, message: Ticket | bytes) -> bool:
-        """Send a task (its pickled bytes, unopened) or the poison pill to a worker."""
+    def _overtake(self) -> None:
+        """Send a full worker one task more (once) when it is more urgent than all it holds."""
+        for slot in self.slots:
+            urgent = self.buffer.most_urgent()
+            if urgent is None:
+                return
+            if (slot.accepting() and len(slot.running) == self.depth
+                    and urgent > max(r.ticket.reservation.priority for r in slot.running.values())):
+                taken = self.buffer.take(1)
+                if not self._hand(slot, taken):
+                    self.buffer.put_back(taken)
+
+    def _hand(self, slot: Slot, tickets: list[Ticket]) -> bool:
+        """Send ``tickets`` to ``slot`` in one message; False when that failed."""
+        if not self._send(slot, tasks_frame(tickets)):
+            return False
+        now = time.monotonic()
+        for ticket in tickets:
+            slot.sent += 1
+            slot.running[ticket.reservation.job_id] = Running(ticket, now, slot.sent)
+        return True
+
+    def _send(self, slot: Slot, message: bytes) -> bool:
+        """Send a frame to a worker: tasks (their pickled bytes, unopened), a cancel, the poison pill."""
         try:
-            slot.pipe.send_bytes(message.blob if isinstance(message, Ticket) else message)
+            slot.pipe.send_bytes(message)
             return True
         except (BrokenPipeError, OSError):
             return False
@@ -448,8 +533,9 @@ class Sentinel:
         """What the heartbeat says of the processes now; ``tasks`` lists what each busy worker runs:
         ``[worker index, job id, queue, seconds since it started]``."""
         now = time.monotonic()
-        tasks = [[s.index, job_id, r.ticket.reservation.queue, round(now - r.started, 1)]
-                 for s in self.slots for job_id, r in s.running.items()]
+        tasks = [[s.index, job_id, s.running[job_id].ticket.reservation.queue,
+                  round(now - (self.since[s.index] if self.threads == 1 else s.running[job_id].started), 1)]
+                 for s in self.slots for job_id in self._started(s)]
         return Report(self.state, len(self.slots),
                       {**self.counts, "waiting": len(self.buffer), "running": len(tasks),
                        "queues": {queue: dict(per_queue) for queue, per_queue in self.by_queue.items()},
@@ -485,6 +571,9 @@ class Sentinel:
         for slot in self.slots:
             slot.retiring = True
             self._pill_if_done(slot)
+        busy = sum(1 for s in self.slots if s.running)
+        if busy:
+            logger.info("cluster %s: waiting for %d worker(s) to finish their running tasks", self.owner, busy)
         while self.slots and self.signals < 2:
             handles: list[Connection | int] = [s.pipe for s in self.slots]
             handles += [s.process.sentinel for s in self.slots]
@@ -508,6 +597,22 @@ class Sentinel:
     def _kill_all(self) -> None:
         for process in [self.pusher, self.monitor, *(s.process for s in self.slots)]:
             _kill(process)
+
+
+def _round_robin(tickets: list[Ticket], rooms: list[int]) -> tuple[list[list[Ticket]], list[Ticket]]:
+    """Deal ``tickets`` (most urgent first) one at a time to the places that have room left;
+    return each place's share and what did not fit."""
+    plan: list[list[Ticket]] = [[] for _ in rooms]
+    tickets = list(tickets)
+    while tickets and any(room > len(p) for room, p in zip(rooms, plan)):
+        for room, batch in zip(rooms, plan):
+            if room > len(batch) and tickets:
+                batch.append(tickets.pop(0))
+    return plan, tickets
+
+
+def _urgency(ticket: Ticket) -> int:
+    return -ticket.reservation.priority
 
 
 def _readable(pipe: Connection) -> bool:

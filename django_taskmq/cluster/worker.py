@@ -7,12 +7,14 @@ break its own pipe, never a lock another process needs; the sentinel replaces it
 
 from __future__ import annotations
 
+import heapq
 import logging
 import os
 import queue
 import resource
 import signal
 import threading
+import time
 from multiprocessing.connection import Connection
 
 from django.db import close_old_connections, connections
@@ -21,18 +23,25 @@ from .. import execution as ex
 from ..conf import Settings
 from ..exceptions import TaskTimeout
 from .interrupts import Interrupts, Running
-from .messages import CANCEL, READY, RETIRING, STOP, load_task, outcome_frame
+from .messages import (CANCEL, READY, RETIRING, STOP, TASKS, load_task, outcome_frame, read_tasks_frame,
+                       unstarted_frame)
 
 logger = logging.getLogger(__name__)
 
 
-def run(index: int, conn: Connection, settings: Settings, threads: int = 1) -> None:
+def run(index: int, conn: Connection, settings: Settings, threads: int = 1, current=None, since=None) -> None:
     """Serve tasks from ``conn`` until the poison pill (:data:`~.messages.STOP`) arrives or the pipe closes.
 
-    Tasks arrive as pickled :class:`~django_taskmq.execution.TaskMessage` bytes; outcomes leave
-    as outcome frames (:func:`~.messages.outcome_frame`), the result already signed for storage
-    (signing here spreads that cost over the workers). The sentinel sends a worker at most
-    ``threads`` tasks at a time, so every task it receives starts at once.
+    Tasks arrive in tasks frames (:func:`~.messages.tasks_frame`); outcomes leave as outcome
+    frames (:func:`~.messages.outcome_frame`), one per task as soon as it ends, the result already
+    signed for storage (signing here spreads that cost over the workers).
+
+    With one thread, the sentinel may send more tasks than the one that runs (``TASKMQ['prefetch']``):
+    they wait here, most urgent first, and the poison pill hands them back unstarted. Before each
+    task the worker writes the task's arrival number (its place in the order tasks arrived,
+    from 1) to ``current[index]`` and its monotonic start time to ``since[index]``, shared with the
+    sentinel, which times it and knows, should this process die, which task had started.
+    With several threads the sentinel sends a task only to a free thread: every task received starts.
     """
     # The sentinel decides when workers stop: ignore Ctrl-C and a SIGTERM sent to the whole
     # process group (a terminal, systemd), so a running task can finish during a graceful stop.
@@ -44,27 +53,61 @@ def run(index: int, conn: Connection, settings: Settings, threads: int = 1) -> N
     post_spawn.send(sender=run, proc_name=f"worker-{index}")
     conn.send_bytes(READY)
     if threads == 1:
-        _one_at_a_time(index, conn, settings)
+        OneAtATime(index, conn, settings, current, since).serve()
     else:
         Pool(index, conn, settings, threads).serve()
 
 
-def _one_at_a_time(index: int, conn: Connection, settings: Settings) -> None:
-    retiring = False
-    while True:
-        try:
-            blob = conn.recv_bytes()
-        except (EOFError, OSError):
-            return
-        if blob == STOP:
-            return
-        if blob.startswith(CANCEL):  # with one thread the sentinel kills at a timeout; never sent
-            continue
-        outcome = ex.execute(load_task(blob))
-        conn.send_bytes(outcome_frame(ex.seal(outcome, settings)))
-        if not retiring and _above_max_rss(index, settings):
-            retiring = True
-            conn.send_bytes(RETIRING)
+class OneAtATime:
+    """One thread: run the received tasks one after the other, most urgent first."""
+
+    def __init__(self, index: int, conn: Connection, settings: Settings, current, since) -> None:
+        self.index = index
+        self.conn = conn
+        self.settings = settings
+        self.current = current
+        self.since = since
+        self.waiting: list[tuple[int, int, ex.TaskMessage]] = []  # (-priority, arrival, task): a heap
+        self.arrivals = 0
+        self.stopping = False
+        self.retiring = False
+
+    def _take(self, frame: bytes) -> None:
+        if frame == STOP:
+            self.stopping = True
+        elif frame.startswith(TASKS):
+            for blob in read_tasks_frame(frame):
+                self.arrivals += 1
+                message = load_task(blob)
+                heapq.heappush(self.waiting, (-message.reservation.priority, self.arrivals, message))
+        # A cancel frame: with one thread the sentinel kills at a timeout; never sent.
+
+    def serve(self) -> None:
+        conn = self.conn
+        while True:
+            try:
+                if not self.waiting and not self.stopping:
+                    self._take(conn.recv_bytes())
+                # Between tasks, read what else came: an urgent task, the poison pill.
+                while conn.poll(0):
+                    self._take(conn.recv_bytes())
+            except (EOFError, OSError):
+                return
+            if self.stopping:
+                if self.waiting:
+                    conn.send_bytes(unstarted_frame(m.reservation.job_id for _, _, m in self.waiting))
+                return
+            if not self.waiting:
+                continue
+            _, arrival, message = heapq.heappop(self.waiting)
+            if self.current is not None:
+                self.since[self.index] = time.monotonic()
+                self.current[self.index] = arrival
+            outcome = ex.execute(message)
+            conn.send_bytes(outcome_frame(ex.seal(outcome, self.settings)))
+            if not self.retiring and _above_max_rss(self.index, self.settings):
+                self.retiring = True
+                conn.send_bytes(RETIRING)
 
 
 def _above_max_rss(index: int, settings: Settings) -> bool:
@@ -107,8 +150,9 @@ class Pool:
                 break
             if blob.startswith(CANCEL):
                 self.interrupts.interrupt(blob[len(CANCEL):].decode())
-            else:
-                self.work.put(blob)
+            elif blob.startswith(TASKS):
+                for task in read_tasks_frame(blob):
+                    self.work.put(task)
         for _ in self.threads:
             self.work.put(None)
         for thread in self.threads:

@@ -69,35 +69,30 @@ def test_waiting_tasks_are_ordered_by_priority_then_arrival():
     assert len(buffer) == 6
 
 
-def test_idle_workers_get_the_most_urgent_task_first():
-    """hand_out() sends the head of the list and removes it; nothing waiting: nothing sent."""
+def test_take_removes_the_most_urgent_tasks_first():
+    """take(n) returns the head of the list and removes it; nothing waiting: nothing taken."""
     buffer, broker, _ = make()
     t = reserve(broker, "a0", "b5", "c0", "d9")
     buffer.add([t["a0"], t["b5"]])
     buffer.add([t["c0"], t["d9"]])
-    sent: list[str] = []
+    assert buffer.most_urgent() == 9
 
-    def send(task: Ticket) -> bool:
-        sent.append(task.blob.decode())
-        return True
-
-    handed = [buffer.hand_out(send) for _ in range(5)]
-    assert sent == ["d9", "b5", "a0", "c0"]
-    assert [h.reservation.job_id if h else None for h in handed] == ["d9", "b5", "a0", "c0", None]
+    assert [task.reservation.job_id for task in buffer.take(3)] == ["d9", "b5", "a0"]
+    assert [task.reservation.job_id for task in buffer.take(3)] == ["c0"]
+    assert buffer.take(3) == [] and buffer.most_urgent() is None
     assert waiting(buffer) == []
 
 
-def test_a_failed_send_keeps_the_task_behind_the_others_of_its_priority():
+def test_a_task_put_back_waits_behind_the_others_of_its_priority():
+    """What could not be sent (or came back unstarted) waits again, behind its equals, still held."""
     buffer, broker, _ = make()
     t = reserve(broker, "u9", "a5", "b5", "n0")
     buffer.add([t["a5"], t["u9"], t["b5"], t["n0"]])
 
-    assert buffer.hand_out(lambda task: False) is None
-    assert waiting(buffer) == ["u9", "a5", "b5", "n0"]  # the only 9: still first
-
-    buffer.hand_out(lambda task: True)
-    assert buffer.hand_out(lambda task: False) is None
-    assert waiting(buffer) == ["b5", "a5", "n0"]  # kept, behind the other 5
+    taken = buffer.take(2)
+    assert [task.reservation.job_id for task in taken] == ["u9", "a5"]
+    buffer.put_back(taken)
+    assert waiting(buffer) == ["u9", "b5", "a5", "n0"]  # the only 9: still first; a5 behind b5
     assert delivery(broker, "a5") == (JobState.RUNNING, 1, 0, True)  # still held, nothing given back
 
 

@@ -8,13 +8,14 @@ first waiting task; busy and retiring workers get nothing; a task whose send fai
 
 from __future__ import annotations
 
+import dataclasses
 import multiprocessing
 from collections.abc import Iterator
 
 import pytest
 
 from django_taskmq.brokers.base import Broker, Reservation
-from django_taskmq.cluster.messages import Batch, Ticket
+from django_taskmq.cluster.messages import Batch, Ticket, read_tasks_frame
 from django_taskmq.cluster.sentinel import Running, Sentinel, Slot
 from django_taskmq.conf import get_settings
 from tests.memory_broker import MemoryBroker
@@ -29,8 +30,9 @@ def ticket(label: str, priority: int) -> Ticket:
 class Harness:
     """A sentinel with a pusher pipe and ``add_slot()`` for worker slots; ``close()`` closes every pipe."""
 
-    def __init__(self, broker: Broker | None = None) -> None:
-        self.sentinel = Sentinel(get_settings(), broker or MemoryBroker(get_settings()), workers=1)
+    def __init__(self, broker: Broker | None = None, prefetch: int = 0) -> None:
+        settings = dataclasses.replace(get_settings(), prefetch=prefetch)
+        self.sentinel = Sentinel(settings, broker or MemoryBroker(settings), workers=1)
         self.sentinel.pusher_pipe, self.pusher_end = multiprocessing.Pipe()
         self.worker_ends: list = []
 
@@ -42,6 +44,10 @@ class Harness:
         self.worker_ends.append(child)
         return slot
 
+    def threads(self, threads: int) -> None:
+        """Give each worker ``threads`` threads (and so no prefetch)."""
+        self.sentinel.threads = self.sentinel.depth = threads
+
     def push(self, *tickets: Ticket) -> None:
         """The pusher sends one batch; the sentinel reads it."""
         self.pusher_end.send(Batch(tuple(tickets)))
@@ -51,11 +57,23 @@ class Harness:
         return [w.task.reservation.job_id for w in self.sentinel.buffer.waiting]
 
     def received(self) -> list[str | None]:
-        """What each worker slot got since the last call (None: nothing), in slot order."""
+        """What each worker slot got since the last call (None: nothing), in slot order; one task
+        per slot (see ``batches`` for more)."""
+        got = []
+        for batch in self.batches():
+            assert len(batch) <= 1, f"a worker got more than one task in one dispatch: {batch}"
+            got.append(batch[0] if batch else None)
+        return got
+
+    def batches(self) -> list[list[str]]:
+        """The tasks each worker slot got since the last call, in slot order (one message each)."""
         got = []
         for end in self.worker_ends:
-            got.append(end.recv_bytes().decode() if end is not None and end.poll(0) else None)
-            assert end is None or not end.poll(0), "a worker got more than one task in one dispatch"
+            frames = []
+            while end is not None and end.poll(0):
+                frames.append(end.recv_bytes())
+            assert len(frames) <= 1, "a worker got more than one message in one dispatch"
+            got.append([blob.decode() for frame in frames for blob in read_tasks_frame(frame)])
         return got
 
     def close(self) -> None:
@@ -140,7 +158,7 @@ def test_a_task_whose_send_fails_goes_back_and_reaches_the_next_idle_worker(harn
 
 def test_with_threads_each_worker_gets_tasks_until_its_threads_are_full_one_per_round(harness):
     """3 threads, 2 workers, 7 waiting: the most urgent go out alternately, 6 in all; one waits."""
-    harness.sentinel.threads = 3
+    harness.threads(3)
     first, second = harness.add_slot(), harness.add_slot()
     harness.push(*(ticket(f"t{i}", 9 - i) for i in range(7)))
 
@@ -148,11 +166,11 @@ def test_with_threads_each_worker_gets_tasks_until_its_threads_are_full_one_per_
 
     assert list(first.running) == ["t0", "t2", "t4"] and list(second.running) == ["t1", "t3", "t5"]
     assert harness.waiting() == ["t6"]
-    assert [harness.worker_ends[0].recv_bytes() for _ in range(3)] == [b"t0", b"t2", b"t4"]
+    assert harness.batches() == [["t0", "t2", "t4"], ["t1", "t3", "t5"]]
 
 
 def test_a_worker_not_ready_yet_gets_nothing(harness):
-    harness.sentinel.threads = 2
+    harness.threads(2)
     spawning, ready = harness.add_slot(), harness.add_slot()
     spawning.ready = False
     harness.push(ticket("a", 0), ticket("b", 0), ticket("c", 0))
@@ -168,7 +186,7 @@ def test_with_threads_a_task_past_its_timeout_is_cancelled_then_its_worker_is_ma
     from django_taskmq.cluster import sentinel as sentinel_module
     from django_taskmq.cluster.messages import cancel_frame
 
-    harness.sentinel.threads = 4
+    harness.threads(4)
     slot = harness.add_slot()
     late = Ticket(ticket("late", 0).reservation, 1.0, b"late")
     now = 1000.0

@@ -49,17 +49,18 @@ class FakeWorker:
     def is_alive(self) -> bool:
         if self.exitcode is not None:
             return False
+        if self.busy_for:  # like a worker with one thread, it reads its pipe only between tasks
+            self.busy_for -= 1
+            if self.busy_for == 0:
+                self.end.send_bytes(self.frame)
+                self.events.append((self.name, "outcome"))
+            return True
         while self.end.poll(0):
             message = self.end.recv_bytes()
             self.events.append((self.name, "STOP" if message == STOP else "task"))
             if message == STOP:
                 self.exitcode = 0
                 return False
-        if self.busy_for is not None:
-            self.busy_for -= 1
-            if self.busy_for == 0:
-                self.end.send_bytes(self.frame)
-                self.events.append((self.name, "outcome"))
         return True
 
     def join(self, timeout: float | None = None) -> None:
@@ -150,8 +151,10 @@ class Cluster:
         worker = FakeWorker(name, child, self.events, busy_for, frame)
         self.workers.append(worker)
         slot = Slot(len(self.sentinel.slots), worker, parent)
-        if task is not None:
-            slot.running[task.reservation.job_id] = Running(task, time.monotonic())
+        if task is not None:  # it runs the task (arrived first): what the worker writes when it starts one
+            slot.running[task.reservation.job_id] = Running(task, time.monotonic(), arrival=1)
+            slot.sent = 1
+            self.sentinel.current[slot.index], self.sentinel.since[slot.index] = 1, time.monotonic()
         self.sentinel.slots.append(slot)
         return slot
 
@@ -193,7 +196,7 @@ def test_a_graceful_stop(cluster):
     for name in ("wait1", "wait2", "late"):
         assert state(cluster.broker, name) == (JobState.QUEUED, 0, False), name
     assert len(cluster.sentinel.buffer) == 0
-    # The idle worker got its pill at once, the busy one right after its outcome.
+    # Both got their pill at once; the busy one read it after its task (it held nothing unstarted).
     assert cluster.events == [("idle", "STOP"), ("busy", "outcome"), ("busy", "STOP")]
     assert cluster.sentinel.slots == []
     # The outcome went to the monitor, unopened, before the end mark.
@@ -239,7 +242,7 @@ def test_the_heartbeat_tells_what_each_busy_worker_runs(cluster):
     t = cluster.reserve("run")
     cluster.add_worker("idle")
     busy = cluster.add_worker("busy", task=t["run"])
-    busy.running["run"].started = time.monotonic() - 2.0
+    cluster.sentinel.since[busy.index] = time.monotonic() - 2.0
     counts = cluster.sentinel._report().counts
     ((index, job_id, queue, seconds),) = counts["tasks"]
     assert (index, job_id, queue, counts["running"]) == (busy.index, "run", "default", 1)
