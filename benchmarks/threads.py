@@ -193,10 +193,13 @@ def run_peer(peer: str, workload: str, threads: int, n: int) -> dict:
             "peak_rss_mib": rss, "peak_pss_mib": pss}
 
 
-def run_once(engine: str, workload: str, threads: int, n: int) -> dict:
+def run_once(engine: str, workload: str, threads: int, n: int, overrides: dict | None = None) -> dict:
+    """One ``qcluster --burst -w 2 --threads <threads>`` drain of ``n`` jobs; ``overrides``: TASKMQ keys."""
     extra, drop = database(engine)
     env = dict(os.environ, PYTHONPATH=str(ROOT), **extra)
     env.pop("TASKMQ_OVERRIDES", None)
+    if overrides:
+        env["TASKMQ_OVERRIDES"] = json.dumps(overrides)
     env.pop("TASKMQ_RUN_LOG", None)
     try:
         subprocess.run([PY, "manage.py", "migrate", "-v0"], cwd=ROOT, env=env, check=True)

@@ -365,6 +365,18 @@ class Sentinel:
                 self._enforce_timeout(slot, now)
             elif any(r.overdue(now) for r in slot.running.values()):
                 self._enforce_timeouts(slot, now)
+        if not self.pusher.is_alive() and self.state == "running":
+            logger.error("pusher died (exit code %s): reincarnating", self.pusher.exitcode)
+            self.counts["reincarnations"] += 1
+            self._spawn_pusher()
+        if not self.monitor.is_alive() and self.state == "running":
+            # Outcomes still in the old queue are lost with it; their leases bring the jobs back.
+            logger.error("monitor died (exit code %s): reincarnating", self.monitor.exitcode)
+            self.counts["reincarnations"] += 1
+            connections.close_all()
+            results = self.ctx.Queue()
+            self.results = results
+            self.monitor = self._spawn(monitor.run, (results, self.settings), "taskmq-monitor")
 
     def _enforce_timeout(self, slot: Slot, now: float) -> None:
         """One thread: kill (and replace) the worker when the task it runs is past its timeout."""
@@ -385,9 +397,10 @@ class Sentinel:
     def _enforce_timeouts(self, slot: Slot, now: float) -> None:
         """Stop the tasks of ``slot`` that run past their timeout.
 
-        With several threads, the worker is asked to interrupt the task; a task still running :data:`CANCEL_GRACE` seconds later is
-        stuck: the worker gets no more work and is killed once every task it still runs is stuck
-        too (its other tasks finish, or reach their own timeouts, first).
+        With several threads the worker is asked to interrupt the task; a task still running
+        :data:`CANCEL_GRACE` seconds later is stuck: the worker gets no more work and is killed
+        once every task it still runs is stuck too (its other tasks finish, or reach their own
+        timeouts, first).
         """
         for job_id, running in slot.running.items():
             if running.cancelled is None and running.overdue(now):
@@ -414,18 +427,6 @@ class Sentinel:
         slot.running.clear()
         _kill(slot.process)
         self._replace_worker(slot, crashed=False)
-        if not self.pusher.is_alive() and self.state == "running":
-            logger.error("pusher died (exit code %s): reincarnating", self.pusher.exitcode)
-            self.counts["reincarnations"] += 1
-            self._spawn_pusher()
-        if not self.monitor.is_alive() and self.state == "running":
-            # Outcomes still in the old queue are lost with it; their leases bring the jobs back.
-            logger.error("monitor died (exit code %s): reincarnating", self.monitor.exitcode)
-            self.counts["reincarnations"] += 1
-            connections.close_all()
-            results = self.ctx.Queue()
-            self.results = results
-            self.monitor = self._spawn(monitor.run, (results, self.settings), "taskmq-monitor")
 
     def _replace_worker(self, slot: Slot, crashed: bool) -> None:
         slot.process.join(timeout=1)

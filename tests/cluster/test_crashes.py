@@ -170,3 +170,31 @@ def test_workers_killed_at_random_instants_never_stall_the_cluster(cluster):
     assert sum(d - 1 for d in deliveries.values()) <= len(killed), collections.Counter(deliveries.values())
     assert [j for j in ids if runs[j] > deliveries[j]] == []
     assert Cluster.objects.get(pid=qc.pid).counts["crashes"] <= len(killed)
+
+
+def started_at(pid: int) -> int:
+    """The start time of ``pid`` in clock ticks since boot (/proc/<pid>/stat, field 22)."""
+    with open(f"/proc/{pid}/stat") as stat:
+        return int(stat.read().rsplit(")", 1)[1].split()[19])
+
+
+def test_a_killed_pusher_and_monitor_are_replaced_and_work_goes_on(cluster):
+    """SIGKILL of the pusher and the monitor of an idle cluster (the sentinel spawns them first,
+    then the workers): new ones are spawned, the workers are left alone, and the jobs enqueued
+    afterwards each run once."""
+    qc = cluster.start("-w", "2")
+    children = sorted(cluster.wait_pool(qc, 2), key=lambda pid: (started_at(pid), pid))
+    helpers, workers = children[:2], children[2:]
+    for pid in helpers:
+        os.kill(pid, signal.SIGKILL)
+    cluster.wait_until(lambda: len(qc.children()) == 4 and not set(helpers) & set(qc.children()),
+                       lambda: f"4 children, none of {helpers}; now {qc.children()}", alive=[qc])
+    assert set(workers) <= set(qc.children())
+    ids = enqueue_many(f"{TASKS}.slow", [(f"a{i}", 0) for i in range(50)])
+    cluster.wait_final(ids, alive=[qc])
+    output = qc.output()
+    stop(cluster, qc)
+
+    assert job_states(ids) == {"SUCCEEDED": 50}
+    assert collections.Counter(j for j, tag in cluster.log() if tag.startswith("start:")) == dict.fromkeys(ids, 1)
+    assert "pusher died" in output and "monitor died" in output
