@@ -197,6 +197,12 @@ class Sentinel:
             except DatabaseAway as exc:
                 gave_up = True
                 logger.error("%s", exc)
+        except BaseException:
+            # A bug here must not leave the children waiting for a sentinel that is gone: Python's
+            # exit would wait for them for ever. Their leases bring back what the cluster held.
+            logger.exception("cluster %s: the sentinel failed; killing its processes", self.owner)
+            self._kill_all()
+            raise
         finally:
             if self.signals >= 2 or gave_up:
                 self._kill_all()

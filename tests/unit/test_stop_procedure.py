@@ -247,3 +247,26 @@ def test_the_heartbeat_tells_what_each_busy_worker_runs(cluster):
     ((index, job_id, queue, seconds),) = counts["tasks"]
     assert (index, job_id, queue, counts["running"]) == (busy.index, "run", "default", 1)
     assert 2.0 <= seconds < 60
+
+
+def test_an_error_in_the_sentinel_kills_its_processes_instead_of_leaving_them_waiting(cluster, monkeypatch):
+    """A bug raising in the guard loop: the children are killed (Python's exit would otherwise wait
+    for them for ever) and the error propagates."""
+    import signal as signal_module
+
+    killed: list[bool] = []
+
+    def bug() -> None:
+        raise RuntimeError("a bug in the guard loop")
+
+    monkeypatch.setattr(cluster.sentinel, "_spawn_all", lambda: None)
+    monkeypatch.setattr(cluster.sentinel, "_kill_all", lambda: killed.append(True))
+    monkeypatch.setattr(cluster.sentinel, "step", bug)
+    handlers = signal_module.getsignal(signal_module.SIGTERM), signal_module.getsignal(signal_module.SIGINT)
+    try:
+        with pytest.raises(RuntimeError, match="a bug in the guard loop"):
+            cluster.sentinel.start()
+    finally:
+        signal_module.signal(signal_module.SIGTERM, handlers[0])
+        signal_module.signal(signal_module.SIGINT, handlers[1])
+    assert killed == [True]
