@@ -92,7 +92,7 @@ class OrmBroker(Broker):
         self._last_reclaim = 0.0
         self._known_queues: set[str] = set()
         # (connection, names, converters, fields, quoted columns) for inserts
-        self._plan: tuple[Any, list[str], list, list, str] | None = None
+        self._plan: tuple[Any, list[str], list, list, str, dict[str, Any]] | None = None
         self._flow: FlowGate | None = None
 
     # -- plumbing ---------------------------------------------------------------------------
@@ -248,9 +248,13 @@ class OrmBroker(Broker):
         if self._plan is None or self._plan[0] is not conn:
             names, convert, fields = _columns(conn)
             columns = ", ".join(conn.ops.quote_name(f.column) for f in fields)
-            self._plan = (conn, names, convert, fields, columns)
-        _, names, convert, fields, columns = self._plan
-        defaults = {}
+            # Defaults that are not computed (all but the callables, such as enqueued_at's) are
+            # converted once per connection, not once per enqueue.
+            constant = {name: conv(field.get_default()) for name, conv, field in zip(names, convert, fields)
+                        if not (field.has_default() and callable(field.default))}
+            self._plan = (conn, names, convert, fields, columns, constant)
+        _, names, convert, fields, columns, constant = self._plan
+        defaults = dict(constant)
         table = []
         for row in rows:
             values = []
