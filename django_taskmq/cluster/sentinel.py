@@ -565,7 +565,8 @@ class Sentinel:
             except (BrokenPipeError, OSError):
                 pass
             while self.pusher.is_alive() and self.signals < 2:
-                if self.pusher_pipe.poll(0.05):
+                # Woken by its last batch or by its exit, whichever comes first.
+                if self.pusher_pipe in wait([self.pusher_pipe, self.pusher.sentinel], timeout=0.05):
                     self._from_pusher()
                 self.upkeep.give_up_if_away()
         self.pusher.join(timeout=1)

@@ -34,7 +34,7 @@ logger = logging.getLogger(__name__)
 
 HEARTBEAT_EVERY = 2.0
 ANALYZE_EVERY = 600.0  # seconds between planner statistics refreshes (PostgreSQL)
-BURST_CHECK_EVERY = 0.2
+BURST_CHECK_EVERY = 0.05  # a burst ends within this of its last outcome (one cheap query a check)
 # A burst gives up after this many seconds without a successful database operation of the sentinel,
 # so it exits within 30 s of losing the database even when each attempt waits for a connect timeout.
 BURST_GIVE_UP = 15.0

@@ -80,6 +80,11 @@ class FakePusher:
         self.pid = None
         self.exitcode: int | None = None
         self.stopped_by: object = None
+        self._never, self._write = os.pipe()  # its process sentinel: never readable (its exit is simulated)
+
+    @property
+    def sentinel(self) -> int:
+        return self._never
 
     def is_alive(self) -> bool:
         if self.exitcode is not None:
@@ -161,6 +166,9 @@ class Cluster:
     def close(self) -> None:
         for worker in self.workers:
             worker.close()
+        if isinstance(self.sentinel.pusher, FakePusher):
+            os.close(self.sentinel.pusher._never)
+            os.close(self.sentinel.pusher._write)
         for pipe in (self.sentinel.pusher_pipe, self.pusher_end):
             pipe.close()
 
