@@ -333,17 +333,19 @@ def latency_probe(ctx: Context, cluster: Cluster, count: int) -> dict:
 
     For each job: call and return times of the enqueue call, the time the finished job was
     first seen by polling the system's result store (every 0.5 ms, one query each: what a
-    user's harness sees), and the task's own start time (benchtasks' mark). A job is sent at
-    its slot (``--latency-gap-ms`` apart) or, if the previous one took longer, right after
-    it; sending stops after ``--latency-max-seconds`` (slow pollers get fewer samples).
+    user's harness sees), and the task's own start time (benchtasks' mark). A job is sent
+    ``--latency-gap-ms`` after the previous one was sent and at least that long after the
+    previous one became visible, so every job meets an idle cluster (a worker that just
+    finished a job and polls again at once would otherwise pick the next one up at once);
+    sending stops after ``--latency-max-seconds`` (slow pollers get fewer samples).
     """
     adapter, options = ctx.adapter, ctx.options
     gap = options.latency_gap_ms / 1000
     sent: list[tuple[str, float, float, float]] = []
-    base = time.time()
+    base = next_at = time.time()
     stop_at = base + options.latency_max_seconds
-    for i in range(count):
-        sleep_until(base + i * gap)
+    for _ in range(count):
+        sleep_until(next_at)
         if time.time() > stop_at and len(sent) >= 5:
             break
         tag = f"lat{len(sent)}-{int(base * 1000) % 100000}"
@@ -356,7 +358,9 @@ def latency_probe(ctx: Context, cluster: Cluster, count: int) -> dict:
                 cluster.check_alive()
                 raise WorkloadError(f"job {job_id} not finished 60 s after its enqueue; log {cluster.log_path}")
             time.sleep(0.0005)
-        sent.append((tag, t_call, t_return, time.time()))
+        t_visible = time.time()
+        sent.append((tag, t_call, t_return, t_visible))
+        next_at = max(next_at + gap, t_visible + gap)
     ctx.marks.wait_for([t for t, *_ in sent], cluster, timeout=30)
     started = ctx.marks.started
     visible = [v - c for _, c, _, v in sent]
