@@ -533,13 +533,14 @@ class OrmBroker(Broker):
         rows = [
             (
                 seal_result(a.result, name, compress),  # workers send results sealed already
-                adapt(a.started_at or now),
-                adapt(a.started_at or now),
+                started,
+                started,
                 adapt(a.finished_at or now),
                 a.reservation.job_id,
                 a.reservation.token,
             )
             for a in acks
+            for started in (adapt(a.started_at or now),)  # one adaptation for both of its uses
         ]
         with transaction.atomic(using=self.alias), self.connection.cursor() as cursor:
             cursor.executemany(
