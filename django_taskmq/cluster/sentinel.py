@@ -10,7 +10,6 @@ heartbeat and runs ``ANALYZE`` on timers. What the processes say to each other i
 
 from __future__ import annotations
 
-import functools
 import logging
 import multiprocessing
 import os
