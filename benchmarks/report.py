@@ -498,7 +498,10 @@ def run_lists(data: dict) -> list[str]:
     lines = ["", "### Runs, failures and foreign load", ""]
     failed = [r for r in records if not r.get("ok")]
     retried = [r for r in records if r.get("failed_attempts")]
-    lines.append(f"{len(records)} runs; {len(failed)} failed (after retries), {len(retried)} needed a retry.")
+    skipped = [r for r in records if r.get("ok") and not r.get("load") and (r.get("details") or {}).get("na")]
+    lines.append(f"{len(records)} (round, engine, system, workload) cells: {len(skipped)} n/a without running "
+                 f"anything (reasons in the tables above), {len(records) - len(skipped)} runs; {len(failed)} "
+                 f"failed (after retries), {len(retried)} needed a retry.")
     if failed:
         lines += ["", "Failed runs (not in the numbers):", ""]
         lines += [f"- #{r.get('seq')} {r['engine']} {r['system']} {r['workload']} round {r['run']}: "
@@ -516,11 +519,13 @@ def run_lists(data: dict) -> list[str]:
                       f"of {cores}): median {fmt(statistics.median(loads))}, max {fmt(max(loads))}; "
                       f"{heavy} of {len(loads)} runs had ≥ 0.5 core of foreign load. The table below "
                       f"lists every run in the order it ran.", ""]
-    lines += ["<details><summary>Every run: order, duration, CPU load (cores)</summary>", "",
+    lines += ["<details><summary>Every run (n/a cells left out): order, duration, CPU load (cores)</summary>", "",
               "| # | round | engine | system | workload | ok | wall s | busy | own | db servers | foreign |",
               "|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in records:
         load = r.get("load") or {}
+        if r in skipped:
+            continue
         lines.append(f"| {r.get('seq')} | {r['run']} | {r['engine']} | {r['system']} | {r['workload']} | "
                      f"{'yes' if r.get('ok') else 'FAILED'}{' (retried)' if r.get('failed_attempts') else ''} | "
                      f"{fmt(load.get('wall_s'))} | {fmt(load.get('busy_cores'))} | {fmt(load.get('own_cores'))} | "
