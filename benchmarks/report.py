@@ -16,6 +16,7 @@ older raw files in ``benchmarks/results/``); nothing in it is typed by hand.
 from __future__ import annotations
 
 import contextlib
+import importlib
 import io
 import json
 import statistics
@@ -659,6 +660,24 @@ def _older_sections() -> list[str]:
                   f"`python3 benchmarks/flow.py --report benchmarks/results/{flow_json.name}` (measured with "
                   f"`.venv/bin/python benchmarks/flow.py --runs 3`). Cells: median (min-max).",
                   buffer.getvalue().rstrip()]
+    for name, module, title, measured in (
+            ("threads.json", "threads", "Threads per worker: I/O-bound and no-op tasks, beside Celery's threads pool "
+             "and Dramatiq", ".venv/bin/python benchmarks/threads.py --runs 3"),
+            ("prefetch.json", "prefetch", "Prefetch on the hot path: no-op drain with prefetch 0 and 16",
+             ".venv/bin/python benchmarks/prefetch.py --runs 3")):
+        raw_path = RESULTS_DIR / name
+        if raw_path.exists():
+            script = importlib.import_module(module)
+            raw = json.loads(raw_path.read_text())
+            buffer = io.StringIO()
+            with contextlib.redirect_stdout(buffer):
+                script.report(raw["rows"])
+            lines += ["", f"### {title}", "",
+                      f"Raw results: [`results/{name}`](results/{name}) (commit {raw.get('commit', '?')}, "
+                      f"{raw.get('date', '?')}, {raw.get('runs', '?')} interleaved runs); generated with "
+                      f"`python3 benchmarks/{module}.py --report benchmarks/results/{name}` (measured with "
+                      f"`{measured}`; foreign load was not recorded by these scripts). Cells: median (min-max).",
+                      "", buffer.getvalue().rstrip()]
     memory = RESULTS_DIR / "result_memory.json"
     if memory.exists():
         raw = json.loads(memory.read_text())
@@ -675,7 +694,8 @@ def _older_sections() -> list[str]:
             sums, maxes = stats([r["sum_mib"] for r in rows_]), stats([r["max_mib"] for r in rows_])
             lines.append(f"| {size} | {', '.join(sorted({r['state'] for r in rows_}))} | {len(rows_)} | "
                          f"{cell(sums)} | {cell(maxes)} |")
-    shown = {"architecture-before-after.json", "architecture-latency-rerun.json", "flow.json",
+    shown = {"architecture-before-after.json", "architecture-latency-rerun.json", "flow.json", "threads.json",
+             "prefetch.json",
              "result_memory.json", Path(ROUND_ONE).name, Path(COMMENTARY).name, "drain-sqlite.png",
              "drain-postgresql.png"}
     dashboards = sorted(RESULTS_DIR.glob("dashboard-*.txt"))
