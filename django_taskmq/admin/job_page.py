@@ -19,6 +19,7 @@ from ..conf import get_settings
 from ..envelope import Envelope
 from ..exceptions import BadPackage
 from ..models import DeadLetter, Job, State
+from ..policy import attempts as attempt_history
 from ..signing import verify
 from .display import between, duration, monospace, short_repr, when
 
@@ -136,6 +137,27 @@ def lease(job: Job, now: datetime.datetime | None = None) -> str | SafeString:
     if job.state != State.RUNNING or not job.lease_owner:
         return "-"
     return _table([("held by", job.lease_owner), ("lease until", when(job.lease_until_time, now))])
+
+
+def failed_executions(job: Job, now: datetime.datetime | None = None) -> str | SafeString:
+    """The failed executions kept in the job's history, oldest first: when each started and its
+    error, with its traceback folded (the cap: see :mod:`django_taskmq.policy.attempts`)."""
+    kept = attempt_history.entries(job.attempt_log)
+    if not kept:
+        return "-"
+    items = format_html_join("", "<li>execution {}, started {}: {}<details><summary>traceback</summary>{}</details></li>",
+                             ((entry.get("attempt", "?"), _started(entry.get("started_at"), now),
+                               entry.get("error") or "-", monospace(entry.get("traceback") or "-")) for entry in kept))
+    older = attempt_history.dropped(job.attempt_log)
+    note = format_html("<p>{} earlier failed execution(s) not kept.</p>", older) if older else ""
+    return format_html("<ul style='margin: 0; padding-left: 1.2em;'>{}</ul>{}", items, note)
+
+
+def _started(value: object, now: datetime.datetime | None) -> str:
+    try:
+        return when(datetime.datetime.fromisoformat(str(value)), now)
+    except ValueError:
+        return str(value)
 
 
 def dead_letters(job: Job) -> str | SafeString:

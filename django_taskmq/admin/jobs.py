@@ -75,13 +75,14 @@ class JobAdmin(ReadOnlyMixin, admin.ModelAdmin):
         (None, {"fields": ("id", "task_name", "func", "state_display", "queue", "priority", "group_display", "key",
                            "cluster")}),
         (_("Call"), {"fields": ("arguments", "keyword_arguments", "next_link")}),
-        (_("Outcome"), {"fields": ("return_value", "error_display", "traceback_display", "dead_letters")}),
+        (_("Outcome"), {"fields": ("return_value", "error_display", "traceback_display", "failed_executions",
+                                   "dead_letters")}),
         (_("Times"), {"fields": ("times",)}),
         (_("Deliveries"), {"fields": ("limits", "lease", "flow")}),
     )
     readonly_fields = ("id", "task_name", "func", "state_display", "queue", "priority", "group_display", "key",
                        "cluster", "arguments", "keyword_arguments", "next_link", "return_value", "error_display",
-                       "traceback_display", "dead_letters", "times", "limits", "lease", "flow")
+                       "traceback_display", "failed_executions", "dead_letters", "times", "limits", "lease", "flow")
     change_list_template = "admin/django_taskmq/job/change_list.html"
 
     # Deleting rows bypasses the broker (a running job's lease, its dead letters): cancel instead.
@@ -173,6 +174,10 @@ class JobAdmin(ReadOnlyMixin, admin.ModelAdmin):
     @admin.display(description=_("traceback"))
     def traceback_display(self, job: Job):
         return monospace(job.traceback) if job.traceback else "-"
+
+    @admin.display(description=_("failed executions"))
+    def failed_executions(self, job: Job):
+        return job_page.failed_executions(job)
 
     @admin.display(description=_("dead letters"))
     def dead_letters(self, job: Job):

@@ -103,6 +103,23 @@ def test_job_page_shows_error_traceback_lease_and_dead_letters(admin_client, bro
     assert "held by" in page and "c1:host:9:x" in page and "lease until" in page
 
 
+def test_job_page_lists_each_failed_execution_with_its_traceback(admin_client, broker):
+    """Three failed executions, then dead: the page lists the three, oldest first, each with its
+    error and its traceback folded; a job that never failed shows none."""
+    job_id = async_task("tests.tasks.fail", "kaput", max_deliveries=3)
+    for _ in range(3):
+        run_sync(job_id)
+    assert Job.objects.get(pk=job_id).state == State.DEAD
+    page = text(admin_client.get(f"{JOBS}{job_id}/change/"))
+    listed = re.findall(r"<li>execution (\d+), started [^:]+:[^<]*TaskFailed: kaput<details>", page)
+    assert listed == ["1", "2", "3"], page[page.find("failed executions"):][:2000]
+    assert page.count("<summary>traceback</summary>") == 3
+    fine = async_task("tests.tasks.noop")
+    run_sync(fine)
+    page = text(admin_client.get(f"{JOBS}{fine}/change/"))
+    assert "failed executions" in page.lower() and "<summary>traceback</summary>" not in page
+
+
 def test_job_page_of_a_forged_package_says_so(admin_client, broker, run_log):
     job_id = async_task("tests.tasks.noop", 1)
     Job.objects.filter(pk=job_id).update(payload="forged:package")
