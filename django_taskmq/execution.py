@@ -143,19 +143,24 @@ def lost(reservation: Reservation, envelope: Envelope | None, status: Status, er
     """The outcome of a task stopped from outside: interrupted or killed at its timeout, or lost
     with its worker. Its error reads ``TaskTimeout: ran past its timeout of 5s``."""
     now = time.time()
-    return Outcome(reservation, envelope, status, error=f"{type(error).__name__}: {error}", traceback=traceback,
-                   started_at=started_at or now, finished_at=now)
+    return Outcome(reservation, envelope, status, error=clip_head(f"{type(error).__name__}: {_message(error)}"),
+                   traceback=clip_tail(traceback), started_at=started_at or now, finished_at=now)
 
 
 def describe(exc: BaseException) -> str:
     """Return "module.Error: message" for ``exc``, even when its ``__str__`` raises."""
     kind = type(exc)
     name = kind.__qualname__ if kind.__module__ == "builtins" else f"{kind.__module__}.{kind.__qualname__}"
-    try:
-        text = str(exc)
-    except Exception:
-        text = "<the exception's message could not be read>"
+    text = _message(exc)
     return f"{name}: {text}" if text else name
+
+
+def _message(exc: BaseException) -> str:
+    """``str(exc)``, or a placeholder when its ``__str__`` raises."""
+    try:
+        return str(exc)
+    except Exception:
+        return "<the exception's message could not be read>"
 
 
 def seal(outcome: Outcome, settings: Any) -> Outcome:

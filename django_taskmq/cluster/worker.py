@@ -16,6 +16,7 @@ import signal
 import threading
 import time
 from multiprocessing.connection import Connection
+from traceback import format_exc
 
 from django.db import close_old_connections, connections
 
@@ -188,7 +189,7 @@ class Pool:
         except TaskTimeout:
             pass  # the interruption landed after the task's own code: entry.interrupted says so
         except BaseException as exc:  # what execute lets through (GeneratorExit, ...): this task's failure only
-            outcome = ex.lost(message.reservation, message.envelope, ex.FAILURE, exc)
+            outcome = ex.lost(message.reservation, message.envelope, ex.FAILURE, exc, traceback=format_exc())
         if not entry.interrupted and outcome is not None:
             close_old_connections()
             return outcome
