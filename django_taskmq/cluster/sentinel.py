@@ -350,6 +350,11 @@ class Sentinel:
             self.upkeep.attempt(f"returning {len(tickets)} unstarted task(s) of a stopped worker",
                                 lambda: self.broker.defer_many([t.reservation for t in tickets]))
 
+    def _take_back_unstarted(self, slot: Slot) -> None:
+        """Take back what the worker of ``slot`` holds without having started it (it is about to go)."""
+        started = self._started(slot)
+        self._unstarted(slot, [job_id for job_id in slot.running if job_id not in started])
+
     def _started(self, slot: Slot) -> list[str]:
         """The job ids of the tasks of ``slot`` that have started (the others wait in the worker)."""
         if self.threads > 1:
@@ -422,8 +427,7 @@ class Sentinel:
     def _kill_timed_out(self, slot: Slot) -> None:
         """Kill the worker of ``slot``; each task it runs is recorded as timed out (what it holds
         unstarted waits here again), then it is replaced."""
-        started = self._started(slot)
-        self._unstarted(slot, [job_id for job_id in slot.running if job_id not in started])
+        self._take_back_unstarted(slot)
         for running in slot.running.values():
             self.counts["timeouts"] += 1
             self._count(running.ticket.reservation.queue, "timeouts")
@@ -435,8 +439,7 @@ class Sentinel:
 
     def _replace_worker(self, slot: Slot, crashed: bool) -> None:
         slot.process.join(timeout=1)
-        started = self._started(slot)
-        self._unstarted(slot, [job_id for job_id in slot.running if job_id not in started])
+        self._take_back_unstarted(slot)
         if crashed:
             code = slot.process.exitcode
             for job_id, running in slot.running.items():
