@@ -391,6 +391,8 @@ def main(argv=None) -> int:
     for name in sorted(needed):
         try:
             venvs.ensure(VENVS[name], args.python, args.reinstall, log)
+            if name in expected_package:
+                venvs.compile_tree(VENVS[name], expected_package[name])
         except Exception as exc:
             log(f"!! venv-{name} could not be built: {exc}")
             for s in args.systems:

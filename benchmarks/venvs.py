@@ -45,6 +45,18 @@ def ensure(spec: VenvSpec, python: str = sys.executable, reinstall: bool = False
     return spec.python
 
 
+def compile_tree(spec: VenvSpec, package: Path) -> None:
+    """Write the bytecode of an editable install's ``package``, as pip does for the peers.
+
+    pip compiles what it installs into site-packages; an editable tree only gets ``.pyc``
+    files when Python writes them on import, which ``PYTHONDONTWRITEBYTECODE`` (set on some
+    machines and in many Docker images) prevents: every cluster start would compile
+    django_taskmq from source while the peers load bytecode.
+    """
+    _run([str(spec.python), "-m", "compileall", "-q", str(package)],
+         WORK_DIR / "logs" / f"compile-{spec.name}.log")
+
+
 def _run(argv: list[str], log_path: Path) -> None:
     with open(log_path, "a") as log:
         log.write(f"\n$ {' '.join(argv)}\n")

@@ -15,8 +15,8 @@ class TaskMQConfig(AppConfig):
         from .conf import reset_settings
         from .signing import reset_signers
 
-        checks.register(taskmq_checks.check_settings)
-        checks.register(taskmq_checks.check_database, checks.Tags.database)
+        checks.register(taskmq_checks.check_settings, taskmq_checks.TAG)
+        checks.register(taskmq_checks.check_database, checks.Tags.database, taskmq_checks.TAG)
         setting_changed.connect(reset_settings, dispatch_uid="taskmq_reset_settings")
         setting_changed.connect(reset_signers, dispatch_uid="taskmq_reset_signers")
         self._connect_django_tasks(checks)
@@ -47,4 +47,6 @@ class TaskMQConfig(AppConfig):
         except ImportError:
             return  # neither is installed: nothing can enqueue a Django task
         django_tasks_backend.connect()
-        checks.register(django_tasks_backend.check_queues)
+        from .checks import TAG
+
+        checks.register(django_tasks_backend.check_queues, TAG)

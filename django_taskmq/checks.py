@@ -11,6 +11,10 @@ from .compat import q_cluster
 from .conf import read
 from .exceptions import ConfigError
 
+# Every check of django_taskmq carries this tag: ``manage.py check --tag taskmq`` runs them alone,
+# and so does qcluster at start-up.
+TAG = "taskmq"
+
 
 def check_settings(app_configs=None, **kwargs) -> list[checks.CheckMessage]:
     messages = check_q_cluster() + check_app_order()

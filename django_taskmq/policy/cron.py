@@ -25,10 +25,14 @@ from __future__ import annotations
 import enum
 from datetime import datetime, timedelta, timezone, tzinfo
 
-from croniter import CroniterError, croniter
+from typing import TYPE_CHECKING
+
 from dateutil.relativedelta import relativedelta
 
 from django_taskmq.exceptions import ConfigError
+
+if TYPE_CHECKING:
+    from croniter import croniter
 
 
 class ScheduleType(str, enum.Enum):
@@ -93,6 +97,10 @@ def _check_minutes(minutes: object) -> int:
 
 
 def _croniter(cron: object, start: datetime) -> croniter:
+    # Imported here, not at the top: croniter's import runs platform.architecture(), which
+    # forks `file`, and every cluster start (most never parse a cron) would pay for it.
+    from croniter import CroniterError, croniter
+
     if not isinstance(cron, str) or not cron.strip():
         raise ConfigError(f"cron must be a cron expression for a CRON schedule, got {cron!r}")
     try:
@@ -125,6 +133,8 @@ def validate(schedule_type: ScheduleType | str, minutes: int | None, cron: str |
         _check_minutes(minutes)
     elif kind is ScheduleType.CRON:
         # A valid expression may still never match (Feb 30): find one run to be sure.
+        from croniter import CroniterError
+
         now = datetime.now(timezone.utc)
         try:
             _croniter(cron, now).get_next(datetime)
@@ -138,6 +148,8 @@ def _is_repeated(value: datetime) -> bool:
 
 
 def _cron_next(cron: str | None, previous: datetime, tz: tzinfo) -> datetime:
+    from croniter import CroniterError
+
     it = _croniter(cron, previous.astimezone(tz))
     minute, hour = it.expressions[:2]
     fixed_time = not (str(minute).startswith("*") or str(hour).startswith("*"))

@@ -6,6 +6,9 @@ from django_taskmq.exceptions import ConfigError
 
 class Command(BaseCommand):
     help = "Run a django_taskmq cluster: a sentinel with a pusher, workers and a monitor."
+    # Only django_taskmq's own checks (in handle): the project-wide ones import every URLconf and
+    # view, which a cluster never uses, and would delay its first job by that much.
+    requires_system_checks: list[str] = []
 
     def add_arguments(self, parser):
         parser.add_argument("-n", "--name", help="label of this cluster (heartbeat, Job.cluster); default TASKMQ['name']; "
@@ -18,8 +21,12 @@ class Command(BaseCommand):
 
     def handle(self, *args, **options):
         from django_taskmq.brokers import get_broker
+        from django_taskmq.checks import TAG
         from django_taskmq.cluster import outage
         from django_taskmq.cluster.sentinel import Sentinel
+
+        if not options.get("skip_checks"):  # call_command skips them, as for any command
+            self.check(tags=[TAG])
 
         try:
             settings = get_settings()
