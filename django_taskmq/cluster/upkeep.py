@@ -34,6 +34,10 @@ logger = logging.getLogger(__name__)
 
 HEARTBEAT_EVERY = 2.0
 ANALYZE_EVERY = 600.0  # seconds between planner statistics refreshes (PostgreSQL)
+# The chores wait this long after start-up: the first turns of a new sentinel hand out the work
+# that was waiting for it, and a heartbeat, a scheduler tick or an ANALYZE (with the imports they
+# need) would make that work wait instead.
+FIRST_CHORES_AFTER = 0.25
 BURST_CHECK_EVERY = 0.05  # a burst ends within this of its last outcome (one cheap query a check)
 # A burst gives up after this many seconds without a successful database operation of the sentinel,
 # so it exits within 30 s of losing the database even when each attempt waits for a connect timeout.
@@ -68,7 +72,8 @@ class Upkeep:
         self.held = held
         self.report = report
         self.started = time.time()
-        self._next = {"analyze": 0.0, "renew": 0.0, "heartbeat": 0.0, "scheduler": 0.0, "burst": 0.0}
+        later = time.monotonic() + FIRST_CHORES_AFTER
+        self._next = {"analyze": later, "renew": 0.0, "heartbeat": later, "scheduler": later, "burst": 0.0}
         # While the database is away: one line per component every few seconds, not a traceback a try.
         self.failures = outage.FailureLog("sentinel", logger)
         self.scheduler_failures = outage.FailureLog("scheduler", logger)

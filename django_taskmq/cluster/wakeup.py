@@ -144,7 +144,8 @@ class FileWatch:
         if not path or path == ":memory:" or str(path).startswith("file:"):
             return None
         try:
-            libc = ctypes.CDLL(ctypes.util.find_library("c") or None, use_errno=True)
+            # The running program's own symbols, libc among them: find_library("c") would fork ldconfig.
+            libc = ctypes.CDLL(None, use_errno=True)
             fd = libc.inotify_init1(cls.IN_CLOEXEC | cls.IN_NONBLOCK)
             if fd < 0:
                 return None
