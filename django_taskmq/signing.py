@@ -9,6 +9,8 @@ honoured when verifying, so rotating the key does not destroy what is already st
 from __future__ import annotations
 
 import functools
+import hashlib
+import hmac
 import zlib
 
 from django.core import signing as django_signing
@@ -17,15 +19,37 @@ from .envelope import Envelope, PickleSerializer, check_picklable
 from .exceptions import BadPackage, ConfigError, UnreadableResult
 
 
+class _Signer(django_signing.Signer):
+    """Django's Signer, with the key it derives for an HMAC computed once per salt and secret.
+
+    ``salted_hmac`` hashes salt and secret into a new key on every call; every enqueue signs and
+    every execution verifies, so the same derivation would be repeated per job. The signatures are
+    Django's, byte for byte (see the test), so either one verifies what the other signed.
+    """
+
+    def signature(self, value: str, key: str | bytes | None = None) -> str:
+        derived = _derived_key(self.salt + "signer", key or self.key, self.algorithm)
+        digest = hmac.new(derived, value.encode(), getattr(hashlib, self.algorithm)).digest()
+        return django_signing.b64_encode(digest).decode()
+
+
+@functools.lru_cache(maxsize=64)
+def _derived_key(salt: str, secret: str | bytes, algorithm: str) -> bytes:
+    # As django.utils.crypto.salted_hmac derives it.
+    secret = secret if isinstance(secret, bytes) else secret.encode()
+    return getattr(hashlib, algorithm)(salt.encode() + secret).digest()
+
+
 @functools.cache
 def _signer(salt: str) -> django_signing.Signer:
-    return django_signing.Signer(salt=f"django_taskmq.{salt}")
+    return _Signer(salt=f"django_taskmq.{salt}")
 
 
 def reset_signers(**kwargs) -> None:
     """Forget cached signers (keys changed in tests)."""
     if kwargs.get("setting") in (None, "SECRET_KEY", "SECRET_KEY_FALLBACKS"):
         _signer.cache_clear()
+        _derived_key.cache_clear()
 
 
 def result_salt(name: str) -> str:

@@ -12,6 +12,7 @@ import contextlib
 import datetime
 import functools
 import logging
+import sqlite3
 import time
 import uuid
 from collections.abc import Iterable, Iterator, Mapping, Sequence
@@ -271,8 +272,16 @@ class OrmBroker(Broker):
     def _insert(self, rows: Sequence[Mapping[str, Any]]) -> None:
         """INSERT jobs given as column values in one statement (the single-enqueue hot path)."""
         columns, width, table = self._table(rows)
+        conn = self.connection
+        if conn.vendor == "sqlite" and len(table) == 1:
+            # sqlite3's own execute with its placeholders: Django's cursor would rewrite the %s of
+            # this same statement with a regex on every call. Errors are still Django's.
+            with conn.cursor() as cursor, conn.wrap_database_errors:
+                sqlite3.Cursor.execute(cursor.cursor, f"INSERT INTO {JOB} ({columns}) VALUES ({', '.join(['?'] * width)})",
+                                      table[0])
+            return
         row = f"({marks(width)})"
-        with self.connection.cursor() as cursor:
+        with conn.cursor() as cursor:
             cursor.execute(f"INSERT INTO {JOB} ({columns}) VALUES {', '.join([row] * len(table))}",
                            [v for values in table for v in values])
 

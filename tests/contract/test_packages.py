@@ -178,3 +178,27 @@ def test_unpicklable_arguments_raise_config_error_at_enqueue(broker, bad):
     with pytest.raises(ConfigError, match="pickle"):
         async_task("tests.tasks.echo", value=bad())
     assert not Job.objects.exists()
+
+
+def test_signatures_are_djangos_byte_for_byte(settings):
+    """The signer that derives its HMAC key once signs exactly as django.core.signing.Signer, so
+    packages written before it (and by any other process) verify, and the other way round."""
+    from django.core import signing as django_signing
+
+    from django_taskmq.signing import _signer
+
+    for secret in ("a-first-secret", b"a-bytes-secret"):
+        settings.SECRET_KEY = secret
+        settings.SECRET_KEY_FALLBACKS = []
+        ours = _signer("cluster-x")
+        django = django_signing.Signer(salt="django_taskmq.cluster-x")
+        for value in ("", "payload", "ü" * 300):
+            assert ours.sign(value) == django.sign(value)
+            assert ours.unsign(django.sign(value)) == value
+    # A fallback key verifies through the cached derivation too; a wrong one does not.
+    settings.SECRET_KEY_FALLBACKS = ["the-old-secret"]
+    old = django_signing.Signer(key="the-old-secret", salt="django_taskmq.cluster-x").sign("queued")
+    assert _signer("cluster-x").unsign(old) == "queued"
+    settings.SECRET_KEY_FALLBACKS = []
+    with pytest.raises(django_signing.BadSignature):
+        _signer("cluster-x").unsign(old)
