@@ -41,6 +41,7 @@ JOB = Job._meta.db_table
 JOB_LABEL = Job._meta.label
 FINISHED = sorted(state.value for state in JobState.FINAL)
 QSTATE = QueueState._meta.db_table
+SQLITE_SYNC_NORMAL, SQLITE_SYNC_FULL = 1, 2  # PRAGMA synchronous levels
 
 
 # -- states in SQL: every literal comes from policy.states, every state change from its table ------
@@ -95,6 +96,8 @@ class OrmBroker(Broker):
         # (connection, names, converters, fields, quoted columns) for inserts
         self._plan: tuple[Any, list[str], list, list, str, dict[str, Any]] | None = None
         self._flow: FlowGate | None = None
+        # (raw sqlite3 connection, its synchronous level when claims may defer the flush, else None)
+        self._sqlite_sync: tuple[Any, int | None] | None = None
 
     # -- plumbing ---------------------------------------------------------------------------
     @property
@@ -157,12 +160,19 @@ class OrmBroker(Broker):
         locked" when another writer committed in between; taking the write lock first (what
         ``BEGIN IMMEDIATE`` does) makes it wait for the busy timeout instead.
 
-        ``durable=False`` lets PostgreSQL commit without waiting for the disk flush. Only claims
-        use it: a claim lost in a server crash leaves its job ready to be claimed again, and any
-        later durable commit (an ack) flushes the claim before itself.
+        ``durable=False`` commits without waiting for the disk flush: ``synchronous_commit off``
+        on PostgreSQL, ``synchronous NORMAL`` on an SQLite database in WAL mode. Only claims use
+        it: a claim lost in a server or machine crash leaves its job ready to be claimed again (as
+        if the cluster had died before claiming), and any later durable commit (an ack) flushes
+        the claim before itself, the log being written in order.
         """
         conn = self.connection
         outermost = not conn.in_atomic_block
+        if not durable and outermost and conn.vendor == "sqlite":
+            with self._sqlite_flush_deferred():
+                with self.write_transaction() as cursor:
+                    yield cursor
+            return
         with transaction.atomic(using=self.alias):
             cursor = conn.cursor()
             if (conn.vendor == "sqlite" and outermost
@@ -174,6 +184,34 @@ class OrmBroker(Broker):
                 yield cursor
             finally:
                 cursor.close()
+
+    @contextlib.contextmanager
+    def _sqlite_flush_deferred(self) -> Iterator[None]:
+        """Run the block with ``synchronous NORMAL`` if the database is in WAL mode and the
+        connection flushes at every commit (FULL or EXTRA); put the setting back afterwards.
+
+        Outside WAL mode NORMAL could corrupt the database on a power loss: nothing changes there.
+        """
+        conn = self.connection
+        conn.ensure_connection()
+        raw = conn.connection
+        if self._sqlite_sync is None or self._sqlite_sync[0] is not raw:
+            wal = raw.execute("PRAGMA journal_mode").fetchone()[0].lower() == "wal"
+            level = raw.execute("PRAGMA synchronous").fetchone()[0]
+            self._sqlite_sync = (raw, level if wal and level >= SQLITE_SYNC_FULL else None)
+        level = self._sqlite_sync[1]
+        if level is None:
+            yield
+            return
+        raw.execute(f"PRAGMA synchronous = {SQLITE_SYNC_NORMAL}")
+        try:
+            yield
+        finally:
+            if conn.connection is raw:  # not closed by a failure inside
+                try:
+                    raw.execute(f"PRAGMA synchronous = {level}")
+                except Exception:  # never leave a connection that no longer flushes its acks
+                    self.close()
 
     def _ensure_queues(self, queues: Iterable[str]) -> None:
         missing = set(queues) - self._known_queues
