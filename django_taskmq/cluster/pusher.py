@@ -22,7 +22,6 @@ from .messages import Batch, Stop, Ticket, Want
 
 logger = logging.getLogger(__name__)
 
-URGENT_CHECK = 0.02  # seconds between looks for work above the buffer's lowest priority
 SWEEP_EVERY = 1.0  # seconds between lease sweeps when no claim runs
 
 
@@ -74,11 +73,10 @@ class Pusher:
             tasks = claimed or []
             if failed:
                 pipe.poll(1.0)  # the database is away: do not hammer it
-            elif not tasks and message.room == 0:
-                # Only looking for urgent work while the sentinel's buffer is full: a short fixed nap,
-                # not the wake-up channel, which fires on every commit while the cluster is busy.
-                pipe.poll(URGENT_CHECK)
-            elif not tasks:
+            elif not tasks and message.room > 0:
+                # Nothing ready: nap until work may have arrived. (A look for urgent work only, made
+                # while the sentinel's buffer is full, is answered at once: the sentinel paces those
+                # looks, and must be able to ask for room the moment it has some.)
                 # In burst mode the sentinel decides soon whether all is done; a short nap is enough.
                 # A rate limit that held a job opens at a known moment: wake then, not a poll later.
                 nap = min(settings.poll, 0.05) if self.burst else settings.poll

@@ -37,6 +37,7 @@ from .upkeep import DatabaseAway, Report, Upkeep
 logger = logging.getLogger(__name__)
 
 IDLE_WAIT = 0.5  # seconds the guard loop may sleep while no task waits or runs
+URGENT_CHECK = 0.02  # seconds between asks for work above the buffer's lowest priority (to yield)
 #: The outcomes counted per queue in the heartbeat (``counts["queues"]``): the worker's S or F frame,
 #: a timeout, a worker that died running the task.
 OUTCOMES = ("succeeded", "failed", "timeouts", "crashes")
@@ -169,6 +170,7 @@ class Sentinel:
         self.counts = {"succeeded": 0, "failed": 0, "timeouts": 0, "crashes": 0, "yields": 0, "reincarnations": 0}
         self.by_queue: dict[str, dict[str, int]] = {}  # queue -> outcome -> count (see OUTCOMES)
         self._next_guard = 0.0  # monotonic time of the next timeout and liveness check
+        self._next_urgent = 0.0  # monotonic time from which the pusher may be asked for urgent work again
         self.upkeep = Upkeep(settings, broker, owner=self.owner, name=self.name, host=self.host, queues=self.queues,
                              burst=burst, held=self._held, report=self._report)
         self.buffer = Buffer(broker, self.limit, self.capacity, failed=self.upkeep.failed)
@@ -261,7 +263,10 @@ class Sentinel:
         handles += [s.process.sentinel for s in self.slots] + [self.pusher.sentinel, self.monitor.sentinel]
         # Idle, nothing can time out: sleep longer (pipes and process deaths still wake the wait).
         busy = bool(self.buffer) or any(s.running for s in self.slots)
-        for handle in wait(handles, timeout=self.settings.guard_interval if busy else IDLE_WAIT):
+        timeout = self.settings.guard_interval if busy else IDLE_WAIT
+        if self.buffer and not self.want_pending:  # an ask for urgent work is due then
+            timeout = max(0.0, min(timeout, self._next_urgent - time.monotonic()))
+        for handle in wait(handles, timeout=timeout):
             if handle is pusher_pipe:
                 self._from_pusher()
             else:
@@ -528,6 +533,13 @@ class Sentinel:
         want = self.buffer.want(busy=sum(len(s.running) for s in self.slots))
         if want is None:
             return
+        if want.room == 0:
+            # Only work above the lowest waiting priority: look every URGENT_CHECK, not every turn
+            # (a turn per outcome while busy); a want with room goes at once.
+            now = time.monotonic()
+            if now < self._next_urgent:
+                return
+            self._next_urgent = now + URGENT_CHECK
         try:
             self.pusher_pipe.send(want)
             self.want_pending = True

@@ -205,3 +205,29 @@ def test_with_threads_a_task_past_its_timeout_is_cancelled_then_its_worker_is_ma
     harness.push(ticket("new", 0))
     harness.sentinel._dispatch()
     assert harness.waiting() == ["new"]
+
+
+def test_urgent_looks_are_paced_but_a_want_with_room_goes_at_once(harness, monkeypatch):
+    """With the list more than half full the sentinel only asks for work above its lowest priority,
+    at most every URGENT_CHECK; once half of it is free it asks for room at once, without waiting
+    for that pace (the pusher answers a look for urgent work at once)."""
+    from django_taskmq.cluster import sentinel as sentinel_module
+    from django_taskmq.cluster.messages import Want
+
+    monkeypatch.setattr(sentinel_module, "URGENT_CHECK", 60.0)  # no second look within this test
+    s = harness.sentinel
+    s.state, s.pusher = "running", multiprocessing.current_process()  # stands in for a live pusher
+    harness.add_slot()
+    limit = s.buffer.limit
+    harness.push(*(ticket(f"t{i}", 0) for i in range(limit - 1)))
+
+    def asked() -> Want | None:
+        s._ask_pusher()
+        return harness.pusher_end.recv() if harness.pusher_end.poll(0) else None
+
+    assert asked() == Want(0, 0)  # full: only urgent work
+    harness.push()  # the pusher found none
+    assert asked() is None  # paced: not again at once
+    s.buffer.take(limit // 2)  # half of the list left for the workers
+    want = asked()
+    assert want is not None and want.room >= limit // 2

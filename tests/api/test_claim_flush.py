@@ -1,4 +1,4 @@
-"""Claims commit without waiting for the disk flush; every other write still waits for it.
+"""The ORM broker's claims commit without waiting for the disk flush; every other write still waits.
 
 On SQLite in WAL mode a claim runs with ``PRAGMA synchronous = NORMAL`` and the connection's own
 level is put back afterwards; on PostgreSQL a claim sets ``synchronous_commit`` off for its own
