@@ -20,6 +20,7 @@ from typing import Any, NamedTuple
 
 from django.db import connections, transaction
 from django.db.models import F
+from django.db.models.signals import post_delete, pre_delete
 from django.utils import timezone
 
 from ..conf import Settings
@@ -41,6 +42,7 @@ JOB = Job._meta.db_table
 JOB_LABEL = Job._meta.label
 FINISHED = sorted(state.value for state in JobState.FINAL)
 QSTATE = QueueState._meta.db_table
+DEAD_LETTER = DeadLetter._meta.db_table
 SQLITE_SYNC_NORMAL, SQLITE_SYNC_FULL = 1, 2  # PRAGMA synchronous levels
 
 
@@ -886,7 +888,16 @@ class OrmBroker(Broker):
         )
         if not ids:
             return 0
-        return Job.objects.using(self.alias).filter(pk__in=ids, state=State.SUCCEEDED).delete()[0]
+        if pre_delete.has_listeners(Job) or post_delete.has_listeners(Job):  # the project's receivers run
+            return Job.objects.using(self.alias).filter(pk__in=ids, state=State.SUCCEEDED).delete()[0]
+        # Two statements instead of Django's collector (a query per relation, then per batch): the
+        # monitor prunes while the cluster runs, and at thousands of jobs a second this was a third
+        # of its time. A dead letter of a job that later succeeded goes with it (CASCADE).
+        with self.write_transaction() as cursor:
+            cursor.execute(f"DELETE FROM {DEAD_LETTER} WHERE job_id IN ({marks(len(ids))})", ids)
+            cursor.execute(f"DELETE FROM {JOB} WHERE id IN ({marks(len(ids))}) AND state = %s",
+                           [*ids, State.SUCCEEDED.value])
+            return cursor.rowcount
 
     def unfinished(self, queues: Sequence[str], now: float) -> bool:
         # One query, one snapshot: separate queries could each miss a job that moves from
