@@ -38,6 +38,9 @@ logger = logging.getLogger(__name__)
 
 IDLE_WAIT = 0.5  # seconds the guard loop may sleep while no task waits or runs
 URGENT_CHECK = 0.02  # seconds between asks for work above the buffer's lowest priority (to yield)
+# With prefetch: what a worker holds behind a task that has run this long is taken back for an idle
+# worker (see Sentinel._steal).
+STEAL_AFTER = 0.05
 #: The outcomes counted per queue in the heartbeat (``counts["queues"]``): the worker's S or F frame,
 #: a timeout, a worker that died running the task.
 OUTCOMES = ("succeeded", "failed", "timeouts", "crashes")
@@ -156,6 +159,10 @@ class Sentinel:
         # Per worker (one thread): the arrival number of the task it runs, and since when (see worker.run).
         self.current = self.ctx.RawArray("q", self.workers)
         self.since = self.ctx.RawArray("d", self.workers)
+        # With prefetch: the worker starts none of its tasks that arrived up to ``revoked[index]``
+        # (the sentinel took them back); ``locks[index]`` makes that check and the start one step.
+        self.revoked = self.ctx.RawArray("q", self.workers)
+        self.locks = [self.ctx.Lock() for _ in range(self.workers)]
         # The children, spawned by start() (tests put stand-ins here).
         self.slots: list[Slot] = []
         self.pusher: Process = NOT_STARTED
@@ -167,7 +174,8 @@ class Sentinel:
         self.drained = False
         self.signals = 0
         self.state = "starting"
-        self.counts = {"succeeded": 0, "failed": 0, "timeouts": 0, "crashes": 0, "yields": 0, "reincarnations": 0}
+        self.counts = {"succeeded": 0, "failed": 0, "timeouts": 0, "crashes": 0, "yields": 0, "reincarnations": 0,
+                       "steals": 0}
         self.by_queue: dict[str, dict[str, int]] = {}  # queue -> outcome -> count (see OUTCOMES)
         self._next_guard = 0.0  # monotonic time of the next timeout and liveness check
         self._next_urgent = 0.0  # monotonic time from which the pusher may be asked for urgent work again
@@ -246,9 +254,13 @@ class Sentinel:
 
     def _spawn_worker(self, index: int) -> Slot:
         connections.close_all()
-        self.current[index] = 0
+        self.current[index] = self.revoked[index] = 0
+        # A new lock: a killed worker may have died holding the old one.
+        self.locks[index] = lock = self.ctx.Lock()
+        shared = worker.Shared(self.current, self.since, self.revoked, lock) if self.depth > self.threads else \
+            worker.Shared(self.current, self.since)
         parent, child = self.ctx.Pipe()
-        process = self._spawn(worker.run, (index, child, self.settings, self.threads, self.current, self.since),
+        process = self._spawn(worker.run, (index, child, self.settings, self.threads, shared),
                               f"taskmq-worker-{index}", own_parent_end=parent)
         child.close()
         return Slot(index, process, parent, ready=False)
@@ -277,6 +289,7 @@ class Sentinel:
         if now >= self._next_guard:
             self._next_guard = now + self.settings.guard_interval
             self._guard()
+        self._steal()
         self._dispatch()
         self._flush()
         self._ask_pusher()
@@ -480,12 +493,13 @@ class Sentinel:
         holds is sent to it all the same (one over): it runs next there, not after the prefetched."""
         if not self.buffer:
             return
-        open_slots = [s for s in self.slots if s.accepting() and len(s.running) < self.depth]
-        tickets = self.buffer.take(sum(self.depth - len(s.running) for s in open_slots))
+        now = time.monotonic()
+        open_slots = [s for s in self.slots if s.accepting() and self._room(s, now) > 0]
+        tickets = self.buffer.take(sum(self._room(s, now) for s in open_slots))
         while open_slots and tickets:
             # The most urgent go to distinct workers first; a worker whose send fails is left out
             # and its tasks are shared among the workers after it.
-            plan, left = _round_robin(tickets, [self.depth - len(s.running) for s in open_slots])
+            plan, left = _round_robin(tickets, [self._room(s, now) for s in open_slots])
             for i, (slot, batch) in enumerate(zip(open_slots, plan)):
                 if batch and not self._hand(slot, batch):
                     tickets = sorted([t for b in plan[i:] for t in b] + left, key=_urgency)
@@ -496,6 +510,48 @@ class Sentinel:
         self.buffer.put_back(tickets)
         if self.depth > self.threads:
             self._overtake()
+
+    def _room(self, slot: Slot, now: float) -> int:
+        """How many more tasks ``slot`` may be sent. With prefetch, none to hold behind a task that
+        has run for :data:`STEAL_AFTER` seconds: they would wait for it (or be taken back)."""
+        if self.depth > self.threads and slot.running and now - self.since[slot.index] >= STEAL_AFTER:
+            return self.threads - len(slot.running)
+        return self.depth - len(slot.running)
+
+    def _steal(self) -> None:
+        """With prefetch, while a worker is idle and nothing waits here: take back what another
+        worker holds behind a task that has run for :data:`STEAL_AFTER` seconds, for the idle ones.
+
+        The shared ``revoked`` mark makes the take-back safe without the busy worker's help: under
+        the worker's lock, every task sent to it so far that has not started is marked; the worker
+        skips those (see worker.OneAtATime). What had started is the one task ``current`` names,
+        and the outcomes of the ones before it are in the pipe already, read here first.
+        """
+        if self.depth == self.threads or self.buffer or self.state != "running":
+            return
+        if not any(s.accepting() and not s.running for s in self.slots):
+            return
+        now = time.monotonic()
+        for slot in self.slots:
+            if len(slot.running) < 2 or now - self.since[slot.index] < STEAL_AFTER:
+                continue
+            lock = self.locks[slot.index]
+            if not lock.acquire(timeout=0.005):  # only a worker that died holding it: the guard replaces it
+                continue
+            try:
+                self.revoked[slot.index] = slot.sent
+                current = self.current[slot.index]
+            finally:
+                lock.release()
+            if _readable(slot.pipe):
+                self._from_worker(slot)
+                if slot not in self.slots:  # it died: replacing it took back what it held
+                    continue
+            # The worker starts its tasks most urgent first, not in arrival order: all but the one
+            # that runs are unstarted.
+            held = [job_id for job_id, r in slot.running.items() if r.arrival != current]
+            self.buffer.put_back([slot.running.pop(job_id).ticket for job_id in held])
+            self.counts["steals"] += len(held)
 
     def _overtake(self) -> None:
         """Send a full worker one task more (once) when it is more urgent than all it holds."""

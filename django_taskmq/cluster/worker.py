@@ -2,7 +2,8 @@
 or, with ``TASKMQ['threads']`` > 1, up to that many at once in threads.
 
 Each worker has a private pipe, so a worker killed at any instant (SIGKILL included) can only
-break its own pipe, never a lock another process needs; the sentinel replaces it.
+break its own pipe; the one lock it shares (with prefetch, see :class:`Shared`) is its own too,
+which the sentinel only ever tries to take for a moment and replaces with the worker.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ import threading
 import time
 from multiprocessing.connection import Connection
 from traceback import format_exc
+from typing import Any, NamedTuple
 
 from django.db import close_old_connections, connections
 
@@ -30,7 +32,22 @@ from .messages import (CANCEL, READY, RETIRING, STOP, TASKS, load_task, outcome_
 logger = logging.getLogger(__name__)
 
 
-def run(index: int, conn: Connection, settings: Settings, threads: int = 1, current=None, since=None) -> None:
+class Shared(NamedTuple):
+    """Memory a worker with one thread shares with the sentinel, one entry per worker index.
+
+    ``current``: the arrival number (from 1, in the order its tasks reached it) of the task it
+    runs; ``since``: the monotonic time that task started. With prefetch also ``revoked``: tasks
+    that arrived up to that number and have not started must not start (the sentinel took them
+    back), and ``lock``, held while the worker checks that and starts a task.
+    """
+
+    current: Any
+    since: Any
+    revoked: Any = None
+    lock: Any = None
+
+
+def run(index: int, conn: Connection, settings: Settings, threads: int = 1, shared: Shared | None = None) -> None:
     """Serve tasks from ``conn`` until the poison pill (:data:`~.messages.STOP`) arrives or the pipe closes.
 
     Tasks arrive in tasks frames (:func:`~.messages.tasks_frame`); outcomes leave as outcome
@@ -39,9 +56,9 @@ def run(index: int, conn: Connection, settings: Settings, threads: int = 1, curr
 
     With one thread, the sentinel may send more tasks than the one that runs (``TASKMQ['prefetch']``):
     they wait here, most urgent first, and the poison pill hands them back unstarted. Before each
-    task the worker writes the task's arrival number (its place in the order tasks arrived,
-    from 1) to ``current[index]`` and its monotonic start time to ``since[index]``, shared with the
-    sentinel, which times it and knows, should this process die, which task had started.
+    task the worker writes the task's arrival number and its start time to ``shared`` (see
+    :class:`Shared`): the sentinel times it, knows which task had started should this process die,
+    and may take back what waits behind it.
     With several threads the sentinel sends a task only to a free thread: every task received starts.
     """
     # The sentinel decides when workers stop: ignore Ctrl-C and a SIGTERM sent to the whole
@@ -54,7 +71,7 @@ def run(index: int, conn: Connection, settings: Settings, threads: int = 1, curr
     post_spawn.send(sender=run, proc_name=f"worker-{index}")
     conn.send_bytes(READY)
     if threads == 1:
-        OneAtATime(index, conn, settings, current, since).serve()
+        OneAtATime(index, conn, settings, shared).serve()
     else:
         Pool(index, conn, settings, threads).serve()
 
@@ -62,12 +79,11 @@ def run(index: int, conn: Connection, settings: Settings, threads: int = 1, curr
 class OneAtATime:
     """One thread: run the received tasks one after the other, most urgent first."""
 
-    def __init__(self, index: int, conn: Connection, settings: Settings, current, since) -> None:
+    def __init__(self, index: int, conn: Connection, settings: Settings, shared: Shared | None) -> None:
         self.index = index
         self.conn = conn
         self.settings = settings
-        self.current = current
-        self.since = since
+        self.shared = shared
         self.waiting: list[tuple[int, int, ex.TaskMessage]] = []  # (-priority, arrival, task): a heap
         self.arrivals = 0
         self.stopping = False
@@ -101,14 +117,30 @@ class OneAtATime:
             if not self.waiting:
                 continue
             _, arrival, message = heapq.heappop(self.waiting)
-            if self.current is not None:
-                self.since[self.index] = time.monotonic()
-                self.current[self.index] = arrival
+            if not self._start(arrival):
+                continue  # the sentinel took it back: it runs elsewhere
             outcome = ex.execute(message)
             conn.send_bytes(outcome_frame(ex.seal(outcome, self.settings)))
             if not self.retiring and _above_max_rss(self.index, self.settings):
                 self.retiring = True
                 conn.send_bytes(RETIRING)
+
+
+    def _start(self, arrival: int) -> bool:
+        """Say that the task that arrived ``arrival``-th starts now; False if it was taken back."""
+        shared = self.shared
+        if shared is None:
+            return True
+        if shared.lock is None:
+            shared.since[self.index] = time.monotonic()
+            shared.current[self.index] = arrival
+            return True
+        with shared.lock:
+            if arrival <= shared.revoked[self.index]:
+                return False
+            shared.since[self.index] = time.monotonic()
+            shared.current[self.index] = arrival
+            return True
 
 
 def _above_max_rss(index: int, settings: Settings) -> bool:

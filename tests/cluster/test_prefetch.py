@@ -117,3 +117,26 @@ def test_many_short_tasks_with_prefetch_and_recycling_each_run_once(cluster):
     assert job_states(ids) == {"SUCCEEDED": 1000}
     assert {j.deliveries for j in jobs(ids).values()} == {1}
     assert starts(cluster.log()) == dict.fromkeys(ids, 1)
+
+
+def test_an_idle_worker_takes_over_what_waits_behind_a_long_task(cluster):
+    """Two workers, prefetch 4: each runs a gated task and holds the short ones dealt to it. When
+    B's gate opens, B runs its own, then takes over what A holds behind its still-running task:
+    every short task ends while A's gate is closed, each started once, one delivery each."""
+    cluster.configure(prefetch=4)
+    gate_a, gate_b = cluster.gate("a"), cluster.gate("b")
+    long_a, long_b = enqueue_many(f"{TASKS}.gated", [("a", gate_a), ("b", gate_b)])
+    short = enqueue_many(f"{TASKS}.slow", [(f"s{i}", 0) for i in range(8)])
+    qc = cluster.start("-w", "2")
+    cluster.wait_until(lambda: starts(cluster.log()).keys() == {long_a, long_b}
+                       and job_states([long_a, long_b, *short])["RUNNING"] == 10,
+                       "both gated tasks to start and the 8 short ones to be held", alive=[qc])
+    cluster.open(gate_b)
+    cluster.wait_final([long_b, *short], timeout=30, alive=[qc])
+    assert Job.objects.get(pk=long_a).state == "RUNNING"  # its gate is still closed
+    cluster.open(gate_a)
+    cluster.wait_final([long_a], alive=[qc])
+    stop(qc)
+
+    assert {(j.state, j.deliveries) for j in jobs([long_a, long_b, *short]).values()} == {("SUCCEEDED", 1)}
+    assert starts(cluster.log()) == dict.fromkeys([long_a, long_b, *short], 1)
