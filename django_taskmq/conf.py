@@ -53,7 +53,7 @@ class Settings:
     name: str = "default"
     workers: int = field(default_factory=_default_workers)
     threads: int = 1
-    prefetch: int = 0
+    prefetch: int = 4
     timeout: float | None = None
     lease: float = 60.0
     max_deliveries: int = 5

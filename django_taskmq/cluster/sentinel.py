@@ -520,46 +520,51 @@ class Sentinel:
 
     def _steal(self) -> None:
         """With prefetch, while a worker is idle and nothing waits here: take back what another
-        worker holds behind a task that has run for :data:`STEAL_AFTER` seconds, for the idle ones.
-
-        The shared ``revoked`` mark makes the take-back safe without the busy worker's help: under
-        the worker's lock, every task sent to it so far that has not started is marked; the worker
-        skips those (see worker.OneAtATime). What had started is the one task ``current`` names,
-        and the outcomes of the ones before it are in the pipe already, read here first.
-        """
+        worker holds behind a task that has run for :data:`STEAL_AFTER` seconds, for the idle ones."""
         if self.depth == self.threads or self.buffer or self.state != "running":
             return
         if not any(s.accepting() and not s.running for s in self.slots):
             return
         now = time.monotonic()
         for slot in self.slots:
-            if len(slot.running) < 2 or now - self.since[slot.index] < STEAL_AFTER:
-                continue
-            lock = self.locks[slot.index]
-            if not lock.acquire(timeout=0.005):  # only a worker that died holding it: the guard replaces it
-                continue
-            try:
-                self.revoked[slot.index] = slot.sent
-                current = self.current[slot.index]
-            finally:
-                lock.release()
-            if _readable(slot.pipe):
-                self._from_worker(slot)
-                if slot not in self.slots:  # it died: replacing it took back what it held
-                    continue
-            # The worker starts its tasks most urgent first, not in arrival order: all but the one
-            # that runs are unstarted.
-            held = [job_id for job_id, r in slot.running.items() if r.arrival != current]
-            self.buffer.put_back([slot.running.pop(job_id).ticket for job_id in held])
-            self.counts["steals"] += len(held)
+            if len(slot.running) >= 2 and now - self.since[slot.index] >= STEAL_AFTER:
+                self.counts["steals"] += self._revoke(slot)
+
+    def _revoke(self, slot: Slot) -> int:
+        """Take back what the worker of ``slot`` (one thread, prefetch) holds unstarted, without its
+        help; return how many. They wait here again, or during a stop go back to the broker.
+
+        The shared ``revoked`` mark makes this safe: under the worker's lock, every task sent to it
+        so far that has not started is marked, and the worker skips those (worker.OneAtATime).
+        What had started is the one task ``current`` names; the outcomes of the ones before it
+        are in the pipe already, and are read here first.
+        """
+        lock = self.locks[slot.index]
+        if not lock.acquire(timeout=0.005):  # only a worker that died holding it: the guard replaces it
+            return 0
+        try:
+            self.revoked[slot.index] = slot.sent
+            current = self.current[slot.index]
+        finally:
+            lock.release()
+        if _readable(slot.pipe):
+            self._from_worker(slot)
+            if slot not in self.slots:  # it died: replacing it took back what it held
+                return 0
+        # The worker starts its tasks most urgent first, not in arrival order: all but the one
+        # that runs are unstarted.
+        held = [job_id for job_id, r in slot.running.items() if r.arrival != current]
+        self._unstarted(slot, held)
+        return len(held)
 
     def _overtake(self) -> None:
         """Send a full worker one task more (once) when it is more urgent than all it holds."""
+        now = time.monotonic()
         for slot in self.slots:
             urgent = self.buffer.most_urgent()
             if urgent is None:
                 return
-            if (slot.accepting() and len(slot.running) == self.depth
+            if (slot.accepting() and slot.running and self._room(slot, now) <= 0
                     and urgent > max(r.ticket.reservation.priority for r in slot.running.values())):
                 taken = self.buffer.take(1)
                 if not self._hand(slot, taken):
@@ -640,7 +645,11 @@ class Sentinel:
                     self._from_pusher()
                 self.upkeep.give_up_if_away()
         self.pusher.join(timeout=1)
-        # 2. Reservations that never started go back without counting a delivery.
+        # 2. Reservations that never started go back without counting a delivery: the waiting
+        # list's, and (prefetch) what the workers hold behind their running task.
+        if self.depth > self.threads:
+            for slot in list(self.slots):
+                self._revoke(slot)
         if self.buffer:
             self.upkeep.attempt(
                 f"returning {len(self.buffer)} unstarted reservation(s) (their leases bring them back)",

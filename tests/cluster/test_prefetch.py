@@ -32,9 +32,9 @@ def stop(qc) -> None:
 
 
 def test_a_graceful_stop_hands_prefetched_tasks_back_uncounted(cluster):
-    """One worker runs a gated task and holds 4 more: after SIGTERM the running one finishes (the
-    worker reads the pill between tasks), then the 4 go back to the queue with their deliveries
-    unchanged."""
+    """One worker runs a gated task and holds 4 more: at SIGTERM the 4 go back to the queue at once
+    (taken back without the busy worker's help), their deliveries unchanged, and the running one
+    finishes."""
     cluster.configure(prefetch=4, queue_limit=1)
     gate = cluster.gate("stop")
     ids = enqueue_many(f"{TASKS}.gated", [(f"g{i}", gate) for i in range(5)])
@@ -44,6 +44,8 @@ def test_a_graceful_stop_hands_prefetched_tasks_back_uncounted(cluster):
     qc.send(signal.SIGTERM)
     cluster.wait_until(lambda: "to finish their running tasks" in qc.output(), "the poison pill to be sent",
                        alive=[qc])
+    cluster.wait_until(lambda: job_states(ids) == {"RUNNING": 1, "QUEUED": 4},
+                       lambda: f"the 4 held ones back in the queue; {dict(job_states(ids))}", alive=[qc])
     cluster.open(gate)
     assert qc.wait() == 0, qc.output()
 
