@@ -896,7 +896,7 @@ class OrmBroker(Broker):
         with self.write_transaction() as cursor:
             cursor.execute(f"DELETE FROM {DEAD_LETTER} WHERE job_id IN ({marks(len(ids))})", ids)
             cursor.execute(f"DELETE FROM {JOB} WHERE id IN ({marks(len(ids))}) AND state = %s",
-                           [*ids, State.SUCCEEDED.value])
+                           [*ids, JobState.SUCCEEDED.value])
             return cursor.rowcount
 
     def unfinished(self, queues: Sequence[str], now: float) -> bool:
