@@ -13,7 +13,6 @@ from __future__ import annotations
 import logging
 import multiprocessing
 import os
-import select
 import signal
 import socket
 import time
@@ -180,7 +179,6 @@ class Sentinel:
         self.by_queue: dict[str, dict[str, int]] = {}  # queue -> outcome -> count (see OUTCOMES)
         self._next_guard = 0.0  # monotonic time of the next timeout and liveness check
         self._next_urgent = 0.0  # monotonic time from which the pusher may be asked for urgent work again
-        self.waiter = Waiter()
         self.upkeep = Upkeep(settings, broker, owner=self.owner, name=self.name, host=self.host, queues=self.queues,
                              burst=burst, held=self._held, report=self._report)
         self.buffer = Buffer(broker, self.limit, self.capacity, failed=self.upkeep.failed)
@@ -280,7 +278,7 @@ class Sentinel:
         timeout = self.settings.guard_interval if busy else IDLE_WAIT
         if self.buffer and not self.want_pending:  # an ask for urgent work is due then
             timeout = max(0.0, min(timeout, self._next_urgent - time.monotonic()))
-        for handle in self.waiter.wait(handles, timeout):
+        for handle in wait(handles, timeout=timeout):
             if handle is pusher_pipe:
                 self._from_pusher()
             else:
@@ -686,27 +684,6 @@ class Sentinel:
     def _kill_all(self) -> None:
         for process in [self.pusher, self.monitor, *(s.process for s in self.slots)]:
             _kill(process)
-
-
-class Waiter:
-    """``multiprocessing.connection.wait`` for the guard loop, with one ``poll`` object kept across
-    turns: ``wait`` builds a selector and registers every handle on each call, which cost the
-    sentinel more per task than reading the task's outcome."""
-
-    def __init__(self) -> None:
-        self.poll = select.poll()
-        self.registered: set[int] = set()
-
-    def wait(self, handles: list, timeout: float) -> list:
-        """Return the handles (connections, or process sentinels) that are readable, closed or
-        broken, waiting up to ``timeout`` seconds for one."""
-        by_fd = {h if isinstance(h, int) else h.fileno(): h for h in handles}
-        for fd in self.registered - by_fd.keys():
-            self.poll.unregister(fd)
-        for fd in by_fd.keys() - self.registered:
-            self.poll.register(fd, select.POLLIN)
-        self.registered = set(by_fd)
-        return [by_fd[fd] for fd, _ in self.poll.poll(max(0, int(timeout * 1000 + 0.999)))]
 
 
 def _round_robin(tickets: list[Ticket], rooms: list[int]) -> tuple[list[list[Ticket]], list[Ticket]]:
