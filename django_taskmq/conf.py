@@ -85,7 +85,7 @@ class Settings:
     @property
     def effective_queue_limit(self) -> int:
         """Return how many reserved-but-unstarted tasks a cluster may hold."""
-        return self.queue_limit if self.queue_limit is not None else max(50, self.workers * 50)
+        return self.queue_limit if self.queue_limit is not None else max(200, self.workers * 200)
 
     def check_queue(self, queue: object) -> str:
         """Return ``queue`` if it is one of ``TASKMQ['queues']``; else raise :class:`ConfigError`."""
