@@ -316,9 +316,9 @@ class OrmBroker(Broker):
         if conn.vendor == "sqlite" and len(table) == 1:
             # sqlite3's own execute with its placeholders: Django's cursor would rewrite the %s of
             # this same statement with a regex on every call. Errors are still Django's.
+            sql = f"INSERT INTO {JOB} ({columns}) VALUES ({', '.join(['?'] * width)})"
             with conn.cursor() as cursor, conn.wrap_database_errors:
-                sqlite3.Cursor.execute(cursor.cursor, f"INSERT INTO {JOB} ({columns}) VALUES ({', '.join(['?'] * width)})",
-                                      table[0])
+                sqlite3.Cursor.execute(cursor.cursor, sql, table[0])
             return
         row = f"({marks(width)})"
         with conn.cursor() as cursor:
