@@ -91,6 +91,8 @@ class ResultQueue(Protocol):
 
     def put(self, obj: Any) -> None: ...
 
+    def cancel_join_thread(self) -> None: ...
+
 
 @dataclass
 class Running:
@@ -684,6 +686,11 @@ class Sentinel:
     def _kill_all(self) -> None:
         for process in [self.pusher, self.monitor, *(s.process for s in self.slots)]:
             _kill(process)
+        if self.results is not None:
+            # The monitor is gone: outcomes still queued for it can never be written to its pipe
+            # (full when it stopped reading, e.g. during an outage), and Python's exit would wait
+            # for the queue's feeder thread for ever. Their leases bring those jobs back.
+            self.results.cancel_join_thread()
 
 
 def _round_robin(tickets: list[Ticket], rooms: list[int]) -> tuple[list[list[Ticket]], list[Ticket]]:

@@ -108,6 +108,9 @@ class FakeResults:
     def put(self, obj) -> None:
         self.items.append(obj)
 
+    def cancel_join_thread(self) -> None:
+        self.items.append("cancelled")
+
 
 class FakeMonitor:
     """The monitor stand-in: alive until the end mark is on the result queue."""
@@ -278,3 +281,27 @@ def test_an_error_in_the_sentinel_kills_its_processes_instead_of_leaving_them_wa
         signal_module.signal(signal_module.SIGTERM, handlers[0])
         signal_module.signal(signal_module.SIGINT, handlers[1])
     assert killed == [True]
+
+
+KILLED_WITH_A_FULL_RESULT_QUEUE = """
+import multiprocessing
+from django_taskmq.cluster.sentinel import Sentinel
+from django_taskmq.conf import get_settings
+from tests.memory_broker import MemoryBroker
+
+sentinel = Sentinel(get_settings(), MemoryBroker(get_settings()), workers=1)
+sentinel.results = multiprocessing.get_context("fork").Queue()
+for _ in range(200):  # far more than a pipe holds, and no monitor reads them
+    sentinel.results.put([b"x" * 10_000])
+sentinel._kill_all()
+print("killed")
+"""
+
+
+def test_a_killed_cluster_exits_with_outcomes_left_in_a_full_result_queue():
+    """After the hard kill (a second signal, a burst that gives up) the monitor is gone and the
+    outcomes still queued for it cannot be written: the sentinel's process must exit all the same
+    (the queue's feeder thread would otherwise keep Python's exit waiting for ever)."""
+    from tests.conftest import finish, start_script
+
+    assert finish(start_script(KILLED_WITH_A_FULL_RESULT_QUEUE), timeout=30).strip() == "killed"
