@@ -516,9 +516,18 @@ class Sentinel:
     def _room(self, slot: Slot, now: float) -> int:
         """How many more tasks ``slot`` may be sent. With prefetch, none to hold behind a task that
         has run for :data:`STEAL_AFTER` seconds: they would wait for it (or be taken back)."""
-        if self.depth > self.threads and slot.running and now - self.since[slot.index] >= STEAL_AFTER:
+        if self.depth > self.threads and self._in_long_task(slot, now):
             return self.threads - len(slot.running)
         return self.depth - len(slot.running)
+
+    def _in_long_task(self, slot: Slot, now: float) -> bool:
+        """The worker of ``slot`` (one thread) runs a task that started :data:`STEAL_AFTER` seconds
+        ago or more. A worker that has started none of what it was sent is not in one, whatever
+        ``since`` says (it is 0 until the first start)."""
+        if now - self.since[slot.index] < STEAL_AFTER:
+            return False
+        current = self.current[slot.index]
+        return any(r.arrival == current for r in slot.running.values())
 
     def _steal(self) -> None:
         """With prefetch, while a worker is idle and nothing waits here: take back what another
@@ -529,7 +538,7 @@ class Sentinel:
             return
         now = time.monotonic()
         for slot in self.slots:
-            if len(slot.running) >= 2 and now - self.since[slot.index] >= STEAL_AFTER:
+            if len(slot.running) >= 2 and self._in_long_task(slot, now):
                 self.counts["steals"] += self._revoke(slot)
 
     def _revoke(self, slot: Slot) -> int:

@@ -30,9 +30,9 @@ def ticket(label: str, priority: int) -> Ticket:
 class Harness:
     """A sentinel with a pusher pipe and ``add_slot()`` for worker slots; ``close()`` closes every pipe."""
 
-    def __init__(self, broker: Broker | None = None, prefetch: int = 0) -> None:
+    def __init__(self, broker: Broker | None = None, prefetch: int = 0, workers: int = 1) -> None:
         settings = dataclasses.replace(get_settings(), prefetch=prefetch)
-        self.sentinel = Sentinel(settings, broker or MemoryBroker(settings), workers=1)
+        self.sentinel = Sentinel(settings, broker or MemoryBroker(settings), workers=workers)
         self.sentinel.pusher_pipe, self.pusher_end = multiprocessing.Pipe()
         self.worker_ends: list = []
 
@@ -231,3 +231,31 @@ def test_urgent_looks_are_paced_but_a_want_with_room_goes_at_once(harness, monke
     s.buffer.take(limit // 2)  # half of the list left for the workers
     want = asked()
     assert want is not None and want.room >= limit // 2
+
+
+def test_a_worker_that_has_started_nothing_yet_is_not_in_a_long_task():
+    """With prefetch, ``since`` is 0 until a worker starts its first task: a fresh worker holding
+    tasks it has not started must not look like one stuck in a long task (its tasks would be taken
+    back and it would be sent no more)."""
+    import time
+
+    h = Harness(prefetch=4, workers=2)
+    try:
+        a, b = h.add_slot(), h.add_slot()
+        s = h.sentinel
+        s.state = "running"
+        h.push(*(ticket(f"t{i}", 0) for i in range(3)))
+        s._dispatch()
+        assert sorted(a.running) == ["t0", "t2"] and sorted(b.running) == ["t1"]
+        b.running.clear()  # b is done and idle, nothing waits: a steal would be due if a ran long
+        s._steal()
+        assert sorted(a.running) == ["t0", "t2"] and s.counts["steals"] == 0
+        assert s._room(a, time.monotonic()) == s.depth - 2
+        # Once a has started t0 (arrival 1) and run it past STEAL_AFTER, t2 goes to the idle worker.
+        s.current[a.index], s.since[a.index] = 1, time.monotonic() - 1.0
+        assert s._room(a, time.monotonic()) <= 0  # nothing more to hold behind it
+        s._steal()
+        assert sorted(a.running) == ["t0"] and s.counts["steals"] == 1
+        assert h.waiting() == ["t2"]
+    finally:
+        h.close()
