@@ -104,15 +104,27 @@ def summary(rows: list[dict], engine: str, variant: str, field: str, rate: str =
 VARIANTS = ["no keys", "key per job", "10 keys"]
 
 
-def main() -> None:
+def script_arguments(n: int | None = None) -> argparse.ArgumentParser:
+    """The options these benchmark scripts share (flow, threads, prefetch): --runs, --engines,
+    --report FILE and, when the script takes one, -n."""
     parser = argparse.ArgumentParser()
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--engines", default="sqlite,postgresql")
-    parser.add_argument("-n", type=int, default=2000)
+    if n is not None:
+        parser.add_argument("-n", type=int, default=n)
     parser.add_argument("--report", metavar="FILE", help="print the tables of saved raw results, run nothing")
-    args = parser.parse_args()
+    return parser
+
+
+def saved_rows(path: str) -> list[dict]:
+    """The raw result rows a script saved to ``path`` (what --report renders)."""
+    return json.loads(Path(path).read_text())["rows"]
+
+
+def main() -> None:
+    args = script_arguments(n=2000).parse_args()
     if args.report:
-        rows = json.loads(Path(args.report).read_text())["rows"]
+        rows = saved_rows(args.report)
         report(rows, sorted({r["engine"] for r in rows}, reverse=True))
         return
     engines = args.engines.split(",")

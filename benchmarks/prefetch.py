@@ -9,7 +9,6 @@ cluster, peak memory). Raw results: ``benchmarks/results/prefetch.json``.
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import subprocess
@@ -19,6 +18,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+from flow import saved_rows, script_arguments  # noqa: E402
 from threads import ROOT, cell, run_once  # noqa: E402
 
 PREFETCH = (0, 16)
@@ -36,14 +36,9 @@ def report(rows: list[dict]) -> None:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--runs", type=int, default=3)
-    parser.add_argument("--engines", default="sqlite,postgresql")
-    parser.add_argument("-n", type=int, default=5000)
-    parser.add_argument("--report", metavar="FILE", help="print the table of saved raw results, run nothing")
-    args = parser.parse_args()
+    args = script_arguments(n=5000).parse_args()
     if args.report:
-        report(json.loads(Path(args.report).read_text())["rows"])
+        report(saved_rows(args.report))
         return
     rows = []
     for _ in range(args.runs):

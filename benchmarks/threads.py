@@ -24,7 +24,6 @@ the last task (their shutdown, our burst's stop procedure) is in ours only.
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import resource
@@ -38,7 +37,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from flow import MEASURE, ROOT, database  # noqa: E402  (the same fresh databases and measurement)
+from flow import MEASURE, ROOT, database, saved_rows, script_arguments  # noqa: E402  (the same fresh databases and measurement)
 
 PY = sys.executable
 
@@ -253,15 +252,12 @@ def report(rows: list[dict]) -> None:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--runs", type=int, default=3)
-    parser.add_argument("--engines", default="sqlite,postgresql")
+    parser = script_arguments()
     parser.add_argument("--no-peers", action="store_true", help="django_taskmq only")
     parser.add_argument("--quick", action="store_true", help="a tenth of the jobs, one run, results not saved")
-    parser.add_argument("--report", metavar="FILE", help="print the tables of saved raw results, run nothing")
     args = parser.parse_args()
     if args.report:
-        report(json.loads(Path(args.report).read_text())["rows"])
+        report(saved_rows(args.report))
         return
     rows = []
     for _ in range(1 if args.quick else args.runs):
