@@ -358,22 +358,24 @@ class Sentinel:
             slot.stopped = True
             self._send(slot, STOP)
 
-    def _unstarted(self, slot: Slot, job_ids: list[str]) -> None:
+    def _unstarted(self, slot: Slot, job_ids: list[str]) -> int:
         """Take back tasks a worker held without starting them: they wait here again (their
-        reservations still this cluster's), or during a stop go back to the broker, uncounted."""
+        reservations still this cluster's), or during a stop go back to the broker, uncounted.
+        Return how many were taken back."""
         tickets = [slot.running.pop(job_id).ticket for job_id in job_ids if job_id in slot.running]
         if not tickets:
-            return
+            return 0
         if self.state == "running":
             self.buffer.put_back(tickets)
         else:
             self.upkeep.attempt(f"returning {len(tickets)} unstarted task(s) of a stopped worker",
                                 lambda: self.broker.defer_many([t.reservation for t in tickets]))
+        return len(tickets)
 
-    def _take_back_unstarted(self, slot: Slot) -> None:
-        """Take back what the worker of ``slot`` holds without having started it (it is about to go)."""
+    def _take_back_unstarted(self, slot: Slot) -> int:
+        """Take back what the worker of ``slot`` holds without having started it; return how many."""
         started = self._started(slot)
-        self._unstarted(slot, [job_id for job_id in slot.running if job_id not in started])
+        return self._unstarted(slot, [job_id for job_id in slot.running if job_id not in started])
 
     def _started(self, slot: Slot) -> list[str]:
         """The job ids of the tasks of ``slot`` that have started (the others wait in the worker)."""
@@ -496,12 +498,13 @@ class Sentinel:
         if not self.buffer:
             return
         now = time.monotonic()
-        open_slots = [s for s in self.slots if s.accepting() and self._room(s, now) > 0]
-        tickets = self.buffer.take(sum(self._room(s, now) for s in open_slots))
+        room = {s.index: self._room(s, now) for s in self.slots if s.accepting()}
+        open_slots = [s for s in self.slots if room.get(s.index, 0) > 0]
+        tickets = self.buffer.take(sum(room[s.index] for s in open_slots))
         while open_slots and tickets:
             # The most urgent go to distinct workers first; a worker whose send fails is left out
             # and its tasks are shared among the workers after it.
-            plan, left = _round_robin(tickets, [self._room(s, now) for s in open_slots])
+            plan, left = _round_robin(tickets, [room[s.index] for s in open_slots])
             for i, (slot, batch) in enumerate(zip(open_slots, plan)):
                 if batch and not self._hand(slot, batch):
                     tickets = sorted([t for b in plan[i:] for t in b] + left, key=_urgency)
@@ -524,10 +527,7 @@ class Sentinel:
         """The worker of ``slot`` (one thread) runs a task that started :data:`STEAL_AFTER` seconds
         ago or more. A worker that has started none of what it was sent is not in one, whatever
         ``since`` says (it is 0 until the first start)."""
-        if now - self.since[slot.index] < STEAL_AFTER:
-            return False
-        current = self.current[slot.index]
-        return any(r.arrival == current for r in slot.running.values())
+        return now - self.since[slot.index] >= STEAL_AFTER and bool(self._started(slot))
 
     def _steal(self) -> None:
         """With prefetch, while a worker is idle and nothing waits here: take back what another
@@ -547,26 +547,21 @@ class Sentinel:
 
         The shared ``revoked`` mark makes this safe: under the worker's lock, every task sent to it
         so far that has not started is marked, and the worker skips those (worker.OneAtATime).
-        What had started is the one task ``current`` names; the outcomes of the ones before it
-        are in the pipe already, and are read here first.
+        From then on ``current`` cannot move to a marked task: what had started is the one task it
+        names, and the outcomes of the ones before it are in the pipe already, read here first.
         """
         lock = self.locks[slot.index]
         if not lock.acquire(timeout=0.005):  # only a worker that died holding it: the guard replaces it
             return 0
         try:
             self.revoked[slot.index] = slot.sent
-            current = self.current[slot.index]
         finally:
             lock.release()
         if _readable(slot.pipe):
             self._from_worker(slot)
             if slot not in self.slots:  # it died: replacing it took back what it held
                 return 0
-        # The worker starts its tasks most urgent first, not in arrival order: all but the one
-        # that runs are unstarted.
-        held = [job_id for job_id, r in slot.running.items() if r.arrival != current]
-        self._unstarted(slot, held)
-        return len(held)
+        return self._take_back_unstarted(slot)
 
     def _overtake(self) -> None:
         """Send a full worker one task more (once) when it is more urgent than all it holds."""
