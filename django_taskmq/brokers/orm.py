@@ -477,15 +477,32 @@ class OrmBroker(Broker):
             busy = [q for q, items in candidates.items() if items]
             idle = [q for q, items in candidates.items() if not items]
             lifted = pick.lift_idle(after, self.settings.weights(), busy, idle)
+        queues = sorted(set(taken) | set(lifted))
+        if not queues:
+            return
+        # One statement for every counter (a round trip each would add up on PostgreSQL).
         greatest = "GREATEST" if self.is_postgresql else "MAX"
-        # Lock the counter rows in one global order (by queue name): concurrent claims that update
-        # the same queues in different orders deadlock on PostgreSQL.
-        for queue in sorted(set(taken) | set(lifted)):
+        cases, params = [], []
+        for queue in queues:
             if queue in taken:
-                cursor.execute(f"UPDATE {QSTATE} SET served = served + %s WHERE queue = %s", [taken[queue], queue])
+                cases.append("WHEN %s THEN served + %s")
+                params += [queue, taken[queue]]
             else:
-                cursor.execute(f"UPDATE {QSTATE} SET served = {greatest}(served, %s) WHERE queue = %s",
-                               [lifted[queue], queue])
+                cases.append(f"WHEN %s THEN {greatest}(served, %s)")
+                params += [queue, lifted[queue]]
+        new_value = f"CASE queue {' '.join(cases)} END"
+        if self.is_postgresql:
+            # Lock the counter rows in one global order (by queue name) first: concurrent claims
+            # that lock the same rows in different orders deadlock.
+            cursor.execute(
+                f"WITH locked AS MATERIALIZED (SELECT queue FROM {QSTATE} WHERE queue IN ({marks(len(queues))}) "
+                f"ORDER BY queue FOR UPDATE) "
+                f"UPDATE {QSTATE} SET served = {new_value} WHERE queue IN (SELECT queue FROM locked)",
+                [*queues, *params],
+            )
+        else:  # one writer at a time: no lock order to keep
+            cursor.execute(f"UPDATE {QSTATE} SET served = {new_value} WHERE queue IN ({marks(len(queues))})",
+                           [*params, *queues])
 
     def _mark_expired(self, cursor, ids: Sequence[str]) -> None:
         finished = self._db_now()
@@ -592,7 +609,8 @@ class OrmBroker(Broker):
             for a in acks
             for started in (adapt(a.started_at or now),)  # one adaptation for both of its uses
         ]
-        with transaction.atomic(using=self.alias), self.connection.cursor() as cursor:
+        # No savepoint of its own: callers that must survive its failure open one (the recorder).
+        with transaction.atomic(using=self.alias, savepoint=False), self.connection.cursor() as cursor:
             cursor.executemany(
                 f"UPDATE {JOB} SET state = {ACK.to}, result_package = %s, started_at = %s, {FIRST_STARTED}, "
                 f"finished_at = %s, "

@@ -1,0 +1,75 @@
+"""The statements of the two hot transactions: recording plain successes, and a claim.
+
+On PostgreSQL every statement is a round trip to the server, on the path of every job's latency.
+These tests pin what a change could quietly add back: a savepoint around plain successes, one
+counter update per queue.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+
+import pytest
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
+
+from django_taskmq import async_task, recorder
+from django_taskmq import execution as ex
+from django_taskmq.conf import get_settings
+from django_taskmq.models import Job, QueueState, State
+
+pytestmark = pytest.mark.django_db(transaction=True)  # outside any transaction, as the cluster runs them
+
+
+def success(reservation):
+    now = time.time()
+    return ex.seal(ex.Outcome(reservation, None, ex.SUCCESS, "ok", started_at=now, finished_at=now), get_settings())
+
+
+def statements(context: CaptureQueriesContext) -> list[str]:
+    """Each statement's first two words, upper case: "UPDATE DJANGO_TASKMQ_JOB", "SAVEPOINT ..."."""
+    sql = [re.sub(r"^\d+ times: ", "", q["sql"]) for q in context.captured_queries]  # executemany's
+    return [" ".join(s.split()[:2]).upper() for s in sql]
+
+
+def test_plain_successes_are_recorded_in_one_transaction_without_savepoints(broker):
+    ids = [async_task("tests.tasks.noop", i) for i in range(3)]
+    reservations = broker.reserve(["default"], 3, 30, "owner-a")
+    with CaptureQueriesContext(connection) as context:
+        recorder.record([success(r) for r in reservations], broker, get_settings())
+    assert not [s for s in statements(context) if "SAVEPOINT" in s]
+    assert [s for s in statements(context) if s.startswith("UPDATE")] == ["UPDATE DJANGO_TASKMQ_JOB"]
+    assert {j.state for j in Job.objects.filter(pk__in=ids)} == {State.SUCCEEDED}
+
+
+def test_a_failure_in_the_batch_keeps_each_outcome_in_its_own_savepoint(broker):
+    ids = [async_task("tests.tasks.noop", i) for i in range(2)]
+    first, second = broker.reserve(["default"], 2, 30, "owner-a")
+    failed = ex.Outcome(second, None, ex.FAILURE, error="boom", started_at=time.time(), finished_at=time.time())
+    with CaptureQueriesContext(connection) as context:
+        recorder.record([success(first), failed], broker, get_settings())
+    assert [s for s in statements(context) if s.startswith("SAVEPOINT")]
+    states = dict(Job.objects.filter(pk__in=ids).values_list("pk", "state"))
+    assert states == {first.job_id: State.SUCCEEDED, second.job_id: State.RETRYING}
+
+
+def test_a_claim_updates_every_queue_counter_in_one_statement(broker, taskmq_settings):
+    taskmq_settings(queues={"a": {"weight": 3}, "b": {"weight": 1}, "c": {"weight": 1}}, default_queue="a")
+    for queue in "ab":
+        async_task("tests.tasks.noop", q_options={"queue": queue})
+    broker.reserve(["a", "b", "c"], 10, 30, "owner-a")  # creates the counters
+    before = dict(QueueState.objects.values_list("queue", "served"))
+    async_task("tests.tasks.noop", q_options={"queue": "a"})
+    async_task("tests.tasks.noop", q_options={"queue": "a"})
+    with CaptureQueriesContext(connection) as context:
+        claimed = broker.reserve(["a", "b", "c"], 10, 30, "owner-a")
+    assert [r.queue for r in claimed] == ["a", "a"]
+    counters = [q["sql"] for q in context.captured_queries if "django_taskmq_queuestate" in q["sql"]
+                and "UPDATE" in q["sql"].upper()]
+    assert len(counters) == 1
+    after = dict(QueueState.objects.values_list("queue", "served"))
+    assert after["a"] == before["a"] + 2
+    # The idle queues were lifted towards the busy one (never lowered), all in that one statement.
+    assert after["b"] >= before["b"] and after["c"] >= before["c"]
+    assert (after["b"], after["c"]) != (before["b"], before["c"])
