@@ -97,6 +97,16 @@ def record(outcomes: Sequence[ex.Outcome], broker: Broker, settings: Settings,
     return finals
 
 
+def plain_success(o: ex.Outcome) -> bool:
+    """True when recording ``o`` is one acknowledgement (and ``post_execute``): a success with no
+    chain, hook or cached result. A worker records those itself when it is idle (see
+    :mod:`.cluster.worker`); the rest is the monitor's."""
+    if o.status != ex.SUCCESS:
+        return False
+    options = o.envelope.options if o.envelope else {}
+    return not (options.get("chain") or options.get("hook") or options.get("cached"))
+
+
 def _chained(o: ex.Outcome) -> bool:
     return bool(o.envelope and o.envelope.options.get("chain"))
 

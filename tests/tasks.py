@@ -165,6 +165,14 @@ def fail_with_unstorable_text(name: str = "report-\udcff.csv") -> None:
     raise ValueError(f"cannot open {name}\x00 (NUL above)")
 
 
+def leave_autocommit_off() -> str:
+    """Turn autocommit off on this thread's connection and return: a transaction left open."""
+    from django.db import transaction
+
+    transaction.set_autocommit(False)
+    return "left open"
+
+
 def blob(size: int) -> bytes:
     """Return ``size`` bytes (a large result from a small call)."""
     return b"y" * size

@@ -17,7 +17,8 @@ Sentinel and each worker, over the worker's own pipe (raw bytes, never unpickled
   hands back at the poison pill; and an outcome frame per task, one status
   byte (:data:`SUCCEEDED`, :data:`FAILED` or :data:`TIMED_OUT`), the job id, a NUL byte, then the
   pickled :class:`~django_taskmq.execution.Outcome`: :func:`outcome_frame` builds it,
-  :func:`read_outcome_frame` splits it without unpickling.
+  :func:`read_outcome_frame` splits it without unpickling; or, for a success its worker recorded
+  itself, :func:`recorded_frame` (:data:`RECORDED`, the job id, a NUL byte).
 
 Sentinel and monitor, over the result queue:
 
@@ -88,6 +89,7 @@ READY = b"R"  # worker -> sentinel: spawned and ready for work
 RETIRING = b"Q"  # worker -> sentinel: send no more work; the worker exits once its tasks are done
 UNSTARTED = b"U"  # worker -> sentinel, then job ids: prefetched tasks handed back unstarted
 SUCCEEDED = b"S"  # status byte of an outcome frame: the task succeeded
+RECORDED = b"D"  # ... it succeeded and the worker recorded it: the frame carries no outcome
 FAILED = b"F"  # status byte of an outcome frame: any other outcome ...
 TIMED_OUT = b"T"  # ... but a task interrupted at its timeout (threads > 1)
 
@@ -141,6 +143,11 @@ def outcome_frame(outcome: Outcome) -> bytes:
         data = dump_outcome(outcome)
     status = SUCCEEDED if outcome.status == ex.SUCCESS else TIMED_OUT if outcome.status == ex.TIMEOUT else FAILED
     return status + outcome.reservation.job_id.encode() + b"\0" + data
+
+
+def recorded_frame(job_id: str) -> bytes:
+    """Worker -> sentinel: the task of ``job_id`` succeeded and its worker recorded that itself."""
+    return RECORDED + job_id.encode() + b"\0"
 
 
 def read_outcome_frame(frame: bytes) -> tuple[bytes, str, bytes]:

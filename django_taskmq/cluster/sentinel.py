@@ -30,7 +30,7 @@ from ..conf import Settings
 from ..exceptions import TaskMQError, TaskTimeout, WorkerDied
 from . import monitor, outage, pusher, worker
 from .buffer import Buffer
-from .messages import (END_OF_RESULTS, READY, RETIRING, STOP, SUCCEEDED, TIMED_OUT, UNSTARTED, Batch, Stop,
+from .messages import (END_OF_RESULTS, READY, RECORDED, RETIRING, STOP, SUCCEEDED, TIMED_OUT, UNSTARTED, Batch, Stop,
                        Ticket, cancel_frame, dump_outcome, read_outcome_frame, read_unstarted_frame, tasks_frame)
 from .upkeep import DatabaseAway, Report, Upkeep
 
@@ -342,11 +342,12 @@ class Sentinel:
             if not slot.running:
                 slot.stuck = False  # what did not stop in time has ended after all
             slot.done += 1
-            kind = "succeeded" if status == SUCCEEDED else "timeouts" if status == TIMED_OUT else "failed"
+            kind = "succeeded" if status in (SUCCEEDED, RECORDED) else "timeouts" if status == TIMED_OUT else "failed"
             self.counts[kind] += 1
             if running is not None:
                 self._count(running.ticket.reservation.queue, kind)
-            self.outbox.append(outcome)
+            if status != RECORDED:  # (a recorded success is in the database already)
+                self.outbox.append(outcome)
             if slot.done >= self.settings.recycle:
                 slot.retiring = True
 

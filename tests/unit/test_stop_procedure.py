@@ -24,7 +24,7 @@ import pytest
 from django.db import OperationalError
 
 from django_taskmq import execution as ex
-from django_taskmq.cluster.messages import END_OF_RESULTS, STOP, Batch, Stop, Ticket, outcome_frame
+from django_taskmq.cluster.messages import END_OF_RESULTS, STOP, Batch, Stop, Ticket, outcome_frame, recorded_frame
 from django_taskmq.cluster.sentinel import Running, Sentinel, Slot
 from django_taskmq.conf import get_settings
 from django_taskmq.envelope import Envelope
@@ -222,6 +222,19 @@ def test_a_graceful_stop(cluster):
     assert report["tasks"] == [] and report["running"] == 0
     assert cluster.sentinel.state == "stopped"
     assert cluster.broker.heartbeats[cluster.sentinel.owner]["state"] == "stopping"
+
+
+def test_a_success_its_worker_recorded_is_counted_and_not_sent_to_the_monitor(cluster):
+    t = cluster.reserve("run")
+    cluster.add_worker("busy", task=t["run"], busy_for=1, frame=recorded_frame(t["run"].reservation.job_id))
+
+    cluster.sentinel.stop()
+
+    assert cluster.results.items == [END_OF_RESULTS]
+    counts = cluster.sentinel.counts
+    assert (counts["succeeded"], counts["failed"], counts["crashes"]) == (1, 0, 0)
+    report = cluster.sentinel._report().counts
+    assert report["queues"] == {"default": {"succeeded": 1, "failed": 0, "timeouts": 0, "crashes": 0}}
 
 
 def test_when_the_broker_cannot_take_the_waiting_tasks_back_their_leases_will(cluster):

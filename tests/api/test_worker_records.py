@@ -1,0 +1,91 @@
+"""An idle worker with one thread records a plain success itself; everything else goes to the monitor.
+
+The worker runs in a thread of the test process, fed through a real pipe as the sentinel feeds it.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import threading
+
+import pytest
+from django.db import connections
+
+from django_taskmq import async_task
+from django_taskmq import execution as ex
+from django_taskmq.cluster.messages import (RECORDED, STOP, SUCCEEDED, Ticket, read_outcome_frame, recorded_frame,
+                                            tasks_frame)
+from django_taskmq.cluster.worker import OneAtATime
+from django_taskmq.conf import get_settings
+from django_taskmq.models import Job, State
+
+pytestmark = pytest.mark.django_db(transaction=True)  # the worker thread has its own connection
+
+
+class Worker:
+    """One worker serving in a thread; ``frames()`` reads what it said."""
+
+    def __init__(self) -> None:
+        self.pipe, child = multiprocessing.Pipe()
+        self.worker = OneAtATime(0, child, get_settings(), None)
+        self.thread = threading.Thread(target=self._serve, daemon=True)
+
+    def _serve(self) -> None:
+        try:
+            self.worker.serve()
+        finally:
+            connections.close_all()
+
+    def run(self, broker, count: int) -> list[bytes]:
+        """Send ``count`` reserved tasks in one frame, start serving, return ``count`` frames back."""
+        settings = get_settings()
+        reservations = broker.reserve(["default"], count, 30, "owner-a")
+        assert len(reservations) == count
+        self.pipe.send_bytes(tasks_frame([Ticket.of(ex.unpack(r, settings.name)) for r in reservations]))
+        self.thread.start()
+        frames = []
+        for _ in range(count):
+            assert self.pipe.poll(30), "the worker said nothing"
+            frames.append(self.pipe.recv_bytes())
+        self.pipe.send_bytes(STOP)
+        self.thread.join(30)
+        assert not self.thread.is_alive()
+        return frames
+
+
+def test_an_idle_worker_records_a_plain_success_itself(broker):
+    job_id = async_task("tests.tasks.add", 1, 2)
+    (frame,) = Worker().run(broker, 1)
+    assert frame == recorded_frame(job_id)
+    job = Job.objects.get(pk=job_id)
+    assert (job.state, job.result, job.attempt) == (State.SUCCEEDED, 3, 1)
+
+
+def test_a_worker_with_work_waiting_leaves_recording_to_the_monitor_until_idle(broker):
+    first, second = async_task("tests.tasks.add", 1, 2), async_task("tests.tasks.add", 3, 4)
+    frames = Worker().run(broker, 2)
+    assert [read_outcome_frame(f)[:2] for f in frames] == [(SUCCEEDED, first), (RECORDED, second)]
+    states = dict(Job.objects.values_list("pk", "state"))
+    assert states == {first: State.RUNNING, second: State.SUCCEEDED}  # the first is the monitor's
+
+
+@pytest.mark.parametrize("options", [{"hook": "tests.tasks.noop"}, {"cached": 60}, {"chain": [("tests.tasks.noop", (), {}, {})]}])
+def test_a_success_with_more_to_do_than_its_ack_goes_to_the_monitor(broker, options):
+    job_id = async_task("tests.tasks.add", 1, 2, q_options=options)
+    (frame,) = Worker().run(broker, 1)
+    assert read_outcome_frame(frame)[:2] == (SUCCEEDED, job_id)
+    assert Job.objects.get(pk=job_id).state == State.RUNNING
+
+
+def test_a_failure_goes_to_the_monitor(broker):
+    job_id = async_task("tests.tasks.fail")
+    (frame,) = Worker().run(broker, 1)
+    assert read_outcome_frame(frame)[0] not in (SUCCEEDED, RECORDED)
+    assert Job.objects.get(pk=job_id).state == State.RUNNING
+
+
+def test_a_task_that_left_a_transaction_open_is_not_acknowledged_inside_it(broker):
+    job_id = async_task("tests.tasks.leave_autocommit_off")
+    (frame,) = Worker().run(broker, 1)
+    assert read_outcome_frame(frame)[:2] == (SUCCEEDED, job_id)
+    assert Job.objects.get(pk=job_id).state == State.RUNNING
