@@ -59,7 +59,7 @@ class Pusher:
         """Answer each :class:`Want` from ``pipe`` with one :class:`Batch` until :class:`Stop` or EOF;
         ``waker`` sleeps an idle pusher until work may have arrived."""
         settings = self.settings
-        found_last_time = True
+        more_likely = True  # the last claim filled the room it had: more is likely ready
         while True:
             try:
                 message = pipe.recv()
@@ -68,7 +68,7 @@ class Pusher:
             if isinstance(message, Stop):
                 return
             assert isinstance(message, Want)
-            claimed = self.claim_safely(message, not found_last_time)
+            claimed = self.claim_safely(message, not more_likely)
             failed = claimed is None
             tasks = claimed or []
             if failed:
@@ -87,7 +87,10 @@ class Pusher:
                     claimed = self.claim_safely(message, not waker.woken)
                     failed = claimed is None
                     tasks = claimed or []
-            found_last_time = bool(tasks)
+            # A claim that found less than it had room for emptied what was ready: the next one
+            # looks first (a read), instead of taking the write lock for nothing; on SQLite that
+            # lock would also make an idle worker's ack of the task just claimed wait.
+            more_likely = bool(tasks) and len(tasks) >= message.room
             try:
                 # A failed claim found out nothing: it does not say the queues are drained.
                 pipe.send(Batch(tuple(tasks), drained=not tasks and message.room > 0 and not failed))

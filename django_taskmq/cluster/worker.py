@@ -142,7 +142,9 @@ class OneAtATime:
         if not recorder.plain_success(outcome):
             return False
         # A task that left a transaction open (autocommit off, say) would make this ack part of it.
-        if not all(c.get_autocommit() and not c.in_atomic_block for c in connections.all(initialized_only=True)):
+        # (Read without connecting: a connection that is not open holds no transaction.)
+        if any(c.in_atomic_block or (c.connection is not None and not c.autocommit)
+               for c in connections.all(initialized_only=True)):
             return False
         try:
             if self.broker is None:

@@ -137,3 +137,40 @@ def test_a_failed_claim_answers_none_and_drops_the_connection(broker):
     del broker.reserve  # the database is back
     assert [t.reservation.job_id for t in pusher.claim_safely(Want(5, None), False)] == ["job"]
     assert not pusher.failures.failing
+
+
+class NoWait:
+    """A waker that returns at once, as if the poll interval had passed with no news."""
+
+    woken = False
+
+    def wait(self, timeout, pipe=None) -> None:
+        pass
+
+
+def test_after_a_claim_that_found_less_than_its_room_the_next_looks_before_taking_the_lock(broker):
+    """An idle cluster: one job arrives, is claimed; the next ask finds nothing ready with a read,
+    without a claim (a write transaction, which on SQLite would make the worker's ack wait)."""
+    import multiprocessing
+    import threading
+
+    from django_taskmq.cluster.messages import Batch, Stop
+
+    calls: list[str] = []
+    reserve, has_ready = broker.reserve, broker.has_ready
+    broker.reserve = lambda *a, **k: calls.append("reserve") or reserve(*a, **k)
+    broker.has_ready = lambda *a, **k: calls.append("look") or has_ready(*a, **k)
+    enqueue(broker, "job")
+    sentinel_end, pusher_end = multiprocessing.Pipe()
+    serving = threading.Thread(target=Pusher(broker, get_settings(), ["default"], "test-cluster").serve,
+                               args=(pusher_end, NoWait()), daemon=True)
+    serving.start()
+
+    sentinel_end.send(Want(5, None))
+    assert [t.reservation.job_id for t in sentinel_end.recv().tasks] == ["job"]
+    sentinel_end.send(Want(4, None))
+    assert sentinel_end.recv() == Batch((), drained=True)
+    sentinel_end.send(Stop())
+    serving.join(10)
+
+    assert calls == ["reserve", "look", "look"]  # the look after the nap too
