@@ -32,6 +32,8 @@ from .messages import (CANCEL, READY, RETIRING, STOP, TASKS, load_task, outcome_
 
 logger = logging.getLogger(__name__)
 
+QUIET = 0.02  # seconds a worker waited for work before a task that it may record itself when done
+
 
 class Shared(NamedTuple):
     """Memory a worker with one thread shares with the sentinel, one entry per worker index.
@@ -92,6 +94,7 @@ class OneAtATime:
         self.stopping = False
         self.retiring = False
         self.broker: Broker | None = None  # for the outcomes this worker records itself, made on first use
+        self.quiet = False  # the tasks at hand came after this worker had waited QUIET seconds for work
 
     def _take(self, frame: bytes) -> None:
         if frame == STOP:
@@ -108,7 +111,9 @@ class OneAtATime:
         while True:
             try:
                 if not self.waiting and not self.stopping:
+                    waited_from = time.monotonic()
                     self._take(conn.recv_bytes())
+                    self.quiet = time.monotonic() - waited_from >= QUIET
                 # Between tasks, read what else came: an urgent task, the poison pill.
                 while conn.poll(0):
                     self._take(conn.recv_bytes())
@@ -124,15 +129,15 @@ class OneAtATime:
             if not self._start(arrival):
                 continue  # the sentinel took it back: it runs elsewhere
             outcome = ex.seal(ex.execute(message), self.settings)
-            # Idle after this task (nothing waits here, nothing new in the pipe): record a plain
-            # success here and now, two process hops sooner than through the sentinel and the
-            # monitor. Busy, the monitor records outcomes in batches, one commit for many.
-            recorded = not self.waiting and not conn.poll(0) and self._record(outcome)
+            # Idle before this task and after it (nothing waits here, nothing new in the pipe):
+            # record a plain success here and now, two process hops sooner than through the
+            # sentinel and the monitor. Busy, the monitor records outcomes in batches, one commit
+            # for many, and this worker goes on with the next task.
+            recorded = self.quiet and not self.waiting and not conn.poll(0) and self._record(outcome)
             conn.send_bytes(recorded_frame(message.reservation.job_id) if recorded else outcome_frame(outcome))
             if not self.retiring and _above_max_rss(self.index, self.settings):
                 self.retiring = True
                 conn.send_bytes(RETIRING)
-
 
     def _record(self, outcome: ex.Outcome) -> bool:
         """Record ``outcome`` if it is a plain success (see :func:`recorder.plain_success`); False

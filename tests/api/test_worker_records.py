@@ -1,4 +1,5 @@
-"""An idle worker with one thread records a plain success itself; everything else goes to the monitor.
+"""A worker with one thread, idle before and after a plain success, records it itself; everything
+else goes to the monitor.
 
 The worker runs in a thread of the test process, fed through a real pipe as the sentinel feeds it.
 """
@@ -7,6 +8,7 @@ from __future__ import annotations
 
 import multiprocessing
 import threading
+import time
 
 import pytest
 from django.db import connections
@@ -15,7 +17,7 @@ from django_taskmq import async_task
 from django_taskmq import execution as ex
 from django_taskmq.cluster.messages import (RECORDED, STOP, SUCCEEDED, Ticket, read_outcome_frame, recorded_frame,
                                             tasks_frame)
-from django_taskmq.cluster.worker import OneAtATime
+from django_taskmq.cluster.worker import QUIET, OneAtATime
 from django_taskmq.conf import get_settings
 from django_taskmq.models import Job, State
 
@@ -36,13 +38,20 @@ class Worker:
         finally:
             connections.close_all()
 
-    def run(self, broker, count: int) -> list[bytes]:
-        """Send ``count`` reserved tasks in one frame, start serving, return ``count`` frames back."""
+    def run(self, broker, count: int, idle_before: bool = True) -> list[bytes]:
+        """Send ``count`` reserved tasks in one frame, return ``count`` frames back. ``idle_before``:
+        the worker waits for the frame (longer than ``QUIET``), else the frame is there at its start."""
         settings = get_settings()
         reservations = broker.reserve(["default"], count, 30, "owner-a")
         assert len(reservations) == count
-        self.pipe.send_bytes(tasks_frame([Ticket.of(ex.unpack(r, settings.name)) for r in reservations]))
-        self.thread.start()
+        frame = tasks_frame([Ticket.of(ex.unpack(r, settings.name)) for r in reservations])
+        if idle_before:
+            self.thread.start()
+            time.sleep(QUIET * 2)
+            self.pipe.send_bytes(frame)
+        else:
+            self.pipe.send_bytes(frame)
+            self.thread.start()
         frames = []
         for _ in range(count):
             assert self.pipe.poll(30), "the worker said nothing"
@@ -67,6 +76,14 @@ def test_a_worker_with_work_waiting_leaves_recording_to_the_monitor_until_idle(b
     assert [read_outcome_frame(f)[:2] for f in frames] == [(SUCCEEDED, first), (RECORDED, second)]
     states = dict(Job.objects.values_list("pk", "state"))
     assert states == {first: State.RUNNING, second: State.SUCCEEDED}  # the first is the monitor's
+
+
+def test_a_worker_that_did_not_wait_for_the_task_leaves_recording_to_the_monitor(broker):
+    """Work was there when the worker looked (a busy cluster): the monitor records, in batches."""
+    job_id = async_task("tests.tasks.add", 1, 2)
+    (frame,) = Worker().run(broker, 1, idle_before=False)
+    assert read_outcome_frame(frame)[:2] == (SUCCEEDED, job_id)
+    assert Job.objects.get(pk=job_id).state == State.RUNNING
 
 
 @pytest.mark.parametrize("options", [{"hook": "tests.tasks.noop"}, {"cached": 60}, {"chain": [("tests.tasks.noop", (), {}, {})]}])
