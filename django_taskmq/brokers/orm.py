@@ -609,15 +609,19 @@ class OrmBroker(Broker):
             for a in acks
             for started in (adapt(a.started_at or now),)  # one adaptation for both of its uses
         ]
+        sql = (f"UPDATE {JOB} SET state = {ACK.to}, result_package = %s, started_at = %s, {FIRST_STARTED}, "
+               f"finished_at = %s, "
+               f"attempt = attempt + 1, lease_owner = NULL, lease_until = NULL, error = '', traceback = '' "
+               f"WHERE id = %s AND lease_token = %s AND state IN {ACK.sources}")
+        conn = self.connection
+        if len(rows) == 1 and conn.get_autocommit() and not conn.in_atomic_block:
+            # One statement commits by itself: no BEGIN and COMMIT, a round trip each on PostgreSQL.
+            with conn.cursor() as cursor:
+                cursor.execute(sql, rows[0])
+                return cursor.rowcount
         # No savepoint of its own: callers that must survive its failure open one (the recorder).
-        with transaction.atomic(using=self.alias, savepoint=False), self.connection.cursor() as cursor:
-            cursor.executemany(
-                f"UPDATE {JOB} SET state = {ACK.to}, result_package = %s, started_at = %s, {FIRST_STARTED}, "
-                f"finished_at = %s, "
-                f"attempt = attempt + 1, lease_owner = NULL, lease_until = NULL, error = '', traceback = '' "
-                f"WHERE id = %s AND lease_token = %s AND state IN {ACK.sources}",
-                rows,
-            )
+        with transaction.atomic(using=self.alias, savepoint=False), conn.cursor() as cursor:
+            cursor.executemany(sql, rows)
             return cursor.rowcount
 
     def _lost_among(self, reservations: Sequence[Reservation]) -> list[Reservation]:

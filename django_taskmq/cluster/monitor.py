@@ -107,7 +107,7 @@ class Monitor:
         deadline = started + self.settings.lease / 2
         while True:
             try:
-                recorder.record(batch, self.broker, self.settings, enqueue=async_task)
+                recorder.record(batch, self.broker, self.settings, enqueue=async_task, outside_transaction=True)
             except Exception as exc:
                 self.broker.close()
                 self.failures.failed(f"recording {len(batch)} outcome(s)", exc)

@@ -43,6 +43,26 @@ def test_plain_successes_are_recorded_in_one_transaction_without_savepoints(brok
     assert {j.state for j in Job.objects.filter(pk__in=ids)} == {State.SUCCEEDED}
 
 
+@pytest.mark.parametrize("outside_transaction", [True, False])
+def test_a_lone_success_outside_any_transaction_is_one_statement_that_commits_alone(broker, outside_transaction):
+    """As the monitor and the workers record an idle cluster's jobs: no BEGIN and COMMIT around the
+    ack (two round trips on PostgreSQL). A caller that may hold a transaction (sync mode) does not
+    say ``outside_transaction``, and the ack keeps its own transaction or savepoint."""
+    job_id = async_task("tests.tasks.noop")
+    (reservation,) = broker.reserve(["default"], 1, 30, "owner-a")
+    in_transaction = []
+
+    def watch(execute, sql, params, many, context):
+        if sql.startswith("UPDATE django_taskmq_job"):
+            in_transaction.append(connection.in_atomic_block)
+        return execute(sql, params, many, context)
+
+    with connection.execute_wrapper(watch):
+        recorder.record([success(reservation)], broker, get_settings(), outside_transaction=outside_transaction)
+    assert in_transaction == [not outside_transaction]
+    assert Job.objects.get(pk=job_id).state == State.SUCCEEDED
+
+
 def test_a_failure_in_the_batch_keeps_each_outcome_in_its_own_savepoint(broker):
     ids = [async_task("tests.tasks.noop", i) for i in range(2)]
     first, second = broker.reserve(["default"], 2, 30, "owner-a")
@@ -73,3 +93,13 @@ def test_a_claim_updates_every_queue_counter_in_one_statement(broker, taskmq_set
     # The idle queues were lifted towards the busy one (never lowered), all in that one statement.
     assert after["b"] >= before["b"] and after["c"] >= before["c"]
     assert (after["b"], after["c"]) != (before["b"], before["c"])
+
+
+def test_a_lone_success_that_cannot_be_stored_fails_its_job_with_the_reason(broker):
+    job_id = async_task("tests.tasks.noop")
+    (reservation,) = broker.reserve(["default"], 1, 30, "owner-a")
+    broken = success(reservation)._replace(started_at="not a time")
+    recorder.record([broken], broker, get_settings(), outside_transaction=True)
+    job = Job.objects.get(pk=job_id)
+    assert job.state == State.DEAD
+    assert job.error.startswith("outcome could not be stored: TypeError")
