@@ -8,6 +8,7 @@ which the sentinel only ever tries to take for a moment and replaces with the wo
 
 from __future__ import annotations
 
+import contextlib
 import heapq
 import logging
 import os
@@ -16,6 +17,7 @@ import resource
 import signal
 import threading
 import time
+from collections.abc import Iterator
 from multiprocessing.connection import Connection
 from traceback import format_exc
 from typing import Any, NamedTuple
@@ -33,6 +35,7 @@ from .messages import (CANCEL, READY, RETIRING, STOP, TASKS, load_task, outcome_
 logger = logging.getLogger(__name__)
 
 QUIET = 0.02  # seconds a worker waited for work before a task that it may record itself when done
+LOCK_WAIT = 0.1  # seconds such a worker's ack waits for SQLite's write lock before leaving it to the monitor
 
 
 class Shared(NamedTuple):
@@ -157,7 +160,8 @@ class OneAtATime:
 
                 self.broker = get_broker()
             # A lease lost meanwhile is logged and skipped by record(), as in the monitor.
-            recorder.record([outcome], self.broker, self.settings, outside_transaction=True)
+            with _brief_lock_wait(self.settings.database):
+                recorder.record([outcome], self.broker, self.settings, outside_transaction=True)
         except Exception:
             logger.debug("worker %s: recording job %s failed; the monitor records it", self.index,
                          outcome.reservation.job_id, exc_info=True)
@@ -181,6 +185,32 @@ class OneAtATime:
             shared.since[self.index] = time.monotonic()
             shared.current[self.index] = arrival
             return True
+
+
+@contextlib.contextmanager
+def _brief_lock_wait(alias: str) -> Iterator[None]:
+    """On SQLite, wait at most :data:`LOCK_WAIT` for the write lock inside the block.
+
+    Another writer (a large ``enqueue_many``, a prune) can hold SQLite's one write lock for a
+    while; the monitor may wait for it, an idle worker's own ack should not: it gives the outcome to
+    the monitor instead, and stays free for the next task (and clear of its task's timeout).
+    """
+    conn = connections[alias]
+    if conn.vendor != "sqlite":
+        yield
+        return
+    conn.ensure_connection()
+    raw = conn.connection
+    before = raw.execute("PRAGMA busy_timeout").fetchone()[0]
+    raw.execute(f"PRAGMA busy_timeout = {int(LOCK_WAIT * 1000)}")
+    try:
+        yield
+    finally:
+        if conn.connection is raw:  # not closed by a failure inside
+            try:
+                raw.execute(f"PRAGMA busy_timeout = {before}")
+            except Exception:  # never leave a connection that gives up on the lock so soon
+                conn.close()
 
 
 def _above_max_rss(index: int, settings: Settings) -> bool:

@@ -106,3 +106,38 @@ def test_a_task_that_left_a_transaction_open_is_not_acknowledged_inside_it(broke
     (frame,) = Worker().run(broker, 1)
     assert read_outcome_frame(frame)[:2] == (SUCCEEDED, job_id)
     assert Job.objects.get(pk=job_id).state == State.RUNNING
+
+
+@pytest.mark.sqlite_only
+def test_an_idle_worker_does_not_wait_long_for_the_sqlite_write_lock(broker):
+    """Another writer holds the lock: the worker gives the outcome to the monitor after LOCK_WAIT,
+    not after the connection's busy timeout (30 s in the test settings), and puts that back."""
+    import sqlite3
+
+    from django.db import connection
+
+    from django_taskmq.cluster.worker import LOCK_WAIT
+
+    job_id = async_task("tests.tasks.add", 1, 2)
+    other = sqlite3.connect(connection.settings_dict["NAME"], isolation_level=None)
+    worker = Worker()
+    try:
+        reservations = broker.reserve(["default"], 1, 30, "owner-a")
+        other.execute("BEGIN IMMEDIATE")  # the write lock, held until the worker has answered
+        worker.thread.start()
+        time.sleep(QUIET * 2)
+        worker.pipe.send_bytes(tasks_frame([Ticket.of(ex.unpack(r, get_settings().name)) for r in reservations]))
+        sent = time.monotonic()
+        assert worker.pipe.poll(10)
+        waited = time.monotonic() - sent
+        frame = worker.pipe.recv_bytes()
+        busy_timeout = worker.worker.broker.connection.connection.execute("PRAGMA busy_timeout").fetchone()[0]
+    finally:
+        other.execute("ROLLBACK")
+        other.close()
+        worker.pipe.send_bytes(STOP)
+        worker.thread.join(10)
+    assert read_outcome_frame(frame)[:2] == (SUCCEEDED, job_id)
+    assert LOCK_WAIT <= waited < 5
+    assert busy_timeout == int(connection.settings_dict["OPTIONS"]["timeout"] * 1000)
+    assert Job.objects.get(pk=job_id).state == State.RUNNING
