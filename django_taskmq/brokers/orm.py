@@ -343,8 +343,7 @@ class OrmBroker(Broker):
         token = uuid.uuid4().hex
         with self.write_transaction(durable=False) as cursor:
             serve, closed_funcs = self.flow.closed(cursor, queues, now)
-            candidates = self._heads(cursor, serve, limit, now, above, closed_funcs)
-            served = self._served(cursor, queues)
+            candidates, served = self._heads(cursor, queues, serve, limit, now, above, closed_funcs)
             chosen = self.flow.choose(cursor, candidates, served, limit, now)
             if chosen is None:  # no flow limit among these candidates: the plain pick
                 chosen, _ = pick.plan(candidates, served, self.settings.weights(), limit)
@@ -399,9 +398,10 @@ class OrmBroker(Broker):
             )
             return cursor.fetchone() is not None
 
-    def _heads(self, cursor, queues: Sequence[str], limit: int, now: float, above: int | None = None,
-               closed_funcs: Sequence[str] = ()) -> dict[str, list]:
-        """Return each queue's first ``limit`` ready messages, head first (locked on PostgreSQL).
+    def _heads(self, cursor, queues: Sequence[str], serve: Sequence[str], limit: int, now: float,
+               above: int | None = None, closed_funcs: Sequence[str] = ()) -> tuple[dict[str, list], dict[str, int]]:
+        """Return the first ``limit`` ready messages of each queue in ``serve``, head first (locked on
+        PostgreSQL), and the served counter of each queue in ``queues``.
 
         Messages whose concurrency key is at its limit, or whose task's rate limit is closed
         (``closed_funcs``), are left out: they are held, and must not hide the ones behind them.
@@ -413,40 +413,43 @@ class OrmBroker(Broker):
             floor_params += list(closed_funcs)
         columns = ("c.id, c.queue, c.priority, c.deliveries, c.max_deliveries, c.expires_at, c.func, "
                    "c.concurrency_key, c.concurrency_limit, c.rate_limit")
-        heads: dict[str, list] = {queue: [] for queue in queues}
+        heads: dict[str, list] = {queue: [] for queue in serve}
         if self.is_postgresql:
-            # One round trip for every queue: a LATERAL subquery per queue, each locking its rows
-            # with SKIP LOCKED so concurrent clusters claim disjoint sets.
+            # One round trip for every queue's heads and counter: a LATERAL subquery per queue, each
+            # locking its rows with SKIP LOCKED so concurrent clusters claim disjoint sets.
             cursor.execute(
-                f"SELECT j.* FROM unnest(%s::text[]) AS q(name) CROSS JOIN LATERAL ("
-                f"SELECT {columns} FROM {JOB} AS c WHERE c.state IN {READY_SQL} AND c.queue = q.name {floor}"
-                f"AND c.visible_at <= %s ORDER BY c.priority DESC, c.id LIMIT %s FOR UPDATE OF c SKIP LOCKED) AS j",
-                [list(queues), *floor_params, now, limit],
+                f"SELECT q.name, s.served, j.* FROM unnest(%s::text[]) AS q(name) "
+                f"LEFT JOIN {QSTATE} AS s ON s.queue = q.name LEFT JOIN LATERAL ("
+                f"SELECT {columns} FROM {JOB} AS c WHERE c.state IN {READY_SQL} AND c.queue = q.name "
+                f"AND q.name = ANY(%s) {floor}"
+                f"AND c.visible_at <= %s ORDER BY c.priority DESC, c.id LIMIT %s FOR UPDATE OF c SKIP LOCKED) AS j ON TRUE",
+                [list(queues), list(serve), *floor_params, now, limit],
             )
-            for row in cursor.fetchall():
-                heads[row[1]].append(_Head(*row))
+            served: dict[str, int] = {}
+            for name, count, *row in cursor.fetchall():
+                if count is not None:
+                    served[name] = count
+                if row[0] is not None:
+                    heads[name].append(_Head(*row))
             for items in heads.values():
                 items.sort(key=lambda h: (-h.priority, h.id))
-            return heads
-        for queue in queues:  # SQLite: in-process calls under the write lock, cheap one by one
-            cursor.execute(
-                f"SELECT {columns} FROM {JOB} AS c WHERE c.state IN {READY_SQL} AND c.queue = %s {floor}"
-                f"AND c.visible_at <= %s ORDER BY c.priority DESC, c.id LIMIT %s",
-                [queue, *floor_params, now, limit],
-            )
-            heads[queue] = [_Head(*row) for row in cursor.fetchall()]
-        return heads
-
-    def _served(self, cursor, queues: Sequence[str]) -> dict[str, int]:
-        cursor.execute(f"SELECT queue, served FROM {QSTATE} WHERE queue IN ({marks(len(queues))})", list(queues))
-        served = dict(cursor.fetchall())
+        else:
+            for queue in serve:  # SQLite: in-process calls under the write lock, cheap one by one
+                cursor.execute(
+                    f"SELECT {columns} FROM {JOB} AS c WHERE c.state IN {READY_SQL} AND c.queue = %s {floor}"
+                    f"AND c.visible_at <= %s ORDER BY c.priority DESC, c.id LIMIT %s",
+                    [queue, *floor_params, now, limit],
+                )
+                heads[queue] = [_Head(*row) for row in cursor.fetchall()]
+            cursor.execute(f"SELECT queue, served FROM {QSTATE} WHERE queue IN ({marks(len(queues))})", list(queues))
+            served = dict(cursor.fetchall())
         missing = [q for q in queues if q not in served]
         if missing:
             # _ensure_queues saw these rows once, but they are gone (created in a transaction that
             # rolled back, or deleted): without them the served counters would silently stop counting.
             QueueState.objects.using(self.alias).bulk_create([QueueState(queue=q) for q in missing],
                                                              ignore_conflicts=True)
-        return served
+        return heads, served
 
     def _claim(self, cursor, chosen: list, token: str, owner: str, until: float) -> list[Reservation]:
         if not chosen:
