@@ -24,8 +24,9 @@ logger = logging.getLogger(__name__)
 
 CHANNEL = "taskmq_job"
 SQLITE_CHECK = 0.01  # seconds between data_version reads where inotify is missing
-AFTER_WRITE = 0.002  # seconds to watch for the commit of a write seen in the WAL ...
-AFTER_WRITE_LOOKS = 8  # ... in this many looks
+# Seconds between looks for the commit of a write seen in the WAL: often a fraction of a
+# millisecond later, but the writer flushes the WAL to disk first, which can take tens of ms.
+AFTER_WRITE_LOOKS = (0.00025,) * 4 + (0.001,) * 4 + (0.004,) * 4 + (0.016,) * 6
 
 
 class Waker:
@@ -83,9 +84,13 @@ class Waker:
             if not self._watch.wait(remaining, pipe):
                 continue
             # A write seen in the WAL: its commit shows in the shared memory index, which inotify
-            # does not report, a moment later. Look a few times in quick succession.
-            for _ in range(AFTER_WRITE_LOOKS):
-                time.sleep(AFTER_WRITE / AFTER_WRITE_LOOKS)
+            # does not report, after the writer's flush. Look until it shows, more and more slowly
+            # (about 0.1 s in all: a missed commit would wait for the next poll).
+            for delay in AFTER_WRITE_LOOKS:
+                if pipe is not None and pipe.poll(delay):
+                    return  # the sentinel speaks; the next wait looks at the version first
+                if pipe is None:
+                    time.sleep(delay)
                 version = raw.execute("PRAGMA data_version").fetchone()[0]
                 if version != self._version:
                     self._version = version
