@@ -24,9 +24,9 @@ logger = logging.getLogger(__name__)
 
 CHANNEL = "taskmq_job"
 SQLITE_CHECK = 0.01  # seconds between data_version reads where inotify is missing
-# Seconds between looks for the commit of a write seen in the WAL: often a fraction of a
-# millisecond later, but the writer flushes the WAL to disk first, which can take tens of ms.
-AFTER_WRITE_LOOKS = (0.00025,) * 4 + (0.001,) * 4 + (0.004,) * 4 + (0.016,) * 6
+# Seconds between looks for the commit of a write seen in the WAL: the writer flushes the WAL to
+# disk first, about a millisecond here, sometimes tens.
+AFTER_WRITE_LOOKS = (0.00025,) * 8 + (0.0005,) * 4 + (0.002,) * 3 + (0.01,) * 4 + (0.025,) * 3
 
 
 class Waker:
@@ -69,6 +69,7 @@ class Waker:
         if self._version is None:
             self._version = raw.execute("PRAGMA data_version").fetchone()[0]
             self._watch = FileWatch.for_database(self.connection.settings_dict["NAME"])
+        looks = len(AFTER_WRITE_LOOKS)  # none due: no write seen yet
         while True:
             version = raw.execute("PRAGMA data_version").fetchone()[0]
             if version != self._version:
@@ -81,21 +82,17 @@ class Waker:
             if self._watch is None:
                 time.sleep(min(SQLITE_CHECK, remaining))
                 continue
-            if not self._watch.wait(remaining, pipe):
-                continue
-            # A write seen in the WAL: its commit shows in the shared memory index, which inotify
-            # does not report, after the writer's flush. Look until it shows, more and more slowly
-            # (about 0.1 s in all: a missed commit would wait for the next poll).
-            for delay in AFTER_WRITE_LOOKS:
-                if pipe is not None and pipe.poll(delay):
-                    return  # the sentinel speaks; the next wait looks at the version first
-                if pipe is None:
-                    time.sleep(delay)
-                version = raw.execute("PRAGMA data_version").fetchone()[0]
-                if version != self._version:
-                    self._version = version
-                    self.woken = True
-                    return
+            # After a write seen in the WAL, its commit shows in the shared memory index (which
+            # inotify does not report) once the writer's flush is done: look again and again, more
+            # and more slowly, about 0.1 s in all (a missed commit would wait for the next poll).
+            # Every new write starts the looks over; none seen lately, sleep until one is.
+            if looks < len(AFTER_WRITE_LOOKS):
+                wait = min(AFTER_WRITE_LOOKS[looks], remaining)
+                looks += 1
+            else:
+                wait = remaining
+            if self._watch.wait(wait, pipe):
+                looks = 0
 
     def _wait_notify(self, timeout: float, pipe: Connection | None) -> None:
         raw = self.connection.connection
