@@ -27,6 +27,7 @@ SQLITE_CHECK = 0.01  # seconds between data_version reads where inotify is missi
 # Seconds between looks for the commit of a write seen in the WAL: the writer flushes the WAL to
 # disk first, about a millisecond here, sometimes tens.
 AFTER_WRITE_LOOKS = (0.00025,) * 8 + (0.0005,) * 4 + (0.002,) * 3 + (0.01,) * 4 + (0.025,) * 3
+OWN_WRITE_LOOKS = 8  # of those, after writes that came before the wait (the first 2 ms)
 
 
 class Waker:
@@ -69,7 +70,12 @@ class Waker:
         if self._version is None:
             self._version = raw.execute("PRAGMA data_version").fetchone()[0]
             self._watch = FileWatch.for_database(self.connection.settings_dict["NAME"])
-        looks = len(AFTER_WRITE_LOOKS)  # none due: no write seen yet
+        # Writes from before this wait are mostly the pusher's own (its last claim): a short round
+        # of looks, in case a producer's commit was among them. Writes during the wait are other
+        # processes': the whole round.
+        looks, last = 0, 0
+        if self._watch is not None and self._watch.written():
+            last = OWN_WRITE_LOOKS
         while True:
             version = raw.execute("PRAGMA data_version").fetchone()[0]
             if version != self._version:
@@ -86,13 +92,13 @@ class Waker:
             # inotify does not report) once the writer's flush is done: look again and again, more
             # and more slowly, about 0.1 s in all (a missed commit would wait for the next poll).
             # Every new write starts the looks over; none seen lately, sleep until one is.
-            if looks < len(AFTER_WRITE_LOOKS):
+            if looks < last:
                 wait = min(AFTER_WRITE_LOOKS[looks], remaining)
                 looks += 1
             else:
                 wait = remaining
             if self._watch.wait(wait, pipe):
-                looks = 0
+                looks, last = 0, len(AFTER_WRITE_LOOKS)
 
     def _wait_notify(self, timeout: float, pipe: Connection | None) -> None:
         raw = self.connection.connection
@@ -173,11 +179,11 @@ class FileWatch:
             ready, _, _ = select.select(readers, [], [], remaining)
             if self.fd not in ready:
                 return False
-            if self._database_written():
+            if self.written():
                 return True
 
-    def _database_written(self) -> bool:
-        """Drain the pending events; return True if one concerns the database or its WAL."""
+    def written(self) -> bool:
+        """Drain the pending events (without waiting); return True if one concerns the database or its WAL."""
         written = False
         try:
             while data := os.read(self.fd, 65536):
