@@ -124,3 +124,21 @@ async def async_sleeper(seconds: float) -> float:
     await asyncio.sleep(seconds)
     log("end:async-sleep")
     return seconds
+
+
+def _log_recorded(sender, job_id, status, **kwargs) -> None:
+    """``post_execute`` receiver: log which process recorded the outcome (see :func:`ran_by`)."""
+    log(f"recorded-by:{os.getpid()}:{status}", job_id)
+
+
+def ran_by() -> int:
+    """Log ``ran-by:<pid>`` and, from now on in this process, every outcome it records.
+
+    The receiver is connected in the worker that runs this task; the monitor never imports this
+    module, so a ``recorded-by`` line can only come from a worker that recorded an outcome itself.
+    """
+    from django_taskmq.signals import post_execute
+
+    post_execute.connect(_log_recorded, dispatch_uid="tests.cluster.tasks_cluster.recorded_by")
+    log(f"ran-by:{os.getpid()}")
+    return os.getpid()
