@@ -34,7 +34,7 @@ from .messages import (CANCEL, READY, RETIRING, STOP, TASKS, load_task, outcome_
 
 logger = logging.getLogger(__name__)
 
-QUIET = 0.02  # seconds a worker waited for work before a task that it may record itself when done
+QUIET = 0.02  # seconds a worker waited for work before a lone task that it may record itself when done
 LOCK_WAIT = 0.1  # seconds such a worker's ack waits for SQLite's write lock before leaving it to the monitor
 
 
@@ -97,7 +97,7 @@ class OneAtATime:
         self.stopping = False
         self.retiring = False
         self.broker: Broker | None = None  # for the outcomes this worker records itself, made on first use
-        self.quiet = False  # the tasks at hand came after this worker had waited QUIET seconds for work
+        self.quiet = False  # the task at hand came alone, after this worker had waited QUIET seconds for work
 
     def _take(self, frame: bytes) -> None:
         if frame == STOP:
@@ -116,7 +116,9 @@ class OneAtATime:
                 if not self.waiting and not self.stopping:
                     waited_from = time.monotonic()
                     self._take(conn.recv_bytes())
-                    self.quiet = time.monotonic() - waited_from >= QUIET
+                    # One task after a wait: an idle cluster. (A busy one refills a worker with
+                    # several at once, also after a stall of its supply.)
+                    self.quiet = time.monotonic() - waited_from >= QUIET and len(self.waiting) == 1
                 # Between tasks, read what else came: an urgent task, the poison pill.
                 while conn.poll(0):
                     self._take(conn.recv_bytes())
@@ -132,11 +134,12 @@ class OneAtATime:
             if not self._start(arrival):
                 continue  # the sentinel took it back: it runs elsewhere
             outcome = ex.seal(ex.execute(message), self.settings)
-            # Idle before this task and after it (nothing waits here, nothing new in the pipe):
-            # record a plain success here and now, two process hops sooner than through the
-            # sentinel and the monitor. Busy, the monitor records outcomes in batches, one commit
-            # for many, and this worker goes on with the next task.
+            # Idle before this task (it came alone after a wait) and after it (nothing waits here,
+            # nothing new in the pipe): record a plain success here and now, two process hops
+            # sooner than through the sentinel and the monitor. Busy, the monitor records outcomes
+            # in batches, one commit for many, and this worker goes on with the next task.
             recorded = self.quiet and not self.waiting and not conn.poll(0) and self._record(outcome)
+            self.quiet = False
             conn.send_bytes(recorded_frame(message.reservation.job_id) if recorded else outcome_frame(outcome))
             if not self.retiring and _above_max_rss(self.index, self.settings):
                 self.retiring = True
