@@ -34,7 +34,7 @@ from .messages import (CANCEL, READY, RETIRING, STOP, TASKS, load_task, outcome_
 
 logger = logging.getLogger(__name__)
 
-QUIET = 0.02  # seconds a worker waited for work before a lone task that it may record itself when done
+QUIET = 0.2  # seconds a worker waited for work before a lone task that it may record itself when done
 LOCK_WAIT = 0.1  # seconds such a worker's ack waits for SQLite's write lock before leaving it to the monitor
 
 

@@ -4,10 +4,12 @@ failures, and successes of a busy cluster, are the monitor's. Every job ends onc
 from __future__ import annotations
 
 import collections
+import time
 
 import pytest
 
 from django_taskmq import async_task, enqueue_many
+from django_taskmq.cluster.worker import QUIET
 from django_taskmq.models import Job
 
 pytestmark = [pytest.mark.cluster, pytest.mark.django_db(transaction=True)]
@@ -20,7 +22,8 @@ def test_idle_workers_record_their_successes_and_the_monitor_the_rest(cluster):
     qc = cluster.start("-w", "2")
     cluster.wait_pool(qc, 2)
     ids = []
-    for _ in range(12):  # one at a time, each after the previous one ended: an idle cluster
+    for _ in range(12):  # one at a time, each a while after the previous one ended: an idle cluster
+        time.sleep(QUIET * 1.5)
         ids.append(async_task(f"{TASKS}.ran_by"))
         cluster.wait_final(ids[-1:], alive=[qc])
     failed = async_task("tests.tasks.fail")
