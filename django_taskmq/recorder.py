@@ -20,7 +20,7 @@ from .brokers.base import Ack, Broker
 from .conf import Settings
 from .exceptions import LeaseLost, UnreadableResult
 from .loading import resolve
-from .models import Job, _from_epoch
+from .models import _from_epoch
 from .policy.backoff import Retry
 from .policy.states import JobState
 from .policy.storable import clip_head, clip_tail
@@ -66,10 +66,11 @@ def record(outcomes: Sequence[ex.Outcome], broker: Broker, settings: Settings,
     successes = [o for o in outcomes if o.status == ex.SUCCESS]
     # Plain successes (the usual batch) are acknowledged in one transaction of their own: an outer
     # one would only add a savepoint and its release, a round trip each on PostgreSQL.
-    alone = len(successes) == len(outcomes) and not any(_chained(o) for o in successes)
-    with contextlib.nullcontext() if alone else broker.atomic():
+    acks_only = len(successes) == len(outcomes) and not any(_chained(o) for o in successes)
+    with contextlib.nullcontext() if acks_only else broker.atomic():
         if successes:
-            finals += _ack(successes, broker, settings, lone=alone and outside_transaction and len(successes) == 1)
+            finals += _ack(successes, broker, settings,
+                           lone=acks_only and outside_transaction and len(successes) == 1)
         for o in outcomes:
             if o.status != ex.SUCCESS:
                 state = _isolated(o, broker, settings, lambda o: _record_other(o, broker, settings))

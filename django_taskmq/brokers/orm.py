@@ -82,6 +82,26 @@ GIVE_BACK = (f"state = {GIVE.to}, deliveries = deliveries - 1, lease_owner = NUL
 CHUNK = 500  # rows per statement: well under SQLite's variable limit
 
 
+@contextlib.contextmanager
+def sqlite_pragma(conn, name: str, value: int, restore: int) -> Iterator[None]:
+    """Run the block with ``PRAGMA name = value`` on Django's SQLite connection ``conn`` (connected),
+    then set it to ``restore`` again. A connection on which that fails is closed, so that it does
+    not keep the block's setting."""
+    raw = conn.connection
+    raw.execute(f"PRAGMA {name} = {value}")
+    try:
+        yield
+    finally:
+        if conn.connection is raw:  # not closed by a failure inside
+            try:
+                raw.execute(f"PRAGMA {name} = {restore}")
+            except Exception:
+                try:
+                    conn.close()
+                except Exception:  # broken already: nothing more to drop
+                    logger.debug("closing the connection of %r failed", conn.alias, exc_info=True)
+
+
 def _chunks(items: Sequence, size: int = CHUNK) -> Iterator[Sequence]:
     for start in range(0, len(items), size):
         yield items[start:start + size]
@@ -206,15 +226,9 @@ class OrmBroker(Broker):
         if level is None:
             yield
             return
-        raw.execute(f"PRAGMA synchronous = {SQLITE_SYNC_NORMAL}")
-        try:
+        # (A connection that could not be put back is closed: it must not go on without flushing its acks.)
+        with sqlite_pragma(conn, "synchronous", SQLITE_SYNC_NORMAL, level):
             yield
-        finally:
-            if conn.connection is raw:  # not closed by a failure inside
-                try:
-                    raw.execute(f"PRAGMA synchronous = {level}")
-                except Exception:  # never leave a connection that no longer flushes its acks
-                    self.close()
 
     def _ensure_queues(self, queues: Iterable[str]) -> None:
         missing = set(queues) - self._known_queues

@@ -202,18 +202,13 @@ def _brief_lock_wait(alias: str) -> Iterator[None]:
     if conn.vendor != "sqlite":
         yield
         return
+    from ..brokers.orm import sqlite_pragma
+
     conn.ensure_connection()
-    raw = conn.connection
-    before = raw.execute("PRAGMA busy_timeout").fetchone()[0]
-    raw.execute(f"PRAGMA busy_timeout = {int(LOCK_WAIT * 1000)}")
-    try:
+    before = conn.connection.execute("PRAGMA busy_timeout").fetchone()[0]
+    # (A connection that could not be put back is closed: it must not give up on the lock so soon.)
+    with sqlite_pragma(conn, "busy_timeout", int(LOCK_WAIT * 1000), before):
         yield
-    finally:
-        if conn.connection is raw:  # not closed by a failure inside
-            try:
-                raw.execute(f"PRAGMA busy_timeout = {before}")
-            except Exception:  # never leave a connection that gives up on the lock so soon
-                conn.close()
 
 
 def _above_max_rss(index: int, settings: Settings) -> bool:
