@@ -24,7 +24,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from systems import BASELINES, BENCH_DIR, RESULTS_DIR, SUBJECT, SYSTEMS
+from systems import BASELINES, BENCH_DIR, DEFAULT_SYSTEMS, DEFAULT_WORKLOADS, RESULTS_DIR, SUBJECT, SYSTEMS
 
 
 @dataclass(frozen=True)
@@ -735,15 +735,20 @@ def results_md() -> str:
              "[`results/`](results/): no figure here is typed by hand. `benchmarks/README.md` says how each "
              "figure is measured. Load on this shared 2-core machine moves figures between runs: compare "
              "systems inside one results folder, and see each folder's foreign-load list."]
-    full = [f for f in folders if json.loads((f / "session.json").read_text()).get("mode") == "full"]
-    shown = full or folders
-    if shown:
-        latest = shown[-1]
+    # The headline is the newest complete run (the full mode with every system and workload); the
+    # A/B runs of a change (--baseline, --systems, --workloads) are listed below it, newest first.
+    sessions = {f: json.loads((f / "session.json").read_text()) for f in folders}
+    folders = sorted(folders, key=lambda f: sessions[f].get("started", ""))
+    complete = [f for f in folders if sessions[f].get("mode") == "full"
+                and set(DEFAULT_SYSTEMS) <= set(sessions[f].get("systems", ()))
+                and set(DEFAULT_WORKLOADS) <= set(sessions[f].get("workloads", ()))]
+    if folders:
+        latest = (complete or folders)[-1]
         lines += ["", folder_markdown(load_folder(latest), link_base=BENCH_DIR, level=2).rstrip()]
-        if len(shown) > 1:
+        if len(folders) > 1:
             lines += ["", "## Other results folders", ""]
             lines += [f"* [`results/{f.name}/`](results/{f.name}/): `python3 benchmarks/report.py "
-                      f"benchmarks/results/{f.name}` renders it." for f in reversed(shown[:-1])]
+                      f"benchmarks/results/{f.name}` renders it." for f in reversed(folders) if f != latest]
     lines += _older_sections()
     return "\n".join(lines).rstrip() + "\n"
 
