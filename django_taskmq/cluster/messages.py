@@ -9,8 +9,9 @@ Sentinel and each worker, over the worker's own pipe (raw bytes, never unpickled
 
 * sentinel -> worker: a tasks frame (:func:`tasks_frame`: one or more :attr:`Ticket.blob`\\ s,
   pickled :class:`~django_taskmq.execution.TaskMessage`\\ s, opened by :func:`read_tasks_frame`
-  and :func:`load_task`); :data:`STOP`, the poison pill (the worker finishes what it runs, returns
-  what it has not started, then exits); or :func:`cancel_frame`, asking a worker with several
+  and :func:`load_task`; marked :data:`ALONE` when its one task met an idle cluster);
+  :data:`STOP`, the poison pill (the worker finishes what it runs, returns what it has not
+  started, then exits); or :func:`cancel_frame`, asking a worker with several
   threads to interrupt one task past its timeout;
 * worker -> sentinel: :data:`READY` once, when the worker can take work; :data:`RETIRING` when
   it wants to stop (``max_rss``); :func:`unstarted_frame`, the job ids of the prefetched tasks it
@@ -84,6 +85,7 @@ class Stop(NamedTuple):
 # -- the workers' pipes ----------------------------------------------------------------------------
 STOP = b"stop"  # sentinel -> worker, the poison pill
 TASKS = b"T"  # sentinel -> worker, first byte of a tasks frame (see tasks_frame)
+ALONE = b"A"  # ... of a tasks frame whose one task met an idle cluster: its worker may record it
 CANCEL = b"cancel:"  # sentinel -> worker, followed by a job id: interrupt that task (see cancel_frame)
 READY = b"R"  # worker -> sentinel: spawned and ready for work
 RETIRING = b"Q"  # worker -> sentinel: send no more work; the worker exits once its tasks are done
@@ -99,9 +101,18 @@ def dump_outcome(outcome: Outcome) -> bytes:
     return pickle.dumps(outcome, pickle.HIGHEST_PROTOCOL)
 
 
-def tasks_frame(tickets: Iterable[Ticket]) -> bytes:
-    """Sentinel -> worker: :data:`TASKS`, then each ticket's blob preceded by its length (4 bytes)."""
-    return TASKS + b"".join(len(t.blob).to_bytes(4, "big") + t.blob for t in tickets)
+def tasks_frame(tickets: Iterable[Ticket], alone: bool = False) -> bytes:
+    """Sentinel -> worker: :data:`TASKS`, then each ticket's blob preceded by its length (4 bytes).
+
+    ``alone``: the frame carries the one task the cluster holds (nothing else waits in the sentinel
+    or runs in a worker); it starts with :data:`ALONE` instead.
+    """
+    return (ALONE if alone else TASKS) + b"".join(len(t.blob).to_bytes(4, "big") + t.blob for t in tickets)
+
+
+def is_tasks_frame(frame: bytes) -> bool:
+    """True for a frame built by :func:`tasks_frame`."""
+    return frame[:1] in (TASKS, ALONE)
 
 
 def read_tasks_frame(frame: bytes) -> list[bytes]:

@@ -502,12 +502,14 @@ class Sentinel:
         room = {s.index: self._room(s, now) for s in self.slots if s.accepting()}
         open_slots = [s for s in self.slots if room.get(s.index, 0) > 0]
         tickets = self.buffer.take(sum(room[s.index] for s in open_slots))
+        # The one task the cluster holds, nothing running: its worker may record it (worker.OneAtATime).
+        alone = len(tickets) == 1 and not self.buffer and not any(s.running for s in self.slots)
         while open_slots and tickets:
             # The most urgent go to distinct workers first; a worker whose send fails is left out
             # and its tasks are shared among the workers after it.
             plan, left = _round_robin(tickets, [room[s.index] for s in open_slots])
             for i, (slot, batch) in enumerate(zip(open_slots, plan)):
-                if batch and not self._hand(slot, batch):
+                if batch and not self._hand(slot, batch, alone):
                     tickets = sorted([t for b in plan[i:] for t in b] + left, key=_urgency)
                     open_slots = open_slots[i + 1:]
                     break
@@ -577,9 +579,10 @@ class Sentinel:
                 if not self._hand(slot, taken):
                     self.buffer.put_back(taken)
 
-    def _hand(self, slot: Slot, tickets: list[Ticket]) -> bool:
-        """Send ``tickets`` to ``slot`` in one message; False when that failed."""
-        if not self._send(slot, tasks_frame(tickets)):
+    def _hand(self, slot: Slot, tickets: list[Ticket], alone: bool = False) -> bool:
+        """Send ``tickets`` to ``slot`` in one message (``alone``: see :func:`~.messages.tasks_frame`);
+        False when that failed."""
+        if not self._send(slot, tasks_frame(tickets, alone)):
             return False
         now = time.monotonic()
         for ticket in tickets:

@@ -29,12 +29,11 @@ from ..brokers.base import Broker
 from ..conf import Settings
 from ..exceptions import TaskTimeout
 from .interrupts import Interrupts, Running
-from .messages import (CANCEL, READY, RETIRING, STOP, TASKS, load_task, outcome_frame, read_tasks_frame,
-                       recorded_frame, unstarted_frame)
+from .messages import (ALONE, CANCEL, READY, RETIRING, STOP, is_tasks_frame, load_task, outcome_frame,
+                       read_tasks_frame, recorded_frame, unstarted_frame)
 
 logger = logging.getLogger(__name__)
 
-QUIET = 0.2  # seconds a worker waited for work before a lone task that it may record itself when done
 LOCK_WAIT = 0.1  # seconds such a worker's ack waits for SQLite's write lock before leaving it to the monitor
 
 
@@ -97,12 +96,13 @@ class OneAtATime:
         self.stopping = False
         self.retiring = False
         self.broker: Broker | None = None  # for the outcomes this worker records itself, made on first use
-        self.quiet = False  # the task at hand came alone, after this worker had waited QUIET seconds for work
+        self.alone = False  # the task at hand met an idle cluster (the sentinel said so: ALONE)
 
     def _take(self, frame: bytes) -> None:
         if frame == STOP:
             self.stopping = True
-        elif frame.startswith(TASKS):
+        elif is_tasks_frame(frame):
+            self.alone = frame[:1] == ALONE and not self.waiting
             for blob in read_tasks_frame(frame):
                 self.arrivals += 1
                 message = load_task(blob)
@@ -114,11 +114,7 @@ class OneAtATime:
         while True:
             try:
                 if not self.waiting and not self.stopping:
-                    waited_from = time.monotonic()
                     self._take(conn.recv_bytes())
-                    # One task after a wait: an idle cluster. (A busy one refills a worker with
-                    # several at once, also after a stall of its supply.)
-                    self.quiet = time.monotonic() - waited_from >= QUIET and len(self.waiting) == 1
                 # Between tasks, read what else came: an urgent task, the poison pill.
                 while conn.poll(0):
                     self._take(conn.recv_bytes())
@@ -134,12 +130,14 @@ class OneAtATime:
             if not self._start(arrival):
                 continue  # the sentinel took it back: it runs elsewhere
             outcome = ex.seal(ex.execute(message), self.settings)
-            # Idle before this task (it came alone after a wait) and after it (nothing waits here,
-            # nothing new in the pipe): record a plain success here and now, two process hops
-            # sooner than through the sentinel and the monitor. Busy, the monitor records outcomes
-            # in batches, one commit for many, and this worker goes on with the next task.
-            recorded = self.quiet and not self.waiting and not conn.poll(0) and self._record(outcome)
-            self.quiet = False
+            # The cluster was idle around this task (the sentinel held nothing else when it sent it)
+            # and this worker still is (nothing waits here, nothing new in the pipe): record a plain
+            # success here and now, two process hops sooner than through the sentinel and the
+            # monitor. Busy, the monitor records outcomes in batches, one commit for many, and this
+            # worker goes on with the next task.
+            recorded = (self.alone and arrival == self.arrivals and not self.waiting and not conn.poll(0)
+                        and self._record(outcome))
+            self.alone = False
             conn.send_bytes(recorded_frame(message.reservation.job_id) if recorded else outcome_frame(outcome))
             if not self.retiring and _above_max_rss(self.index, self.settings):
                 self.retiring = True
@@ -251,7 +249,7 @@ class Pool:
                 break
             if blob.startswith(CANCEL):
                 self.interrupts.interrupt(blob[len(CANCEL):].decode())
-            elif blob.startswith(TASKS):
+            elif is_tasks_frame(blob):
                 for task in read_tasks_frame(blob):
                     self.work.put(task)
         for _ in self.threads:

@@ -1,5 +1,5 @@
-"""A worker with one thread, idle before and after a plain success, records it itself; everything
-else goes to the monitor.
+"""A worker with one thread records a plain success itself when the sentinel sent the task alone (it
+met an idle cluster) and nothing came after it; everything else goes to the monitor.
 
 The worker runs in a thread of the test process, fed through a real pipe as the sentinel feeds it.
 """
@@ -15,9 +15,9 @@ from django.db import connections
 
 from django_taskmq import async_task
 from django_taskmq import execution as ex
-from django_taskmq.cluster.messages import (RECORDED, STOP, SUCCEEDED, Ticket, read_outcome_frame, recorded_frame,
-                                            tasks_frame)
-from django_taskmq.cluster.worker import QUIET, OneAtATime
+from django_taskmq.cluster.messages import (RECORDED, STOP, SUCCEEDED, Ticket, read_outcome_frame,
+                                            recorded_frame, tasks_frame)
+from django_taskmq.cluster.worker import OneAtATime
 from django_taskmq.conf import get_settings
 from django_taskmq.models import Job, State
 
@@ -25,7 +25,7 @@ pytestmark = pytest.mark.django_db(transaction=True)  # the worker thread has it
 
 
 class Worker:
-    """One worker serving in a thread; ``frames()`` reads what it said."""
+    """One worker serving in a thread; ``run()`` feeds it and reads what it said."""
 
     def __init__(self) -> None:
         self.pipe, child = multiprocessing.Pipe()
@@ -38,31 +38,33 @@ class Worker:
         finally:
             connections.close_all()
 
-    def run(self, broker, count: int, idle_before: bool = True) -> list[bytes]:
-        """Send ``count`` reserved tasks in one frame, return ``count`` frames back. ``idle_before``:
-        the worker waits for the frame (longer than ``QUIET``), else the frame is there at its start."""
-        settings = get_settings()
-        reservations = broker.reserve(["default"], count, 30, "owner-a")
-        assert len(reservations) == count
-        frame = tasks_frame([Ticket.of(ex.unpack(r, settings.name)) for r in reservations])
-        if idle_before:
-            self.thread.start()
-            time.sleep(QUIET * 2)
+    def run(self, broker, count: int, alone: bool = True) -> list[bytes]:
+        """Send ``count`` reserved tasks in one frame (``alone``: marked so, as the sentinel marks
+        the one task of an idle cluster); return ``count`` frames back."""
+        return self.run_frames([self.frame(broker, count, alone)], count)
+
+    def run_frames(self, frames: list[bytes], count: int) -> list[bytes]:
+        """Start the worker, send it ``frames`` at once, return the ``count`` frames it says."""
+        self.thread.start()
+        for frame in frames:
             self.pipe.send_bytes(frame)
-        else:
-            self.pipe.send_bytes(frame)
-            self.thread.start()
-        frames = []
+        answers = []
         for _ in range(count):
             assert self.pipe.poll(30), "the worker said nothing"
-            frames.append(self.pipe.recv_bytes())
+            answers.append(self.pipe.recv_bytes())
         self.pipe.send_bytes(STOP)
         self.thread.join(30)
         assert not self.thread.is_alive()
-        return frames
+        return answers
+
+    @staticmethod
+    def frame(broker, count: int, alone: bool) -> bytes:
+        reservations = broker.reserve(["default"], count, 30, "owner-a")
+        assert len(reservations) == count
+        return tasks_frame([Ticket.of(ex.unpack(r, get_settings().name)) for r in reservations], alone)
 
 
-def test_an_idle_worker_records_a_plain_success_itself(broker):
+def test_a_worker_records_a_plain_success_that_met_an_idle_cluster(broker):
     job_id = async_task("tests.tasks.add", 1, 2)
     (frame,) = Worker().run(broker, 1)
     assert frame == recorded_frame(job_id)
@@ -70,21 +72,25 @@ def test_an_idle_worker_records_a_plain_success_itself(broker):
     assert (job.state, job.result, job.attempt) == (State.SUCCEEDED, 3, 1)
 
 
-def test_several_tasks_at_once_after_a_wait_are_the_monitors(broker):
-    """A busy cluster refills a worker with several tasks at once, also after a stall of its
-    supply: none of them is recorded by the worker, not even the last one."""
-    first, second = async_task("tests.tasks.add", 1, 2), async_task("tests.tasks.add", 3, 4)
-    frames = Worker().run(broker, 2)
-    assert [read_outcome_frame(f)[:2] for f in frames] == [(SUCCEEDED, first), (SUCCEEDED, second)]
+@pytest.mark.parametrize("count", [1, 2])
+def test_tasks_not_sent_alone_are_the_monitors(broker, count):
+    """A busy cluster's tasks (the sentinel held others, or a worker ran one): the monitor records
+    them in batches, not even the last one is recorded by the worker."""
+    ids = [async_task("tests.tasks.add", i, 1) for i in range(count)]
+    frames = Worker().run(broker, count, alone=False)
+    assert [read_outcome_frame(f)[:2] for f in frames] == [(SUCCEEDED, i) for i in ids]
     assert set(Job.objects.values_list("state", flat=True)) == {State.RUNNING}
 
 
-def test_a_worker_that_did_not_wait_for_the_task_leaves_recording_to_the_monitor(broker):
-    """Work was there when the worker looked (a busy cluster): the monitor records, in batches."""
-    job_id = async_task("tests.tasks.add", 1, 2)
-    (frame,) = Worker().run(broker, 1, idle_before=False)
-    assert read_outcome_frame(frame)[:2] == (SUCCEEDED, job_id)
-    assert Job.objects.get(pk=job_id).state == State.RUNNING
+def test_a_task_sent_alone_with_more_behind_it_is_the_monitors(broker):
+    """Work came right behind it (a busy cluster again): the monitor records both."""
+    first = async_task("tests.tasks.sleep", 0.3)
+    worker = Worker()
+    alone = worker.frame(broker, 1, alone=True)
+    second = async_task("tests.tasks.add", 1, 2)
+    frames = worker.run_frames([alone, worker.frame(broker, 1, alone=False)], 2)
+    assert [read_outcome_frame(f)[:2] for f in frames] == [(SUCCEEDED, first), (SUCCEEDED, second)]
+    assert set(Job.objects.values_list("state", flat=True)) == {State.RUNNING}
 
 
 @pytest.mark.parametrize("options", [{"hook": "tests.tasks.noop"}, {"cached": 60}, {"chain": [("tests.tasks.noop", (), {}, {})]}])
@@ -126,8 +132,8 @@ def test_an_idle_worker_does_not_wait_long_for_the_sqlite_write_lock(broker):
         reservations = broker.reserve(["default"], 1, 30, "owner-a")
         other.execute("BEGIN IMMEDIATE")  # the write lock, held until the worker has answered
         worker.thread.start()
-        time.sleep(QUIET * 2)
-        worker.pipe.send_bytes(tasks_frame([Ticket.of(ex.unpack(r, get_settings().name)) for r in reservations]))
+        worker.pipe.send_bytes(tasks_frame([Ticket.of(ex.unpack(r, get_settings().name)) for r in reservations],
+                                           alone=True))
         sent = time.monotonic()
         assert worker.pipe.poll(10)
         waited = time.monotonic() - sent

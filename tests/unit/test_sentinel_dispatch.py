@@ -15,7 +15,7 @@ from collections.abc import Iterator
 import pytest
 
 from django_taskmq.brokers.base import Broker, Reservation
-from django_taskmq.cluster.messages import Batch, Ticket, read_tasks_frame
+from django_taskmq.cluster.messages import ALONE, TASKS, Batch, Ticket, read_tasks_frame
 from django_taskmq.cluster.sentinel import Running, Sentinel, Slot
 from django_taskmq.conf import get_settings
 from tests.memory_broker import MemoryBroker
@@ -259,3 +259,28 @@ def test_a_worker_that_has_started_nothing_yet_is_not_in_a_long_task():
         assert h.waiting() == ["t2"]
     finally:
         h.close()
+
+
+def frames(harness: Harness) -> list[bytes]:
+    """The raw frames each worker slot got since the last call, in slot order."""
+    return [end.recv_bytes() if end.poll(0) else b"" for end in harness.worker_ends]
+
+
+def test_the_one_task_of_an_idle_cluster_is_sent_alone(harness):
+    """Marked ALONE, its worker may record it: nothing else waits here or runs in a worker."""
+    harness.add_slot(), harness.add_slot()
+    harness.push(ticket("only", 0))
+    harness.sentinel._dispatch()
+    assert [f[:1] for f in frames(harness)] == [ALONE, b""]
+
+
+def test_tasks_of_a_busy_cluster_are_not_sent_alone(harness):
+    """Two at once, or one while another runs: the monitor records them in batches."""
+    harness.add_slot(), harness.add_slot()
+    harness.push(ticket("a", 0), ticket("b", 0))
+    harness.sentinel._dispatch()
+    assert [f[:1] for f in frames(harness)] == [TASKS, TASKS]
+    del harness.sentinel.slots[1].running["b"]  # "b" ended, "a" still runs
+    harness.push(ticket("c", 0))
+    harness.sentinel._dispatch()
+    assert [f[:1] for f in frames(harness)] == [b"", TASKS]
