@@ -81,6 +81,7 @@ class Settings:
     cache: str = "default"
     cached: bool | float = False
     label: str | None = None
+    prepared_statements: bool = True
 
     @property
     def effective_queue_limit(self) -> int:
@@ -237,6 +238,7 @@ _VALIDATORS = {
     "cache": _name,
     "cached": _cached,
     "label": _label,
+    "prepared_statements": _flag,
 }
 assert set(_VALIDATORS) == {f.name for f in fields(Settings)}
 

@@ -88,6 +88,7 @@ class MemoryBroker(Broker):
         self._depth = 0
         self.transactions = 0  # outermost atomic() blocks
         self.closes = 0
+        self._last_reclaim = 0.0  # time.time() of the last sweep reserve() did itself
 
     def job(self, job_id: str) -> Job:
         return self._jobs[job_id]
@@ -155,7 +156,9 @@ class MemoryBroker(Broker):
                 above: int | None = None) -> list[Reservation]:
         if limit <= 0 or not queues:
             return []
-        self.reclaim_expired()
+        if time.time() - self._last_reclaim >= self.reclaim_every:
+            self.reclaim_expired()
+            self._last_reclaim = time.time()
         now = time.time()
         ready = self._ready(queues, above, now)
         heads = {q: [j for j in ready if j.queue == q][:limit] for q in sorted(set(queues))}

@@ -80,6 +80,12 @@ LOG_FIELD = Job._meta.get_field("attempt_log")
 GIVE_BACK = (f"state = {GIVE.to}, deliveries = deliveries - 1, lease_owner = NULL, lease_token = NULL, "
              "lease_until = NULL")
 CHUNK = 500  # rows per statement: well under SQLite's variable limit
+# In a FROM clause of a PostgreSQL claim's read: the transaction commits without waiting for the WAL
+# flush (what SET LOCAL synchronous_commit TO OFF does, without a round trip of its own).
+NO_FLUSH = "set_config('synchronous_commit', 'off', true) AS no_flush"
+# psycopg prepares a statement after this many runs on a connection; the hot statements ask for it at
+# once (prepare=True), so this only keeps psycopg's own counting from preparing anything else.
+NO_AUTOMATIC_PREPARE = 2**31
 
 
 @contextlib.contextmanager
@@ -170,6 +176,41 @@ class OrmBroker(Broker):
             where += f" at {conf.get('HOST') or 'the local socket'}:{conf.get('PORT') or 5432}"
         return f"{self.alias!r} ({where})"
 
+    @contextlib.contextmanager
+    def hot_cursor(self) -> Iterator[Any]:
+        """A cursor for the statements of every claim and ack: on PostgreSQL with psycopg 3 and
+        ``TASKMQ['prepared_statements']``, each is planned once per connection (a server-side
+        prepared statement) instead of at every run, which cost as much as running it.
+
+        Django's own cursors bind parameters on the client and never prepare; this one binds them
+        on the server. It is wrapped as Django wraps its cursors (errors, execute wrappers), and
+        leaves the connection's other statements as they were. While queries are logged (``DEBUG``,
+        ``CaptureQueriesContext``) it is Django's own cursor: the log could not show a prepared
+        statement's text.
+        """
+        conn = self.connection
+        if not (self.settings.prepared_statements and conn.vendor == "postgresql") or conn.queries_logged:
+            with conn.cursor() as cursor:
+                yield cursor
+            return
+        from django.db.backends.postgresql.psycopg_any import is_psycopg3
+
+        if not is_psycopg3:
+            with conn.cursor() as cursor:
+                yield cursor
+            return
+        conn.ensure_connection()
+        raw = conn.connection
+        if raw.prepare_threshold is None:  # Django's default: psycopg prepares nothing, even when asked
+            raw.prepare_threshold = NO_AUTOMATIC_PREPARE
+        with conn.wrap_database_errors:
+            plain = _prepared_cursor_class()(raw)
+        cursor = conn.make_cursor(plain)
+        try:
+            yield cursor
+        finally:
+            cursor.close()
+
     def waker(self):
         from ..cluster.wakeup import Waker  # engine-specific waiting, used only by the pusher
 
@@ -183,11 +224,12 @@ class OrmBroker(Broker):
         locked" when another writer committed in between; taking the write lock first (what
         ``BEGIN IMMEDIATE`` does) makes it wait for the busy timeout instead.
 
-        ``durable=False`` commits without waiting for the disk flush: ``synchronous_commit off``
-        on PostgreSQL, ``synchronous NORMAL`` on an SQLite database in WAL mode. Only claims use
-        it: a claim lost in a server or machine crash leaves its job ready to be claimed again (as
-        if the cluster had died before claiming), and any later durable commit (an ack) flushes
-        the claim before itself, the log being written in order.
+        ``durable=False`` commits without waiting for the disk flush on an SQLite database in WAL
+        mode (``synchronous NORMAL`` for the block). Only claims use it: a claim lost in a server or
+        machine crash leaves its job ready to be claimed again (as if the cluster had died before
+        claiming), and any later durable commit (an ack) flushes the claim before itself, the log
+        being written in order. On PostgreSQL a claim says ``synchronous_commit off`` inside its
+        first read instead (:data:`NO_FLUSH`), which costs no round trip of its own.
         """
         conn = self.connection
         outermost = not conn.in_atomic_block
@@ -201,8 +243,6 @@ class OrmBroker(Broker):
             if (conn.vendor == "sqlite" and outermost
                     and conn.settings_dict.get("OPTIONS", {}).get("transaction_mode") != "IMMEDIATE"):
                 cursor.execute(f"UPDATE {QSTATE} SET served = served WHERE 0 = 1")
-            if not durable and outermost and conn.vendor == "postgresql":
-                cursor.execute("SET LOCAL synchronous_commit TO OFF")
             try:
                 yield cursor
             finally:
@@ -355,9 +395,9 @@ class OrmBroker(Broker):
         # and this claim must see them.
         now = time.time()
         token = uuid.uuid4().hex
-        with self.write_transaction(durable=False) as cursor:
+        with self.write_transaction(durable=False) as cursor, self.hot_cursor() as hot:
             serve, closed_funcs = self.flow.closed(cursor, queues, now)
-            candidates, served = self._heads(cursor, queues, serve, limit, now, above, closed_funcs)
+            candidates, served = self._heads(hot, queues, serve, limit, now, above, closed_funcs)
             chosen = self.flow.choose(cursor, candidates, served, limit, now)
             if chosen is None:  # no flow limit among these candidates: the plain pick
                 chosen, _ = pick.plan(candidates, served, self.settings.weights(), limit)
@@ -374,7 +414,7 @@ class OrmBroker(Broker):
                 ], None)
             # The locked (PostgreSQL) or write-locked (SQLite) runnable rows are all claimed.
             counters = self._counters(runnable, candidates, served, lift=above is None)
-            reservations = self._claim(cursor, runnable, token, owner, now + lease, counters)
+            reservations = self._claim(hot, runnable, token, owner, now + lease, counters)
         return reservations
 
     def reserve_job(self, job_id: str, lease: float, owner: str) -> Reservation | None:
@@ -431,12 +471,13 @@ class OrmBroker(Broker):
         heads: dict[str, list] = {queue: [] for queue in serve}
         if self.is_postgresql:
             # One round trip for every queue's heads and counter: a LATERAL subquery per queue, each
-            # locking its rows with SKIP LOCKED so concurrent clusters claim disjoint sets.
+            # locking its rows with SKIP LOCKED so concurrent clusters claim disjoint sets. It also
+            # says that the claim's commit need not wait for the flush (see write_transaction).
             cursor.execute(
-                f"SELECT q.name, s.served, j.* FROM unnest(%s::text[]) AS q(name) "
+                f"SELECT q.name, s.served, j.* FROM {NO_FLUSH}, unnest(%s::text[]) AS q(name) "
                 f"LEFT JOIN {QSTATE} AS s ON s.queue = q.name LEFT JOIN LATERAL ("
                 f"SELECT {columns} FROM {JOB} AS c WHERE c.state IN {READY_SQL} AND c.queue = q.name "
-                f"AND q.name = ANY(%s) {floor}"
+                f"AND q.name = ANY(%s::text[]) {floor}"
                 f"AND c.visible_at <= %s ORDER BY c.priority DESC, c.id LIMIT %s FOR UPDATE OF c SKIP LOCKED) AS j ON TRUE",
                 [list(queues), list(serve), *floor_params, now, limit],
             )
@@ -477,14 +518,16 @@ class OrmBroker(Broker):
             else:
                 cursor.execute(*self._counters_statement(counters))
         rows: dict[str, tuple] = {}
-        for part in _chunks([c.id for c in chosen]):
-            cursor.execute(
-                f"{prefix}UPDATE {JOB} SET state = {RESERVE.to}, deliveries = deliveries + 1, lease_owner = %s, "
-                f"lease_token = %s, lease_until = %s, cluster = %s WHERE id IN ({marks(len(part))}) "
-                f"RETURNING id, deliveries, yields, payload",
-                [*prefix_params, owner, token, until, owner.split(":", 1)[0], *part],
-            )
-            prefix, prefix_params = "", []  # the counters go with the first part only
+        sets = (f"UPDATE {JOB} SET state = {RESERVE.to}, deliveries = deliveries + 1, lease_owner = %s, "
+                f"lease_token = %s, lease_until = %s, cluster = %s")
+        values = [owner, token, until, owner.split(":", 1)[0]]
+        if self.is_postgresql and chosen:  # one array: one statement text, prepared once (see hot_cursor)
+            cursor.execute(f"{prefix}{sets} WHERE id = ANY(%s::text[]) RETURNING id, deliveries, yields, payload",
+                           [*prefix_params, *values, [c.id for c in chosen]])
+            rows.update((r[0], r) for r in cursor.fetchall())
+        for part in _chunks([] if self.is_postgresql else [c.id for c in chosen]):
+            cursor.execute(f"{sets} WHERE id IN ({marks(len(part))}) RETURNING id, deliveries, yields, payload",
+                           [*values, *part])
             rows.update((r[0], r) for r in cursor.fetchall())
         return [
             Reservation(c.id, c.queue, c.priority, rows[c.id][1], rows[c.id][2], token, owner,
@@ -512,23 +555,26 @@ class OrmBroker(Broker):
         queues = sorted(set(taken) | set(lifted))
         if not queues:
             return None
-        greatest = "GREATEST" if self.is_postgresql else "MAX"
+        if self.is_postgresql:
+            # Arrays, not one placeholder per queue: the statement's text stays the same whatever
+            # the queues, so it is prepared once (see hot_cursor).
+            return (f"locked AS MATERIALIZED (SELECT queue FROM {QSTATE} WHERE queue = ANY(%s::text[]) "
+                    f"ORDER BY queue FOR UPDATE)",
+                    f"UPDATE {QSTATE} AS s SET served = CASE WHEN v.lift THEN GREATEST(s.served, v.n) "
+                    f"ELSE s.served + v.n END FROM unnest(%s::text[], %s::bigint[], %s::boolean[]) AS v(queue, n, lift) "
+                    f"WHERE s.queue = v.queue AND s.queue IN (SELECT queue FROM locked)",
+                    [queues, queues, [taken.get(q, lifted.get(q)) for q in queues], [q not in taken for q in queues]])
         cases, params = [], []
         for queue in queues:
             if queue in taken:
                 cases.append("WHEN %s THEN served + %s")
                 params += [queue, taken[queue]]
             else:
-                cases.append(f"WHEN %s THEN {greatest}(served, %s)")
+                cases.append("WHEN %s THEN MAX(served, %s)")
                 params += [queue, lifted[queue]]
-        new_value = f"CASE queue {' '.join(cases)} END"
-        if self.is_postgresql:
-            return (f"locked AS MATERIALIZED (SELECT queue FROM {QSTATE} WHERE queue IN ({marks(len(queues))}) "
-                    f"ORDER BY queue FOR UPDATE)",
-                    f"UPDATE {QSTATE} SET served = {new_value} WHERE queue IN (SELECT queue FROM locked)",
-                    [*queues, *params])
         # One writer at a time: no lock order to keep.
-        return "", f"UPDATE {QSTATE} SET served = {new_value} WHERE queue IN ({marks(len(queues))})", [*params, *queues]
+        return ("", f"UPDATE {QSTATE} SET served = CASE queue {' '.join(cases)} END WHERE queue IN ({marks(len(queues))})",
+                [*params, *queues])
 
     @staticmethod
     def _counters_statement(counters: tuple[str, str, list]) -> tuple[str, list]:
@@ -648,11 +694,11 @@ class OrmBroker(Broker):
         conn = self.connection
         if len(rows) == 1 and conn.get_autocommit() and not conn.in_atomic_block:
             # One statement commits by itself: no BEGIN and COMMIT, a round trip each on PostgreSQL.
-            with conn.cursor() as cursor:
+            with self.hot_cursor() as cursor:
                 cursor.execute(sql, rows[0])
                 return cursor.rowcount
         # No savepoint of its own: callers that must survive its failure open one (the recorder).
-        with transaction.atomic(using=self.alias, savepoint=False), conn.cursor() as cursor:
+        with transaction.atomic(using=self.alias, savepoint=False), self.hot_cursor() as cursor:
             cursor.executemany(sql, rows)
             return cursor.rowcount
 
@@ -1007,6 +1053,19 @@ class OrmBroker(Broker):
                 dict(queue=q, priority=p, ready=int(r), delayed=int(d), reserved=int(s), dead=int(x))
                 for q, p, r, d, s, x in cursor.fetchall()
             ]
+
+
+@functools.cache
+def _prepared_cursor_class() -> type:
+    """psycopg 3's server-binding cursor, whose ``execute`` prepares every statement it runs
+    (``executemany`` does already)."""
+    import psycopg
+
+    class PreparedCursor(psycopg.Cursor):
+        def execute(self, query, params=None, *, prepare=None, binary=None):  # type: ignore[override]
+            return super().execute(query, params, prepare=True, binary=binary)
+
+    return PreparedCursor
 
 
 @functools.cache

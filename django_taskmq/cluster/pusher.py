@@ -22,7 +22,7 @@ from .messages import Batch, Stop, Ticket, Want
 
 logger = logging.getLogger(__name__)
 
-SWEEP_EVERY = 1.0  # seconds between lease sweeps when no claim runs
+SWEEP_EVERY = 1.0  # seconds between lease sweeps
 
 
 def run(pipe: Connection, settings: Settings, queues: list[str], owner: str, burst: bool = False,
@@ -34,6 +34,9 @@ def run(pipe: Connection, settings: Settings, queues: list[str], owner: str, bur
     from ..signals import post_spawn
 
     broker = get_broker()  # this process's own (a forked child must not share the sentinel's connection)
+    # Lease sweeps run after a batch is handed over (Pusher.serve), not inside the claims: a claim
+    # woken by new work should not do the upkeep first.
+    broker.reclaim_every = float("inf")
     pusher = Pusher(broker, settings, queues, owner, burst, workers)
     waker = broker.waker()
     post_spawn.send(sender=run, proc_name="pusher")
@@ -68,7 +71,13 @@ class Pusher:
             if isinstance(message, Stop):
                 return
             assert isinstance(message, Want)
-            claimed = self.claim_safely(message, not more_likely)
+            if not more_likely and message.room > 0 and waker.announces:
+                # The last claim emptied what was ready, and whatever arrives since wakes the wait
+                # below: a look now would only compete for the machine with the worker running
+                # what that claim found.
+                claimed = []
+            else:
+                claimed = self.claim_safely(message, not more_likely)
             failed = claimed is None
             tasks = claimed or []
             if failed:
@@ -96,6 +105,9 @@ class Pusher:
                 pipe.send(Batch(tuple(tasks), drained=not tasks and message.room > 0 and not failed))
             except (BrokenPipeError, OSError):
                 return
+            if not failed:
+                # While the sentinel hands the batch out: bring back what a killed cluster held.
+                self._sweep_expired()
 
     def claim_safely(self, want: Want, check_first: bool) -> list[Ticket] | None:
         """Return :meth:`claim`'s tasks, or None when the database failed (a restart, a lost connection).
@@ -118,10 +130,6 @@ class Pusher:
         ``check_first``: look whether anything is ready before reserving (the last claim found nothing).
         """
         broker, settings, queues, owner = self.broker, self.settings, self.queues, self.owner
-        if check_first or want.room == 0:
-            # reserve() sweeps expired leases itself, but these paths may skip it for a long time:
-            # an idle cluster must still bring back what a killed cluster held.
-            self._sweep_expired()
         if want.room > 0:
             if check_first and not broker.has_ready(queues):
                 return []
@@ -145,8 +153,13 @@ class Pusher:
         return tasks
 
     def _sweep_expired(self) -> None:
-        """Reclaim the messages whose lease ran out, at most every ``SWEEP_EVERY`` seconds."""
+        """Reclaim the messages whose lease ran out, at most every ``SWEEP_EVERY`` seconds (a
+        failure is logged as a claim's: the database is away)."""
         now = time.monotonic()
         if now - self._last_sweep >= SWEEP_EVERY:
             self._last_sweep = now
-            self.broker.reclaim_expired()
+            try:
+                self.broker.reclaim_expired()
+            except Exception as exc:
+                self.failures.failed("lease sweep", exc)
+                self.broker.close()

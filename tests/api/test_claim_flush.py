@@ -52,9 +52,20 @@ def test_sqlite_claim_leaves_a_connection_that_does_not_flush_alone(broker):
 
 
 def test_postgresql_claim_commits_asynchronously_only_itself(broker):
+    """Its first read turns ``synchronous_commit`` off for its own transaction (no statement of its
+    own for that); what runs after the claim flushes again."""
     if connection.vendor != "postgresql":
         pytest.skip("PostgreSQL only")
-    with broker.write_transaction(durable=False):
-        assert setting("synchronous_commit") == "off"
+    job_id = async_task("tests.tasks.noop")
+    at_claim = []
+
+    def watch(execute, sql, params, many, context):
+        if sql.startswith("WITH locked") or sql.startswith("UPDATE django_taskmq_job SET state = 'RUNNING'"):
+            at_claim.append(setting("synchronous_commit"))
+        return execute(sql, params, many, context)
+
+    with connection.execute_wrapper(watch):
+        (reservation,) = broker.reserve(["default"], 1, 30, "owner-a")
+    assert reservation.job_id == job_id and at_claim == ["off"]
     with broker.write_transaction():
         assert setting("synchronous_commit") == "on"

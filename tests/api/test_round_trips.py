@@ -85,12 +85,12 @@ def test_a_claim_updates_every_queue_counter_in_one_statement(broker, taskmq_set
     with CaptureQueriesContext(connection) as context:
         claimed = broker.reserve(["a", "b", "c"], 10, 30, "owner-a")
     assert [r.queue for r in claimed] == ["a", "a"]
-    counters = [q["sql"] for q in context.captured_queries if "UPDATE django_taskmq_queuestate SET" in q["sql"]]
+    counters = [q["sql"] for q in context.captured_queries if "UPDATE django_taskmq_queuestate " in q["sql"]]
     assert len(counters) == 1
     if connection.vendor == "postgresql":
-        # BEGIN, SET LOCAL synchronous_commit, heads and counters read together, the claim with the
-        # counters' update, COMMIT: a round trip each.
-        assert len(context.captured_queries) == 5, [q["sql"][:60] for q in context.captured_queries]
+        # BEGIN, heads and counters read together (synchronous_commit off said inside), the claim
+        # with the counters' update, COMMIT: a round trip each.
+        assert len(context.captured_queries) == 4, [q["sql"][:60] for q in context.captured_queries]
     after = dict(QueueState.objects.values_list("queue", "served"))
     assert after["a"] == before["a"] + 2
     # The idle queues were lifted towards the busy one (never lowered), all in that one statement.
@@ -106,3 +106,37 @@ def test_a_lone_success_that_cannot_be_stored_fails_its_job_with_the_reason(brok
     job = Job.objects.get(pk=job_id)
     assert job.state == State.DEAD
     assert job.error.startswith("outcome could not be stored: TypeError")
+
+
+def prepared_statements() -> list[str]:
+    """The statements this connection prepared on the server (``pg_prepared_statements``)."""
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT statement FROM pg_prepared_statements")
+        return sorted(row[0] for row in cursor.fetchall())
+
+
+@pytest.mark.skipif(connection.vendor != "postgresql", reason="server-side prepared statements are PostgreSQL's")
+@pytest.mark.parametrize("prepared", [True, False])
+def test_claims_and_acks_are_prepared_once_per_connection(broker, taskmq_settings, prepared):
+    """Each hot statement is prepared once, whatever the queues and the number of rows it takes
+    (arrays, not a placeholder per value); ``prepared_statements: False`` prepares nothing."""
+    from django_taskmq.brokers import get_broker
+
+    taskmq_settings(queues={"a": {"weight": 1}, "b": {"weight": 1}}, default_queue="a", prepared_statements=prepared)
+    broker = get_broker()
+    connection.close()  # a connection of its own: nothing prepared by an earlier test
+    for round_, queues in enumerate([["a"], ["a", "b"], ["a", "b"]]):
+        ids = [async_task("tests.tasks.noop", q_options={"queue": q}) for q in queues for _ in range(round_ + 1)]
+        reservations = broker.reserve(["a", "b"], 10, 30, "owner-a")
+        assert sorted(r.job_id for r in reservations) == sorted(ids)
+        recorder.record([success(r) for r in reservations], broker, get_settings(), outside_transaction=True)
+        if round_ == 0:
+            first = prepared_statements()
+    assert Job.objects.filter(state=State.SUCCEEDED).count() == 1 + 4 + 6
+    if not prepared:
+        assert prepared_statements() == []
+        return
+    kinds = [" ".join(s.split()[:2]) for s in prepared_statements()]
+    # the heads; the claim with its counters; the ack (one text for the lone ack and a batch's executemany)
+    assert len(first) == 3 and sorted(kinds) == ["SELECT q.name,", "UPDATE django_taskmq_job", "WITH locked"]
+    assert prepared_statements() == first  # the same texts for 2 queues and 4 or 6 rows

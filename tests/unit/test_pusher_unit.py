@@ -11,6 +11,7 @@ A claim the broker fails answers None, drops the connection and logs the failure
 from __future__ import annotations
 
 import pickle
+import time
 
 import pytest
 from django.core import signing as django_signing
@@ -140,17 +141,24 @@ def test_a_failed_claim_answers_none_and_drops_the_connection(broker):
 
 
 class NoWait:
-    """A waker that returns at once, as if the poll interval had passed with no news."""
+    """A waker that returns at once, as if the poll interval had passed with no news; ``announces``:
+    as PostgreSQL's, which every insert wakes."""
 
     woken = False
 
+    def __init__(self, announces: bool = False) -> None:
+        self.announces = announces
+        self.waits = 0
+
     def wait(self, timeout, pipe=None) -> None:
-        pass
+        self.waits += 1
 
 
-def test_after_a_claim_that_found_less_than_its_room_the_next_looks_before_taking_the_lock(broker):
+@pytest.mark.parametrize("announces", [False, True])
+def test_after_a_claim_that_found_less_than_its_room_the_next_looks_before_taking_the_lock(broker, announces):
     """An idle cluster: one job arrives, is claimed; the next ask finds nothing ready with a read,
-    without a claim (a write transaction, which on SQLite would make the worker's ack wait)."""
+    without a claim (a write transaction, which on SQLite would make the worker's ack wait). With a
+    waker that every insert wakes, not even that read: the pusher waits at once, then looks."""
     import multiprocessing
     import threading
 
@@ -162,15 +170,45 @@ def test_after_a_claim_that_found_less_than_its_room_the_next_looks_before_takin
     broker.has_ready = lambda *a, **k: calls.append("look") or has_ready(*a, **k)
     enqueue(broker, "job")
     sentinel_end, pusher_end = multiprocessing.Pipe()
+    waker = NoWait(announces)
     serving = threading.Thread(target=Pusher(broker, get_settings(), ["default"], "test-cluster").serve,
-                               args=(pusher_end, NoWait()), daemon=True)
+                               args=(pusher_end, waker), daemon=True)
     serving.start()
 
     sentinel_end.send(Want(5, None))
+    assert sentinel_end.poll(10)
     assert [t.reservation.job_id for t in sentinel_end.recv().tasks] == ["job"]
     sentinel_end.send(Want(4, None))
+    assert sentinel_end.poll(10)
     assert sentinel_end.recv() == Batch((), drained=True)
     sentinel_end.send(Stop())
     serving.join(10)
 
-    assert calls == ["reserve", "look", "look"]  # the look after the nap too
+    assert calls == ["reserve", "look"] if announces else ["reserve", "look", "look"]  # the look after the nap too
+    assert waker.waits == 1
+
+
+def test_the_pusher_sweeps_expired_leases_after_handing_over_a_batch(broker):
+    """Its own claims do no upkeep (``reclaim_every`` infinite, as in the pusher process): what a
+    dead cluster held comes back in the sweep after a batch, for the next claim."""
+    import multiprocessing
+    import threading
+
+    from django_taskmq.cluster.messages import Stop
+
+    enqueue(broker, "job")
+    assert [r.job_id for r in broker.reserve(["default"], 1, 0.05, "dead-cluster")] == ["job"]
+    time.sleep(0.1)  # its lease runs out
+    broker.reclaim_every = float("inf")
+    sentinel_end, pusher_end = multiprocessing.Pipe()
+    serving = threading.Thread(target=Pusher(broker, get_settings(), ["default"], "test-cluster").serve,
+                               args=(pusher_end, NoWait()), daemon=True)
+    serving.start()
+    got = []
+    for _ in range(2):
+        sentinel_end.send(Want(5, None))
+        assert sentinel_end.poll(10)
+        got.append([t.reservation.job_id for t in sentinel_end.recv().tasks])
+    sentinel_end.send(Stop())
+    serving.join(10)
+    assert got == [[], ["job"]]
