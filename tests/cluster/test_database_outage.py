@@ -169,6 +169,9 @@ def test_a_running_cluster_logs_an_outage_sparingly_and_resumes(cluster):
     later = enqueue_many("tests.cluster.tasks_cluster.sleeper", [(0.02,)] * 100)
     cluster.wait_final(ids + later, alive=[qc])
     assert job_states(ids + later) == {"SUCCEEDED": 400}
+    # The sentinel says so at its next heartbeat (every 2 s), which can come after the last job.
+    cluster.wait_until(lambda: all(f"{c}: database is back after" in qc.output(tail=10**7) for c in ("sentinel", "pusher")),
+                       lambda: f"the sentinel and the pusher to say the database is back:\n{qc.output()}", alive=[qc])
 
     output = qc.output(tail=10**7)
     assert "Traceback" not in output
