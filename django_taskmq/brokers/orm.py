@@ -1062,7 +1062,7 @@ def _prepared_cursor_class() -> type:
     import psycopg
 
     class PreparedCursor(psycopg.Cursor):
-        def execute(self, query, params=None, *, prepare=None, binary=None):  # type: ignore[override]
+        def execute(self, query, params=None, *, prepare=None, binary=None):
             return super().execute(query, params, prepare=True, binary=binary)
 
     return PreparedCursor
