@@ -47,10 +47,6 @@ class Waker(Protocol):
     """Sleeps an idle pusher until work may have arrived (see :meth:`Broker.waker`)."""
 
     woken: bool
-    #: Every message that becomes ready through an insert wakes this waker, also one committed
-    #: while a claim ran (PostgreSQL's LISTEN queues them): a claim that found less than it had room
-    #: for need not be followed by a look before the wait.
-    announces: bool
 
     def wait(self, timeout: float, pipe: Any = None) -> None:
         """Sleep up to ``timeout`` seconds, less if work may have arrived or ``pipe`` is readable;

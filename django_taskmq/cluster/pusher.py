@@ -71,14 +71,7 @@ class Pusher:
             if isinstance(message, Stop):
                 return
             assert isinstance(message, Want)
-            claimed: list[Ticket] | None
-            if not more_likely and message.room > 0 and waker.announces:
-                # The last claim emptied what was ready, and whatever arrives since wakes the wait
-                # below: a look now would only compete for the machine with the worker running
-                # what that claim found.
-                claimed = []
-            else:
-                claimed = self.claim_safely(message, not more_likely)
+            claimed = self.claim_safely(message, not more_likely)
             failed = claimed is None
             tasks = claimed or []
             if failed:

@@ -43,8 +43,6 @@ class Waker:
         self._watch: FileWatch | None = None
         self._notified = False
         self.woken = False
-        # Only LISTEN queues what arrives meanwhile; a file watch can miss a commit being flushed.
-        self.announces = connection.vendor == "postgresql"
 
     def wait(self, timeout: float, pipe: Connection | None = None) -> None:
         """Sleep; afterwards ``woken`` tells whether the database signalled a change."""
