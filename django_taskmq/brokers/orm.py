@@ -189,13 +189,9 @@ class OrmBroker(Broker):
         statement's text.
         """
         conn = self.connection
-        if not (self.settings.prepared_statements and conn.vendor == "postgresql") or conn.queries_logged:
-            with conn.cursor() as cursor:
-                yield cursor
-            return
-        from django.db.backends.postgresql.psycopg_any import is_psycopg3
-
-        if not is_psycopg3:
+        prepared = (_prepared_cursor_class() if self.settings.prepared_statements and conn.vendor == "postgresql"
+                    and not conn.queries_logged else None)
+        if prepared is None:
             with conn.cursor() as cursor:
                 yield cursor
             return
@@ -204,7 +200,7 @@ class OrmBroker(Broker):
         if raw.prepare_threshold is None:  # Django's default: psycopg prepares nothing, even when asked
             raw.prepare_threshold = NO_AUTOMATIC_PREPARE
         with conn.wrap_database_errors:
-            plain = _prepared_cursor_class()(raw)
+            plain = prepared(raw)
         cursor = conn.make_cursor(plain)
         try:
             yield cursor
@@ -521,13 +517,15 @@ class OrmBroker(Broker):
         sets = (f"UPDATE {JOB} SET state = {RESERVE.to}, deliveries = deliveries + 1, lease_owner = %s, "
                 f"lease_token = %s, lease_until = %s, cluster = %s")
         values = [owner, token, until, owner.split(":", 1)[0]]
-        if self.is_postgresql and chosen:  # one array: one statement text, prepared once (see hot_cursor)
+        ids = [c.id for c in chosen]
+        if not self.is_postgresql:
+            for part in _chunks(ids):
+                cursor.execute(f"{sets} WHERE id IN ({marks(len(part))}) RETURNING id, deliveries, yields, payload",
+                               [*values, *part])
+                rows.update((r[0], r) for r in cursor.fetchall())
+        elif ids:  # one array: one statement text, prepared once (see hot_cursor)
             cursor.execute(f"{prefix}{sets} WHERE id = ANY(%s::text[]) RETURNING id, deliveries, yields, payload",
-                           [*prefix_params, *values, [c.id for c in chosen]])
-            rows.update((r[0], r) for r in cursor.fetchall())
-        for part in _chunks([] if self.is_postgresql else [c.id for c in chosen]):
-            cursor.execute(f"{sets} WHERE id IN ({marks(len(part))}) RETURNING id, deliveries, yields, payload",
-                           [*values, *part])
+                           [*prefix_params, *values, ids])
             rows.update((r[0], r) for r in cursor.fetchall())
         return [
             Reservation(c.id, c.queue, c.priority, rows[c.id][1], rows[c.id][2], token, owner,
@@ -1056,9 +1054,13 @@ class OrmBroker(Broker):
 
 
 @functools.cache
-def _prepared_cursor_class() -> type:
+def _prepared_cursor_class() -> type | None:
     """psycopg 3's server-binding cursor, whose ``execute`` prepares every statement it runs
-    (``executemany`` does already)."""
+    (``executemany`` does already); None with psycopg2."""
+    from django.db.backends.postgresql.psycopg_any import is_psycopg3
+
+    if not is_psycopg3:
+        return None
     import psycopg
 
     class PreparedCursor(psycopg.Cursor):

@@ -135,8 +135,7 @@ class OneAtATime:
             # success here and now, two process hops sooner than through the sentinel and the
             # monitor. Busy, the monitor records outcomes in batches, one commit for many, and this
             # worker goes on with the next task.
-            recorded = (self.alone and arrival == self.arrivals and not self.waiting and not conn.poll(0)
-                        and self._record(outcome))
+            recorded = self.alone and not self.waiting and not conn.poll(0) and self._record(outcome)
             self.alone = False
             conn.send_bytes(recorded_frame(message.reservation.job_id) if recorded else outcome_frame(outcome))
             if not self.retiring and _above_max_rss(self.index, self.settings):
