@@ -3,7 +3,8 @@
 Hot paths are a few SQL statements each, not per-job loops: a claim selects the heads of each
 queue (``FOR UPDATE SKIP LOCKED`` on PostgreSQL; SQLite runs the whole claim in one
 ``BEGIN IMMEDIATE`` transaction), plans the pick order in Python (``policy.pick``) and updates the
-chosen rows in one statement; acks are one ``executemany`` per batch.
+chosen rows in one statement; acks are one statement per batch (``executemany`` on SQLite, arrays
+on PostgreSQL).
 """
 
 from __future__ import annotations
@@ -74,6 +75,15 @@ COUNTED = literal(*JobState.READY, JobState.RUNNING, JobState.DEAD)  # the state
 # The first execution's start, set by every statement that records an execution (started_at is
 # the latest's); a row from before the column existed falls back on its last known start.
 FIRST_STARTED = "first_started_at = COALESCE(first_started_at, started_at, %s)"
+# The PostgreSQL ack: the rows of _ack_rows as columns, one array each (started appears twice).
+ACK_ARRAYS_SQL = (
+    f"UPDATE {JOB} AS j SET state = {ACK.to}, result_package = a.result, started_at = a.started, "
+    f"first_started_at = COALESCE(j.first_started_at, j.started_at, a.first), finished_at = a.finished, "
+    f"attempt = j.attempt + 1, lease_owner = NULL, lease_until = NULL, error = '', traceback = '' "
+    f"FROM unnest(%s::text[], %s::timestamptz[], %s::timestamptz[], %s::timestamptz[], %s::text[], %s::text[]) "
+    f"AS a(result, started, first, finished, id, token) "
+    f"WHERE j.id = a.id AND j.lease_token = a.token AND j.state IN {ACK.sources}"
+)
 LOG_FIELD = Job._meta.get_field("attempt_log")
 # A reservation handed back unstarted (defer, yield, a graceful stop): the delivery its claim
 # counted never ran, so it is taken back.
@@ -685,11 +695,17 @@ class OrmBroker(Broker):
             for a in acks
             for started in (adapt(a.started_at or now),)  # one adaptation for both of its uses
         ]
+        conn = self.connection
+        if self.is_postgresql:
+            # One statement over arrays, whatever the batch: one text to prepare, and the server
+            # updates the rows as one set (an executemany runs the UPDATE once per row).
+            with self.hot_cursor() as cursor:
+                cursor.execute(ACK_ARRAYS_SQL, [list(column) for column in zip(*rows)])
+                return cursor.rowcount
         sql = (f"UPDATE {JOB} SET state = {ACK.to}, result_package = %s, started_at = %s, {FIRST_STARTED}, "
                f"finished_at = %s, "
                f"attempt = attempt + 1, lease_owner = NULL, lease_until = NULL, error = '', traceback = '' "
                f"WHERE id = %s AND lease_token = %s AND state IN {ACK.sources}")
-        conn = self.connection
         if len(rows) == 1 and conn.get_autocommit() and not conn.in_atomic_block:
             # One statement commits by itself: no BEGIN and COMMIT, a round trip each on PostgreSQL.
             with self.hot_cursor() as cursor:
