@@ -63,6 +63,7 @@ class Pusher:
         ``waker`` sleeps an idle pusher until work may have arrived."""
         settings = self.settings
         more_likely = True  # the last claim filled the room it had: more is likely ready
+        drained = False  # the last batch said nothing was ready
         while True:
             try:
                 message = pipe.recv()
@@ -76,11 +77,13 @@ class Pusher:
             tasks = claimed or []
             if failed:
                 pipe.poll(1.0)  # the database is away: do not hammer it
-            elif not tasks and message.room > 0:
+            elif not tasks and message.room > 0 and (drained or not self.burst):
                 # Nothing ready: nap until work may have arrived. (A look for urgent work only, made
                 # while the sentinel's buffer is full, is answered at once: the sentinel paces those
                 # looks, and must be able to ask for room the moment it has some.)
-                # In burst mode the sentinel decides soon whether all is done; a short nap is enough.
+                # In burst mode the first "nothing ready" is answered at once: with nothing running,
+                # the sentinel ends the burst on it (a nap added 50 ms to every burst on PostgreSQL,
+                # where no commit wakes it). If the burst goes on, the next answer naps, briefly.
                 # A rate limit that held a job opens at a known moment: wake then, not a poll later.
                 nap = min(settings.poll, 0.05) if self.burst else settings.poll
                 opens = self.broker.flow_wait()
@@ -94,9 +97,10 @@ class Pusher:
             # looks first (a read), instead of taking the write lock for nothing; on SQLite that
             # lock would also make an idle worker's ack of the task just claimed wait.
             more_likely = bool(tasks) and len(tasks) >= message.room
+            # A failed claim found out nothing: it does not say the queues are drained.
+            drained = not tasks and message.room > 0 and not failed
             try:
-                # A failed claim found out nothing: it does not say the queues are drained.
-                pipe.send(Batch(tuple(tasks), drained=not tasks and message.room > 0 and not failed))
+                pipe.send(Batch(tuple(tasks), drained=drained))
             except (BrokenPipeError, OSError):
                 return
             if not failed:

@@ -208,3 +208,30 @@ def test_the_pusher_sweeps_expired_leases_after_handing_over_a_batch(broker):
     sentinel_end.send(Stop())
     serving.join(10)
     assert got == [[], ["job"]]
+
+
+def test_a_burst_pusher_says_drained_at_once_then_naps_if_asked_again(broker):
+    """In burst mode the first empty claim is answered without a nap (the sentinel ends the burst on
+    it); asked again, nothing having arrived, the pusher naps before answering, as without burst."""
+    import multiprocessing
+    import threading
+
+    from django_taskmq.cluster.messages import Batch, Stop
+
+    enqueue(broker, "job")
+    sentinel_end, pusher_end = multiprocessing.Pipe()
+    waker = NoWait()
+    serving = threading.Thread(target=Pusher(broker, get_settings(), ["default"], "test-cluster", burst=True).serve,
+                               args=(pusher_end, waker), daemon=True)
+    serving.start()
+    answers, naps = [], []
+    for _ in range(3):
+        sentinel_end.send(Want(5, None))
+        assert sentinel_end.poll(10)
+        answers.append(sentinel_end.recv())
+        naps.append(waker.waits)
+    sentinel_end.send(Stop())
+    serving.join(10)
+    assert [[t.reservation.job_id for t in a.tasks] for a in answers] == [["job"], [], []]
+    assert [a.drained for a in answers] == [False, True, True]
+    assert naps == [0, 0, 1]
