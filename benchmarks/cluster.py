@@ -6,6 +6,7 @@ Stdlib only (Linux). No psutil: django-q2 changes behaviour when psutil is impor
 from __future__ import annotations
 
 import os
+import select
 import signal
 import subprocess
 import time
@@ -57,6 +58,34 @@ class Cluster:
         if self.process is not None and self.process.poll() is not None:
             raise ClusterDied(f"qcluster exited with code {self.process.returncode}; "
                               f"log {self.log_path}:\n{self.log_tail()}")
+
+    def wait_exit(self, timeout: float) -> int:
+        """Wait until the main process exits and return its exit code, seen within a millisecond.
+
+        ``Popen.wait(timeout)`` sleeps in steps that grow to 50 ms: a burst's end-to-end time
+        would carry up to that much of the harness. A pidfd (Linux 5.3+) is readable the moment
+        the process exits; without one, poll every millisecond.
+        Raise ``subprocess.TimeoutExpired`` after ``timeout`` seconds.
+        """
+        assert self.process is not None, "cluster not started"
+        deadline = time.monotonic() + timeout
+        try:
+            pidfd = os.pidfd_open(self.process.pid)
+        except (AttributeError, OSError):
+            pidfd = None
+        try:
+            while self.process.poll() is None:
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    raise subprocess.TimeoutExpired(self.argv, timeout)
+                if pidfd is None:
+                    time.sleep(min(0.001, remaining))
+                else:
+                    select.select([pidfd], [], [], remaining)
+        finally:
+            if pidfd is not None:
+                os.close(pidfd)
+        return self.process.returncode
 
     def stop(self, grace: float = 30.0) -> dict:
         """Stop gracefully with SIGTERM to the main process, then kill the group.
