@@ -39,20 +39,34 @@ def plan(
     ``candidates`` maps a queue name to its ready messages, head first. Queues missing from
     ``served`` start at 0; queues missing from ``weights`` weigh 1.
     """
-    position = {q: 0 for q, items in candidates.items() if items}
     counts = {q: served.get(q, 0) for q in candidates}
+    live = [q for q, items in candidates.items() if items]
     picked: list[C] = []
+    if len(live) == 1:
+        # One queue with work (the usual claim): its candidates are already in pick order.
+        picked += candidates[live[0]][:max(limit, 0)]
+        counts[live[0]] += len(picked)
+        return picked, counts
+    position = dict.fromkeys(live, 0)
+    weight = {q: weights.get(q, 1) for q in live}
     while position and len(picked) < limit:
-        band = max(candidates[q][i].priority for q, i in position.items())
-        queue = min(
-            (q for q, i in position.items() if candidates[q][i].priority == band),
-            key=lambda q: (Fraction(counts[q], weights.get(q, 1)), q),
-        )
-        picked.append(candidates[queue][position[queue]])
-        counts[queue] += 1
-        position[queue] += 1
-        if position[queue] >= len(candidates[queue]):
-            del position[queue]
+        # The head of the highest band; inside it the smallest counts/weight (compared in integers,
+        # a Fraction per queue and pick cost a third of a claim), then the first name.
+        best, top = None, 0
+        for q, i in position.items():
+            priority = candidates[q][i].priority
+            if best is None or priority > top:
+                best, top = q, priority
+            elif priority == top:
+                ahead = counts[q] * weight[best] - counts[best] * weight[q]
+                if ahead < 0 or (ahead == 0 and q < best):
+                    best = q
+        assert best is not None  # position is not empty
+        picked.append(candidates[best][position[best]])
+        counts[best] += 1
+        position[best] += 1
+        if position[best] >= len(candidates[best]):
+            del position[best]
     return picked, counts
 
 

@@ -126,7 +126,7 @@ def rest_after(candidates, picked):
     return {q: items[taken[q]:] for q, items in candidates.items()}
 
 
-@given(scenarios(), st.integers(0, 50))
+@given(scenarios(), st.integers(-2, 50))
 def test_plan_matches_reference(scenario, limit):
     candidates, served, weights = scenario
     assert plan(candidates, served, weights, limit) == reference_plan(candidates, served, weights, limit)
