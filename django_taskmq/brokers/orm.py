@@ -131,7 +131,6 @@ class OrmBroker(Broker):
         self.settings = settings
         self.alias = alias
         self._last_reclaim = 0.0
-        self._known_queues: set[str] = set()
         # (connection, names, converters, fields, quoted columns) for inserts
         self._plan: tuple[Any, list[str], list, list, str, dict[str, Any]] | None = None
         self._flow: FlowGate | None = None
@@ -276,14 +275,6 @@ class OrmBroker(Broker):
         with sqlite_pragma(conn, "synchronous", SQLITE_SYNC_NORMAL, level):
             yield
 
-    def _ensure_queues(self, queues: Iterable[str]) -> None:
-        missing = set(queues) - self._known_queues
-        if missing:
-            QueueState.objects.using(self.alias).bulk_create(
-                [QueueState(queue=q) for q in sorted(missing)], ignore_conflicts=True
-            )
-            self._known_queues |= missing
-
     # -- enqueue ----------------------------------------------------------------------------
     def enqueue(self, job: Mapping[str, Any], key: str | None = None) -> str:
         """Insert one job (its column values by attribute name).
@@ -393,7 +384,6 @@ class OrmBroker(Broker):
         if limit <= 0 or not queues:
             return []
         queues = sorted(set(queues))
-        self._ensure_queues(queues)
         if time.time() - self._last_reclaim >= self.reclaim_every:
             self.reclaim_expired()
             self._last_reclaim = time.time()
@@ -507,8 +497,9 @@ class OrmBroker(Broker):
             served = dict(cursor.fetchall())
         missing = [q for q in queues if q not in served]
         if missing:
-            # _ensure_queues saw these rows once, but they are gone (created in a transaction that
-            # rolled back, or deleted): without them the served counters would silently stop counting.
+            # A queue's first claim (or its row was deleted): without the row the served counters
+            # would silently stop counting. Created here, in the claim's own transaction, it costs
+            # no commit of its own, and nothing at all once the rows exist (every later start).
             QueueState.objects.using(self.alias).bulk_create([QueueState(queue=q) for q in missing],
                                                              ignore_conflicts=True)
         return heads, served

@@ -74,6 +74,27 @@ def test_a_failure_in_the_batch_keeps_each_outcome_in_its_own_savepoint(broker):
     assert states == {first.job_id: State.SUCCEEDED, second.job_id: State.RETRYING}
 
 
+def test_the_first_claim_creates_the_queue_counters_and_later_claims_write_none(broker, taskmq_settings,
+                                                                                monkeypatch):
+    """No commit of its own before a cluster's first claim: the claim creates the counters it is
+    missing in its own transaction, counts itself in them, and later claims insert nothing."""
+    taskmq_settings(queues={"a": {"weight": 1}, "b": {"weight": 1}}, default_queue="a")
+    assert not QueueState.objects.exists()
+    async_task("tests.tasks.noop")
+    commits = []
+    commit = connection.commit
+    monkeypatch.setattr(connection, "commit", lambda: commits.append(1) or commit())
+    assert len(broker.reserve(["a", "b"], 10, 30, "owner-a")) == 1
+    assert len(commits) == 1  # the claim's own
+    served = dict(QueueState.objects.values_list("queue", "served"))
+    assert sorted(served) == ["a", "b"] and served["a"] == 1
+    async_task("tests.tasks.noop")
+    with CaptureQueriesContext(connection) as context:
+        assert len(broker.reserve(["a", "b"], 10, 30, "owner-a")) == 1
+    assert not [q["sql"] for q in context.captured_queries if q["sql"].startswith("INSERT")]
+    assert QueueState.objects.get(queue="a").served == 2
+
+
 def test_a_claim_updates_every_queue_counter_in_one_statement(broker, taskmq_settings):
     taskmq_settings(queues={"a": {"weight": 3}, "b": {"weight": 1}, "c": {"weight": 1}}, default_queue="a")
     for queue in "ab":
