@@ -32,6 +32,7 @@ from . import monitor, outage, pusher, worker
 from .buffer import Buffer
 from .messages import (END_OF_RESULTS, READY, RECORDED, RETIRING, STOP, SUCCEEDED, TIMED_OUT, UNSTARTED, Batch, Stop,
                        Ticket, cancel_frame, dump_outcome, read_outcome_frame, read_unstarted_frame, tasks_frame)
+from .poller import Poller
 from .upkeep import DatabaseAway, Report, Upkeep
 
 logger = logging.getLogger(__name__)
@@ -174,6 +175,7 @@ class Sentinel:
         self.outbox: list[bytes] = []  # pickled outcomes for the monitor, sent once per turn
         self.want_pending = False
         self.drained = False
+        self.poller = Poller()  # the guard loop's wait
         self.signals = 0
         self.state = "starting"
         self.counts = {"succeeded": 0, "failed": 0, "timeouts": 0, "crashes": 0, "yields": 0, "reincarnations": 0,
@@ -283,7 +285,7 @@ class Sentinel:
         timeout = self.settings.guard_interval if busy else IDLE_WAIT
         if self.buffer and not self.want_pending:  # an ask for urgent work is due then
             timeout = max(0.0, min(timeout, self._next_urgent - time.monotonic()))
-        for handle in wait(handles, timeout=timeout):
+        for handle in self.poller.wait(handles, timeout=timeout):
             if handle is pusher_pipe:
                 self._from_pusher()
             else:

@@ -1,0 +1,43 @@
+"""The sentinel's wait on its pipes and on its children's deaths, for a set that rarely changes.
+
+:func:`multiprocessing.connection.wait` builds a selector and registers every handle at each
+call: about 20 µs for the eight handles of a two-worker cluster here, against 1 µs for one
+``poll`` object kept between calls. The guard loop waits once per turn, a turn per outcome or so
+while busy, so the difference is paid per job.
+"""
+
+from __future__ import annotations
+
+import math
+import select
+from collections.abc import Sequence
+from multiprocessing.connection import Connection
+from typing import Union
+
+Handle = Union[Connection, int]  # a pipe end, or a process sentinel (a file descriptor)
+
+
+class Poller:
+    """``wait(handles, timeout)`` as :func:`multiprocessing.connection.wait` does on Linux: the handles
+    ready to read (data, end of file or an error), after at most ``timeout`` seconds (None: no limit).
+
+    The ``poll`` object is updated only when the set of file descriptors changes. A handle closed
+    between two calls must not be passed again (as for ``wait``, whose ``fileno()`` would raise).
+    """
+
+    def __init__(self) -> None:
+        self._poll = select.poll()
+        self._registered: set[int] = set()
+
+    def wait(self, handles: Sequence[Handle], timeout: float | None = None) -> list[Handle]:
+        by_fd = {(h if isinstance(h, int) else h.fileno()): h for h in handles}
+        if by_fd.keys() != self._registered:
+            for fd in self._registered - by_fd.keys():
+                self._poll.unregister(fd)
+            for fd in by_fd.keys() - self._registered:
+                self._poll.register(fd, select.POLLIN)
+            self._registered = set(by_fd)
+        # poll() takes milliseconds; rounded up, as the selectors module does, so a short timeout
+        # does not become a busy loop of zero-millisecond polls.
+        ms = None if timeout is None else max(0, math.ceil(timeout * 1000))
+        return [by_fd[fd] for fd, _ in self._poll.poll(ms) if fd in by_fd]
