@@ -193,8 +193,8 @@ class Sentinel:
         signal.signal(signal.SIGTERM, self._on_signal)
         signal.signal(signal.SIGINT, self._on_signal)
         outage.prepare(self.settings.database)  # qcluster did it already; for a Sentinel started otherwise
-        self.state = "running"
         self._spawn_all()
+        self.state = "running"
         logger.info("cluster %s started: %d workers%s, queues %s", self.owner, self.workers,
                     f" x {self.threads} threads" if self.threads > 1 else "", ", ".join(self.queues))
         gave_up = False
@@ -232,12 +232,9 @@ class Sentinel:
         connections.close_all()  # a forked child must not share the parent's database socket
         results = self.ctx.Queue()
         self.results = results
-        # The pusher first, and asked at once: its first claim runs while the workers and the
-        # monitor are forked (the first outcome is the first thing the monitor is needed for).
-        self._spawn_pusher()
-        self._ask_pusher()
-        self.slots = [self._spawn_worker(i) for i in range(self.workers)]
         self.monitor = self._spawn(monitor.run, (results, self.settings), "taskmq-monitor")
+        self._spawn_pusher()
+        self.slots = [self._spawn_worker(i) for i in range(self.workers)]
 
     def _spawn(self, target: Callable[..., None], args: tuple, name: str,
                own_parent_end: Connection | None = None) -> multiprocessing.process.BaseProcess:
