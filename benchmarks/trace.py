@@ -2,6 +2,7 @@
 
     .venv/bin/python benchmarks/trace.py                     # SQLite, 40 jobs
     .venv/bin/python benchmarks/trace.py --engine postgresql -n 60 --sql
+    .venv/bin/python benchmarks/trace.py -n 60 --fill 1000000 --sql  # on a table of a million finished jobs
 
 Starts ``qcluster`` of the benchmark project (``projects/taskmq_project``) on a fresh database,
 with a few internal functions of django_taskmq wrapped to append a timestamp to a file of each
@@ -127,7 +128,7 @@ def _create_pg_database(name: str) -> None:
             conn.execute(f'CREATE DATABASE "{name}"')
 
 
-def _fresh_database(engine: str) -> None:
+def _fresh_database(engine: str, fill: int = 0) -> None:
     from django.core.management import call_command
     from django.db import connection
 
@@ -142,6 +143,10 @@ def _fresh_database(engine: str) -> None:
         from django_taskmq.models import Job
 
         Job.objects.all().delete()
+    if fill:
+        from adapters.taskmq import Adapter  # the scale workload's fill: finished rows, then ANALYZE
+
+        Adapter().fill_finished(fill)
     connection.close()
 
 
@@ -162,6 +167,8 @@ def main() -> int:
     parser.add_argument("--gap", type=float, default=0.05, help="seconds between a job's result and the next job")
     parser.add_argument("--sql", action="store_true", help="log every statement too")
     parser.add_argument("--window", type=int, help="print every event around the K-th job")
+    parser.add_argument("--fill", type=int, default=0,
+                        help="first add that many finished jobs, as the scale workload does (keeps them: save_limit 0)")
     parser.add_argument("--cluster", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--trace-dir", help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -175,7 +182,9 @@ def main() -> int:
         _setup(args.engine, trace_dir)
         if args.engine == "postgresql":
             _create_pg_database(os.environ["BENCH_PG_NAME"])
-        _fresh_database(args.engine)
+        if args.fill:
+            os.environ["BENCH_TASKMQ_SAVE_LIMIT"] = "0"  # the cluster keeps the rows, as in the scale workload
+        _fresh_database(args.engine, args.fill)
         from django_taskmq import async_task
         from django_taskmq.models import Job
 
@@ -201,6 +210,9 @@ def main() -> int:
         events = _events(trace_dir)
 
     report(jobs, events)
+    slow = [i for i, (called, _, visible) in enumerate(jobs) if visible - called > 0.05]
+    if slow:
+        print(f"jobs visible more than 50 ms after their enqueue call: {slow} (see --window K)")
     if args.window is not None:
         called, _, visible = jobs[args.window]
         for at, pid, event, detail in events:
