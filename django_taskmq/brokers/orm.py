@@ -84,12 +84,7 @@ ACK_ARRAYS_SQL = (
     f"AS a(result, started, first, finished, id, token) "
     f"WHERE j.id = a.id AND j.lease_token = a.token AND j.state IN {ACK.sources}"
 )
-# The rows a lease sweep looks at, written as the partial index of leased rows says it
-# (taskmq_job_leased): SQLite uses such an index only for the very same term. With
-# "state IN ('RUNNING')", and the statistics of a table of a million finished jobs, it scanned
-# the whole table instead: 250 ms a sweep, once a second, holding the write lock.
-assert RECLAIM.allowed == {JobState.RUNNING}
-LEASED = f"state = {RUNNING}"
+assert RECLAIM.allowed == {JobState.RUNNING}  # the lease sweep says "state = RUNNING" (reclaim_expired)
 LOG_FIELD = Job._meta.get_field("attempt_log")
 # A reservation handed back unstarted (defer, yield, a graceful stop): the delivery its claim
 # counted never ran, so it is taken back.
@@ -704,7 +699,7 @@ class OrmBroker(Broker):
                f"attempt = attempt + 1, lease_owner = NULL, lease_until = NULL, error = '', traceback = '' "
                f"WHERE id = %s AND lease_token = %s AND state IN {ACK.sources}")
         if len(rows) == 1 and conn.get_autocommit() and not conn.in_atomic_block:
-            # One statement commits by itself: no BEGIN and COMMIT, a round trip each on PostgreSQL.
+            # One statement commits by itself: no BEGIN and COMMIT of the transaction block.
             with self.hot_cursor() as cursor:
                 cursor.execute(sql, rows[0])
                 return cursor.rowcount
@@ -963,10 +958,13 @@ class OrmBroker(Broker):
     # -- upkeep -------------------------------------------------------------------------------
     def reclaim_expired(self) -> int:
         # Clearing the token fences the old holder: its ack no longer matches anything.
+        # "state = RUNNING" is the partial index's own term (taskmq_job_leased), the only one SQLite
+        # matches it with: "state IN ('RUNNING')", under the statistics of a table of a million
+        # finished jobs, scanned the whole table (250 ms a sweep, once a second, write lock held).
         with self.connection.cursor() as cursor:
             cursor.execute(
                 f"UPDATE {JOB} SET state = {RECLAIM.to}, lease_owner = NULL, lease_token = NULL, lease_until = NULL, "
-                f"error = 'lease expired', visible_at = %s WHERE {LEASED} AND lease_until < %s",
+                f"error = 'lease expired', visible_at = %s WHERE state = {RUNNING} AND lease_until < %s",
                 [time.time(), time.time()],
             )
             count = cursor.rowcount
