@@ -18,6 +18,7 @@ from ..brokers.base import Broker
 from ..conf import Settings
 from . import outage
 from .messages import END_OF_RESULTS, load_outcomes
+from .result_pipe import ResultPipe
 
 logger = logging.getLogger(__name__)
 
@@ -29,13 +30,16 @@ PRUNE_BUDGET = 0.1  # seconds a round may spend deleting (short deletes keep SQL
 
 
 class Results(Protocol):
-    """The monitor's end of the result queue (a ``multiprocessing`` queue, or a ``queue.Queue``)."""
+    """The monitor's end of the result channel (a :class:`~.result_pipe.ResultPipe`, or a
+    ``queue.Queue``): ``get`` raises ``queue.Empty`` on a timeout, ``EOFError`` once the sentinel's
+    end is closed (the sentinel died)."""
 
     def get(self, block: bool = True, timeout: float | None = None) -> Any: ...
 
 
-def run(results: Results, settings: Settings) -> None:
+def run(results: ResultPipe, settings: Settings) -> None:
     """Record outcomes from ``results`` until the end mark arrives; prune old successes on the side."""
+    results.close_writer()  # the sentinel's end: only its own copy may keep the pipe open
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
     from ..brokers import get_broker
@@ -77,6 +81,9 @@ class Monitor:
             first = self.results.get(timeout=1.0)
         except queue_module.Empty:
             return []
+        except EOFError:  # the sentinel is gone: its leases bring the work back
+            self.stopping = True
+            return []
         parts = [first]
         # Busy: gather for a few milliseconds, so one commit records many outcomes and leaves the
         # database's write lock to the pusher's claims most of the time (SQLite has one writer).
@@ -88,6 +95,9 @@ class Monitor:
             try:
                 parts.append(self.results.get(timeout=max(gather_until - time.monotonic(), 0)))
             except queue_module.Empty:
+                break
+            except EOFError:  # the sentinel is gone: record what it sent, then exit
+                self.stopping = True
                 break
         if END_OF_RESULTS in parts:
             self.stopping = True

@@ -27,16 +27,22 @@ class Poller:
 
     def __init__(self) -> None:
         self._poll = select.poll()
-        self._registered: set[int] = set()
+        self._registered: dict[int, int] = {}  # fd -> event mask
 
-    def wait(self, handles: Sequence[Handle], timeout: float | None = None) -> list[Handle]:
+    def wait(self, handles: Sequence[Handle], timeout: float | None = None,
+             writable: int | None = None) -> list[Handle]:
+        """Also return when the file descriptor ``writable`` can be written (it is not listed)."""
         by_fd = {(h if isinstance(h, int) else h.fileno()): h for h in handles}
-        if by_fd.keys() != self._registered:
-            for fd in self._registered - by_fd.keys():
+        events = dict.fromkeys(by_fd, select.POLLIN)
+        if writable is not None:
+            events[writable] = events.get(writable, 0) | select.POLLOUT
+        if events != self._registered:
+            for fd in self._registered.keys() - events.keys():
                 self._poll.unregister(fd)
-            for fd in by_fd.keys() - self._registered:
-                self._poll.register(fd, select.POLLIN)
-            self._registered = set(by_fd)
+            for fd, mask in events.items():
+                if self._registered.get(fd) != mask:
+                    self._poll.register(fd, mask)  # registering again modifies
+            self._registered = events
         # poll() takes milliseconds; rounded up, as the selectors module does, so a short timeout
         # does not become a busy loop of zero-millisecond polls.
         ms = None if timeout is None else max(0, math.ceil(timeout * 1000))
