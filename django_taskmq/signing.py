@@ -29,7 +29,9 @@ class _Signer(django_signing.Signer):
 
     def signature(self, value: str, key: str | bytes | None = None) -> str:
         derived = _derived_key(self.salt + "signer", key or self.key, self.algorithm)
-        digest = hmac.new(derived, value.encode(), getattr(hashlib, self.algorithm)).digest()
+        # hmac.digest: OpenSSL's one-shot HMAC, the same bytes as hmac.new(...).digest() without
+        # the Python object it builds (a few µs per job: every claim verifies a package).
+        digest = hmac.digest(derived, value.encode(), self.algorithm)
         return django_signing.b64_encode(digest).decode()
 
 
@@ -81,8 +83,9 @@ def sign(envelope: Envelope, salt: str, compress: bool = False, max_size: int | 
     return sign_bytes(data, salt, compress)
 
 
-def _open(package: str, salt: str, error: type[BadPackage]) -> object:
-    """Verify ``package``, then unpickle it; raise ``error`` with the reason."""
+def _open(package: str, salt: str, error: type[BadPackage]) -> tuple[object, bytes]:
+    """Verify ``package``, then unpickle it; return the object and its pickle (the signed bytes,
+    decompressed). Raise ``error`` with the reason."""
     try:
         encoded = _signer(salt).unsign(package)
     except django_signing.BadSignature:
@@ -94,7 +97,7 @@ def _open(package: str, salt: str, error: type[BadPackage]) -> object:
             body = zlib.decompress(body)
         elif kind != b"p":
             raise ValueError(f"unknown package format {kind!r}")
-        return PickleSerializer().loads(body)
+        return PickleSerializer().loads(body), body
     except Exception as exc:
         raise error(f"cannot unpickle: {type(exc).__name__}: {exc}") from None
 
@@ -105,15 +108,21 @@ def verify(package: str, salt: str) -> Envelope:
     The reason is ``bad signature`` when verification fails and ``cannot unpickle: ...`` when the
     signed bytes do not load; nothing is unpickled before the signature is verified.
     """
-    envelope = _open(package, salt, BadPackage)
+    return verify_pickled(package, salt)[0]
+
+
+def verify_pickled(package: str, salt: str) -> tuple[Envelope, bytes]:
+    """:func:`verify`, also returning the envelope's verified pickle: the pusher forwards those
+    bytes to a worker as they are instead of pickling the envelope again."""
+    envelope, body = _open(package, salt, BadPackage)
     if not isinstance(envelope, Envelope):
         raise BadPackage(f"cannot unpickle: not an envelope but {type(envelope).__name__}")
-    return envelope
+    return envelope, body
 
 
 def verify_result(package: str, name: str) -> object:
     """Return the value of a stored result, or raise :class:`UnreadableResult` with the reason."""
-    return _open(package, result_salt(name), UnreadableResult)
+    return _open(package, result_salt(name), UnreadableResult)[0]
 
 
 class SealedResult(str):

@@ -13,7 +13,6 @@ import signal
 import time
 from multiprocessing.connection import Connection
 
-from .. import execution as ex
 from ..brokers.base import Broker, Waker
 from ..conf import Settings
 from ..exceptions import BadPackage
@@ -141,7 +140,7 @@ class Pusher:
         tasks = []
         for reservation in reservations:
             try:
-                tasks.append(Ticket.of(ex.unpack(reservation, settings.name)))
+                tasks.append(Ticket.verified(reservation, settings.name))
             except BadPackage as exc:
                 logger.error("job %s: %s; dead-lettered, not executed", reservation.job_id, exc)
                 try:
