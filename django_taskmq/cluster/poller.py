@@ -3,7 +3,8 @@
 :func:`multiprocessing.connection.wait` builds a selector and registers every handle at each
 call: about 20 µs for the eight handles of a two-worker cluster here, against 1 µs for one
 ``poll`` object kept between calls. The guard loop waits once per turn, a turn per outcome or so
-while busy, so the difference is paid per job.
+while busy, so the difference is paid per job. :func:`readable` is the same saving for a look at one
+pipe (``Connection.poll(0)``).
 """
 
 from __future__ import annotations
@@ -47,3 +48,18 @@ class Poller:
         # does not become a busy loop of zero-millisecond polls.
         ms = None if timeout is None else max(0, math.ceil(timeout * 1000))
         return [by_fd[fd] for fd, _ in self._poll.poll(ms) if fd in by_fd]
+
+
+def readable(pipe: Connection) -> bool:
+    """True when reading ``pipe`` would not block (a frame, or its end); False for a closed pipe.
+
+    One ``poll`` call: ``Connection.poll(0)`` builds and registers a selector each time, about
+    8 µs against 1; the sentinel asks after every frame a worker sends, a worker between tasks.
+    """
+    try:
+        fd = pipe.fileno()
+    except OSError:
+        return False
+    poller = select.poll()
+    poller.register(fd, select.POLLIN)
+    return bool(poller.poll(0))

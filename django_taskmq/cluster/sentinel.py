@@ -13,7 +13,6 @@ from __future__ import annotations
 import logging
 import multiprocessing
 import os
-import select
 import signal
 import socket
 import time
@@ -33,7 +32,7 @@ from . import monitor, outage, pusher, worker
 from .buffer import Buffer
 from .messages import (END_OF_RESULTS, READY, RECORDED, RETIRING, STOP, SUCCEEDED, TIMED_OUT, UNSTARTED, Batch, Stop,
                        Ticket, cancel_frame, dump_outcome, read_outcome_frame, read_unstarted_frame, tasks_frame)
-from .poller import Poller
+from .poller import Poller, readable
 from .result_pipe import ResultPipe
 from .upkeep import DatabaseAway, Report, Upkeep
 
@@ -354,7 +353,7 @@ class Sentinel:
                 self._replace_worker(slot, crashed=True)
                 return
             self._worker_said(slot, frame)
-            if not _readable(slot.pipe):
+            if not readable(slot.pipe):
                 break
         self._pill_if_done(slot)
 
@@ -418,7 +417,7 @@ class Sentinel:
         now = time.monotonic()
         for slot in list(self.slots):
             if not slot.process.is_alive():
-                while slot.running and _readable(slot.pipe):
+                while slot.running and readable(slot.pipe):
                     self._from_worker(slot)  # it sent its outcomes, then exited (max_rss): not a crash
                 if slot in self.slots:
                     self._replace_worker(slot, crashed=bool(slot.running))
@@ -447,7 +446,7 @@ class Sentinel:
         timeout = running.ticket.timeout
         if not timeout or now - self.since[slot.index] <= timeout:
             return
-        if _readable(slot.pipe):
+        if readable(slot.pipe):
             self._from_worker(slot)  # it may have just ended: read that first
             return
         logger.warning("job %s ran past its timeout of %ss: killing worker %s",
@@ -587,7 +586,7 @@ class Sentinel:
             self.revoked[slot.index] = slot.sent
         finally:
             lock.release()
-        if _readable(slot.pipe):
+        if readable(slot.pipe):
             self._from_worker(slot)
             if slot not in self.slots:  # it died: replacing it took back what it held
                 return 0
@@ -744,21 +743,6 @@ def _round_robin(tickets: list[Ticket], rooms: list[int]) -> tuple[list[list[Tic
 
 def _urgency(ticket: Ticket) -> int:
     return -ticket.reservation.priority
-
-
-def _readable(pipe: Connection) -> bool:
-    """True when reading ``pipe`` would not block (a frame, or its end); False for a closed pipe.
-
-    One ``poll`` call: ``Connection.poll(0)`` builds and registers a selector each time, about
-    8 µs against 1, and this runs after every frame a worker sends.
-    """
-    try:
-        fd = pipe.fileno()
-    except OSError:
-        return False
-    poller = select.poll()
-    poller.register(fd, select.POLLIN)
-    return bool(poller.poll(0))
 
 
 def _kill(process: Process) -> None:

@@ -29,6 +29,7 @@ from ..brokers.base import Broker
 from ..conf import Settings
 from ..exceptions import TaskTimeout
 from .interrupts import Interrupts, Running
+from .poller import readable
 from .messages import (ALONE, CANCEL, READY, RETIRING, STOP, is_tasks_frame, load_task, outcome_frame,
                        read_tasks_frame, recorded_frame, unstarted_frame)
 
@@ -116,7 +117,7 @@ class OneAtATime:
                 if not self.waiting and not self.stopping:
                     self._take(conn.recv_bytes())
                 # Between tasks, read what else came: an urgent task, the poison pill.
-                while conn.poll(0):
+                while readable(conn):
                     self._take(conn.recv_bytes())
             except (EOFError, OSError):
                 return
@@ -135,7 +136,7 @@ class OneAtATime:
             # success here and now, two process hops sooner than through the sentinel and the
             # monitor. Busy, the monitor records outcomes in batches, one commit for many, and this
             # worker goes on with the next task.
-            recorded = self.alone and not self.waiting and not conn.poll(0) and self._record(outcome)
+            recorded = self.alone and not self.waiting and not readable(conn) and self._record(outcome)
             self.alone = False
             conn.send_bytes(recorded_frame(message.reservation.job_id) if recorded else outcome_frame(outcome))
             if not self.retiring and _above_max_rss(self.index, self.settings):
