@@ -24,8 +24,9 @@ Sentinel and each worker, over the worker's own pipe (raw bytes, never unpickled
 Sentinel and monitor, over the result queue:
 
 * a list of pickled outcomes (``bytes``), forwarded unopened, one list per turn of the guard
-  loop; :data:`END_OF_RESULTS` (None) asks the monitor to record what it has and exit.
-  :func:`load_outcomes` opens what the monitor gathered.
+  loop, ending with :data:`IDLE` when the cluster holds nothing else (no more outcomes are coming:
+  the monitor records at once instead of gathering); :data:`END_OF_RESULTS` (None) asks the
+  monitor to record what it has and exit. :func:`load_outcomes` opens what the monitor gathered.
 """
 
 from __future__ import annotations
@@ -191,8 +192,15 @@ def read_outcome_frame(frame: bytes) -> tuple[bytes, str, bytes]:
 
 # -- the result queue ------------------------------------------------------------------------------
 END_OF_RESULTS = None  # sentinel -> monitor: record what is left, then exit
+IDLE = b""  # last item of a list: nothing else waits or runs in the cluster (never a pickle)
+
+
+def says_idle(part: list[bytes] | None) -> bool:
+    """True for a list of outcomes that ends with :data:`IDLE`."""
+    return bool(part) and part[-1] == IDLE  # type: ignore[index]
 
 
 def load_outcomes(parts: Iterable[list[bytes] | None]) -> list[Outcome]:
-    """Unpickle the outcomes of the lists the monitor took from the result queue (skipping the end mark)."""
-    return [pickle.loads(o) for part in parts if part is not END_OF_RESULTS for o in part]
+    """Unpickle the outcomes of the lists the monitor took from the result queue (skipping the
+    end mark and :data:`IDLE`)."""
+    return [pickle.loads(o) for part in parts if part is not END_OF_RESULTS for o in part if o != IDLE]

@@ -17,7 +17,7 @@ from .. import execution as ex
 from ..brokers.base import Broker
 from ..conf import Settings
 from . import outage
-from .messages import END_OF_RESULTS, load_outcomes
+from .messages import END_OF_RESULTS, load_outcomes, says_idle
 from .result_pipe import ResultPipe
 
 logger = logging.getLogger(__name__)
@@ -91,7 +91,9 @@ class Monitor:
         now = time.monotonic()
         gather_until = now + GATHER if now - self.last_record < BUSY else now
         self.last_record = now
-        while len(parts) < BATCH:
+        # The sentinel says when nothing else waits or runs: no more outcomes are coming, record now
+        # (the end of a drain, a few jobs at a time) rather than after the gathering time.
+        while len(parts) < BATCH and not says_idle(parts[-1]):
             try:
                 parts.append(self.results.get(timeout=max(gather_until - time.monotonic(), 0)))
             except queue_module.Empty:

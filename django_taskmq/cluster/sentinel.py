@@ -30,7 +30,7 @@ from ..conf import Settings
 from ..exceptions import TaskMQError, TaskTimeout, WorkerDied
 from . import monitor, outage, pusher, worker
 from .buffer import Buffer
-from .messages import (END_OF_RESULTS, READY, RECORDED, RETIRING, STOP, SUCCEEDED, TIMED_OUT, UNSTARTED, Batch, Stop,
+from .messages import (END_OF_RESULTS, IDLE, READY, RECORDED, RETIRING, STOP, SUCCEEDED, TIMED_OUT, UNSTARTED, Batch, Stop,
                        Ticket, cancel_frame, dump_outcome, read_outcome_frame, read_unstarted_frame, tasks_frame)
 from .poller import Poller, readable
 from .result_pipe import ResultPipe
@@ -326,6 +326,8 @@ class Sentinel:
         if self.results is None:
             return
         if self.outbox:
+            if not self.buffer and not any(s.running for s in self.slots):
+                self.outbox.append(IDLE)  # nothing else is coming: the monitor need not gather
             self.results.put(self.outbox)
             self.outbox = []
         elif self.results.pending:

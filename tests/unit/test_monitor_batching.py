@@ -17,7 +17,7 @@ from django.db import OperationalError
 
 from django_taskmq import execution as ex
 from django_taskmq.cluster import monitor as monitor_module
-from django_taskmq.cluster.messages import END_OF_RESULTS, dump_outcome
+from django_taskmq.cluster.messages import END_OF_RESULTS, IDLE, dump_outcome
 from django_taskmq.cluster.monitor import Monitor
 from django_taskmq.conf import get_settings
 from django_taskmq.envelope import Envelope
@@ -98,6 +98,32 @@ def test_gather_takes_everything_waiting_up_to_the_batch_limit(broker, monkeypat
     assert broker.transactions == 1
     assert states(broker, items[:6]) == {JobState.SUCCEEDED}
     assert states(broker, items[6:]) == {JobState.RUNNING}
+
+
+def test_a_list_that_says_idle_ends_the_gathering_of_a_busy_monitor(broker):
+    """Busy, the monitor gathers for a few ms; a list ending with IDLE (the cluster holds nothing
+    else) is recorded at once, without the lists behind it (they are the next batch)."""
+    items = outcomes(broker, 4)
+    results: queue.Queue = queue.Queue()
+    results.put([dump_outcome(items[0]), dump_outcome(items[1]), IDLE])
+    feed(results, items[2:], per_turn=2)
+    m = Monitor(results, broker, get_settings())
+    m.last_record = monitor_module.time.monotonic()  # it recorded just now: busy
+
+    first = m.gather()
+    assert [o.reservation.job_id for o in first] == ["job0", "job1"]
+    assert [o.reservation.job_id for o in m.gather()] == ["job2", "job3"]
+
+
+def test_a_busy_monitor_without_idle_gathers_the_lists_behind(broker):
+    """The same lists without IDLE: one batch (the mark, not timing, made the difference above)."""
+    items = outcomes(broker, 4)
+    results: queue.Queue = queue.Queue()
+    feed(results, items, per_turn=2)
+    m = Monitor(results, broker, get_settings())
+    m.last_record = monitor_module.time.monotonic()
+
+    assert [o.reservation.job_id for o in m.gather()] == ["job0", "job1", "job2", "job3"]
 
 
 def test_outcomes_that_arrive_with_the_end_mark_are_recorded(broker):

@@ -24,7 +24,7 @@ import pytest
 from django.db import OperationalError
 
 from django_taskmq import execution as ex
-from django_taskmq.cluster.messages import END_OF_RESULTS, STOP, Batch, Stop, Ticket, outcome_frame, recorded_frame
+from django_taskmq.cluster.messages import END_OF_RESULTS, IDLE, STOP, Batch, Stop, Ticket, outcome_frame, recorded_frame
 from django_taskmq.cluster.sentinel import Running, Sentinel, Slot
 from django_taskmq.conf import get_settings
 from django_taskmq.envelope import Envelope
@@ -219,8 +219,8 @@ def test_a_graceful_stop(cluster):
     # Both got their pill at once; the busy one read it after its task (it held nothing unstarted).
     assert cluster.events == [("idle", "STOP"), ("busy", "outcome"), ("busy", "STOP")]
     assert cluster.sentinel.slots == []
-    # The outcome went to the monitor, unopened, before the end mark.
-    assert cluster.results.items == [[pickle.dumps(outcome, pickle.HIGHEST_PROTOCOL)], END_OF_RESULTS]
+    # The outcome went to the monitor, unopened, before the end mark; nothing else was held then.
+    assert cluster.results.items == [[pickle.dumps(outcome, pickle.HIGHEST_PROTOCOL), IDLE], END_OF_RESULTS]
     assert state(cluster.broker, "run") == (JobState.RUNNING, 1, True)  # the monitor records it
     assert cluster.broker.job("run").lease_until > lease_before  # renewed while it ran
     counts = cluster.sentinel.counts
