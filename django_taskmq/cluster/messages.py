@@ -197,7 +197,7 @@ IDLE = b""  # last item of a list: nothing else waits or runs in the cluster (ne
 
 def says_idle(part: list[bytes] | None) -> bool:
     """True for a list of outcomes that ends with :data:`IDLE`."""
-    return bool(part) and part[-1] == IDLE  # type: ignore[index]
+    return part is not None and len(part) > 0 and part[-1] == IDLE
 
 
 def load_outcomes(parts: Iterable[list[bytes] | None]) -> list[Outcome]:
