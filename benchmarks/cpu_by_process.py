@@ -54,7 +54,8 @@ else:
     from django_taskmq.models import Job
     Job.objects.all().delete()
 from django_taskmq.api import enqueue_many
-enqueue_many("benchtasks.noop", [() for _ in range(int(sys.argv[1]))])
+size = int(sys.argv[2]) if len(sys.argv) > 2 else 0  # an argument of that many bytes (noop ignores it)
+enqueue_many("benchtasks.noop", [{"kwargs": {"tag": "x" * size}} if size else () for _ in range(int(sys.argv[1]))])
 """
 
 
@@ -95,7 +96,7 @@ def _descendants(root: int) -> dict[int, float]:
     return {pid: stats[pid][1] for pid in tree if pid in stats}
 
 
-def run_once(tree: Path | None, n: int, engine: str, settings_dir: str) -> dict:
+def run_once(tree: Path | None, n: int, engine: str, settings_dir: str, arg_bytes: int = 0) -> dict:
     env = dict(os.environ, BENCH_ENGINE=engine, DJANGO_SETTINGS_MODULE="cpu_settings")
     env["PYTHONPATH"] = os.pathsep.join(([str(tree)] if tree else []) + [str(PROJECT), str(HERE), settings_dir])
     with tempfile.TemporaryDirectory() as work:
@@ -103,7 +104,7 @@ def run_once(tree: Path | None, n: int, engine: str, settings_dir: str) -> dict:
         env.setdefault("BENCH_PG_NAME", "bench_cpu_by_process")
         if engine == "postgresql":
             _create_pg_database(env["BENCH_PG_NAME"])
-        subprocess.run([sys.executable, "-c", PREPARE, str(n)], env=env, check=True)
+        subprocess.run([sys.executable, "-c", PREPARE, str(n), str(arg_bytes)], env=env, check=True)
         before = _children_cpu()
         started = time.perf_counter()
         cluster = subprocess.Popen([sys.executable, str(PROJECT / "manage.py"), "qcluster", "--burst"], env=env,
@@ -123,7 +124,7 @@ def run_once(tree: Path | None, n: int, engine: str, settings_dir: str) -> dict:
         per_role[names[pid]] = per_role.get(names[pid], 0.0) + cpu
     us = {role: 1e6 * cpu / n for role, cpu in per_role.items()}
     us["unseen"] = 1e6 * (total - sum(per_role.values())) / n
-    return {"n": n, "engine": engine, "wall_s": wall, "jobs_per_s": n / wall, "cpu_s": total,
+    return {"n": n, "engine": engine, "arg_bytes": arg_bytes, "wall_s": wall, "jobs_per_s": n / wall, "cpu_s": total,
             "cpu_us_per_job": 1e6 * total / n, "us_per_job_by_process": us, "processes": len(seen)}
 
 
@@ -145,7 +146,8 @@ def report(rows: list[dict]) -> None:
     """Median (min-max) per code and process, microseconds of CPU per job."""
     for code in dict.fromkeys(r["code"] for r in rows):
         mine = [r for r in rows if r["code"] == code]
-        print(f"{code} ({len(mine)} runs, {mine[0]['engine']}, N={mine[0]['n']}):")
+        print(f"{code} ({len(mine)} runs, {mine[0]['engine']}, N={mine[0]['n']}, "
+              f"argument {mine[0].get('arg_bytes', 0)} bytes):")
 
         def cell(values: list[float]) -> str:
             return f"{statistics.median(values):.0f} ({min(values):.0f}-{max(values):.0f})"
@@ -163,6 +165,8 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--engine", default="sqlite", choices=("sqlite", "postgresql"))
     parser.add_argument("--ref", help="also run this commit's django_taskmq, interleaved")
+    parser.add_argument("--arg-bytes", type=int, default=0,
+                        help="give each job an argument of this many bytes (the no-op task ignores it)")
     parser.add_argument("--recycle", action="store_true", help="keep TASKMQ['recycle'] (workers die every 500 jobs)")
     parser.add_argument("--label", default="latest")
     parser.add_argument("--report", help="print the table of a results file and exit")
@@ -179,7 +183,7 @@ def main() -> None:
     rows = []
     for round_ in range(args.runs):
         for code, tree in (codes if round_ % 2 == 0 else codes[::-1]):
-            row = dict(run_once(tree, args.n, args.engine, settings_dir), code=code, round=round_ + 1)
+            row = dict(run_once(tree, args.n, args.engine, settings_dir, args.arg_bytes), code=code, round=round_ + 1)
             rows.append(row)
             print(f"round {round_ + 1} {code}: {row['jobs_per_s']:.0f} jobs/s, {row['cpu_us_per_job']:.0f} us/job "
                   + " ".join(f"{k}:{v:.0f}" for k, v in row["us_per_job_by_process"].items()), flush=True)

@@ -160,6 +160,14 @@ def exits(code: int = 3) -> None:
     sys.exit(code)
 
 
+def grow_unpicklable(items: list) -> int:
+    """Append a lock (which does not pickle) to the argument list; return its new length."""
+    import threading
+
+    items.append(threading.Lock())
+    return len(items)
+
+
 def fail_with_unstorable_text(name: str = "report-\udcff.csv") -> None:
     """Raise an error whose text holds a NUL byte and a lone surrogate (no column stores either)."""
     raise ValueError(f"cannot open {name}\x00 (NUL above)")

@@ -120,7 +120,15 @@ TIMED_OUT = b"T"  # ... but a task interrupted at its timeout (threads > 1)
 
 
 def dump_outcome(outcome: Outcome) -> bytes:
-    """Pickle one outcome for the monitor (a worker's, or one the sentinel records for a lost task)."""
+    """Pickle one outcome for the monitor (a worker's, or one the sentinel records for a lost task).
+
+    The envelope goes without the task's arguments: recording reads only its function and options
+    (retry, hooks, chain, cache), and arguments can be large, or changed by the task into
+    something that no longer pickles. They stay in the job's package.
+    """
+    envelope = outcome.envelope
+    if envelope is not None and (envelope.args or envelope.kwargs):
+        outcome = outcome._replace(envelope=Envelope(func=envelope.func, options=envelope.options))
     return pickle.dumps(outcome, pickle.HIGHEST_PROTOCOL)
 
 
@@ -165,8 +173,8 @@ def cancel_frame(job_id: str) -> bytes:
 def outcome_frame(outcome: Outcome) -> bytes:
     """Worker -> sentinel: the status byte, the job id and a NUL byte, then the pickled outcome.
 
-    An outcome whose envelope no longer pickles (its arguments changed while running) is sent as
-    UNSTORABLE, saying why. The status byte and the id let the sentinel count outcomes and know
+    An outcome that still does not pickle is sent as UNSTORABLE, saying why (a safety net: results
+    arrive sealed, and the task's arguments stay behind, see :func:`dump_outcome`). The status byte and the id let the sentinel count outcomes and know
     which task ended without unpickling them.
     """
     try:

@@ -58,3 +58,14 @@ def test_a_function_missing_in_the_workers_dead_letters_at_once(cluster):
     assert (job.state, job.deliveries) == ("DEAD", 1)
     assert job.error.startswith("cannot import tests.tasks.only_here:")
     assert Job.objects.get(pk=ok).state == "SUCCEEDED"
+
+
+def test_a_task_that_makes_its_arguments_unpicklable_still_succeeds(cluster):
+    """The outcome goes to the monitor without the task's arguments (recording needs none), so a
+    task that appends a lock to its list argument is recorded as the success it was."""
+    jobs = [async_task("tests.tasks.grow_unpicklable", [1, 2, i]) for i in range(3)]
+
+    cluster.burst("-w", "2")
+
+    assert [Job.objects.get(pk=j).state for j in jobs] == ["SUCCEEDED"] * 3
+    assert [Job.objects.get(pk=j).result for j in jobs] == [4, 4, 4]
