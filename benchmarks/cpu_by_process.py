@@ -2,6 +2,7 @@
 
     .venv/bin/python benchmarks/cpu_by_process.py [-n 20000] [--runs 3] [--engine sqlite]
     .venv/bin/python benchmarks/cpu_by_process.py --ref 3a68e1e --label before-after   # interleaved A/B
+    .venv/bin/python benchmarks/cpu_by_process.py --arg-bytes 10000                     # jobs with a 10 kB argument
     .venv/bin/python benchmarks/cpu_by_process.py --report benchmarks/results/cpu-by-process-<label>.json
 
 Per run: N no-op jobs queued with ``enqueue_many`` in the benchmark project
