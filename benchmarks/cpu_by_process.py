@@ -29,6 +29,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
@@ -71,6 +72,29 @@ def export(ref: str) -> Path:
         subprocess.run(["tar", "-x", "-C", str(target)], input=archive.stdout, check=True)
         subprocess.run([sys.executable, "-m", "compileall", "-q", str(target / "django_taskmq")], check=True)
     return target
+
+
+def interleaved(ref: str | None, runs: int) -> Iterator[tuple[int, str, Path | None]]:
+    """(round, code, tree to put first on PYTHONPATH) of every run: the working tree (tree None)
+    and, with ``ref``, that commit's exported tree, the first of the two alternating by round."""
+    codes: list[tuple[str, Path | None]] = [("worktree", None)]
+    if ref:
+        codes.append((ref, export(ref)))
+    for round_ in range(1, runs + 1):
+        for code, tree in (codes if round_ % 2 else codes[::-1]):
+            yield round_, code, tree
+
+
+def write_results(name: str, rows: list[dict]) -> Path:
+    """Write ``rows`` to ``results/<name>.json`` with the command, the date and the working tree's
+    commit (and whether ``django_taskmq/`` had uncommitted edits); return the path."""
+    head = subprocess.run(["git", "rev-parse", "--short=12", "HEAD"], cwd=ROOT, capture_output=True, text=True).stdout.strip()
+    dirty = bool(subprocess.run(["git", "status", "--porcelain", "django_taskmq"], cwd=ROOT, capture_output=True,
+                                text=True).stdout.strip())
+    out = HERE / "results" / f"{name}.json"
+    out.write_text(json.dumps({"command": " ".join(sys.argv), "worktree_head": head, "worktree_dirty": dirty,
+                               "date": time.strftime("%Y-%m-%d %H:%M:%S"), "rows": rows}, indent=1) + "\n")
+    return out
 
 
 def _stat(pid: int) -> tuple[int, float] | None:
@@ -178,23 +202,13 @@ def main() -> None:
     sys.path[:0] = [str(HERE)]
     settings_dir = tempfile.mkdtemp()
     Path(settings_dir, "cpu_settings.py").write_text(SETTINGS.format(recycle="" if args.recycle else ", recycle=10**9"))
-    codes: list[tuple[str, Path | None]] = [("worktree", None)]
-    if args.ref:
-        codes.append((args.ref, export(args.ref)))
     rows = []
-    for round_ in range(args.runs):
-        for code, tree in (codes if round_ % 2 == 0 else codes[::-1]):
-            row = dict(run_once(tree, args.n, args.engine, settings_dir, args.arg_bytes), code=code, round=round_ + 1)
-            rows.append(row)
-            print(f"round {round_ + 1} {code}: {row['jobs_per_s']:.0f} jobs/s, {row['cpu_us_per_job']:.0f} us/job "
-                  + " ".join(f"{k}:{v:.0f}" for k, v in row["us_per_job_by_process"].items()), flush=True)
-    out = HERE / "results" / f"cpu-by-process-{args.label}.json"
-    head = subprocess.run(["git", "rev-parse", "--short=12", "HEAD"], cwd=ROOT, capture_output=True, text=True).stdout.strip()
-    dirty = bool(subprocess.run(["git", "status", "--porcelain", "django_taskmq"], cwd=ROOT, capture_output=True,
-                                text=True).stdout.strip())
-    out.write_text(json.dumps({"command": " ".join(sys.argv), "worktree_head": head, "worktree_dirty": dirty,
-                               "date": time.strftime("%Y-%m-%d %H:%M:%S"), "rows": rows}, indent=1) + "\n")
-    print(f"raw rows: {out}")
+    for round_, code, tree in interleaved(args.ref, args.runs):
+        row = dict(run_once(tree, args.n, args.engine, settings_dir, args.arg_bytes), code=code, round=round_)
+        rows.append(row)
+        print(f"round {round_} {code}: {row['jobs_per_s']:.0f} jobs/s, {row['cpu_us_per_job']:.0f} us/job "
+              + " ".join(f"{k}:{v:.0f}" for k, v in row["us_per_job_by_process"].items()), flush=True)
+    print(f"raw rows: {write_results(f'cpu-by-process-{args.label}', rows)}")
     report(rows)
 
 

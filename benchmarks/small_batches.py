@@ -15,7 +15,6 @@ commit's ``django_taskmq`` (as ``cpu_by_process.py`` does), interleaved. Raw sam
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sqlite3
 import statistics
@@ -28,7 +27,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
-from cpu_by_process import PREPARE, PROJECT, ROOT, export  # noqa: E402
+from cpu_by_process import PREPARE, PROJECT, interleaved, write_results  # noqa: E402
 
 ENQUEUE = """
 import sys, time, sqlite3
@@ -97,22 +96,14 @@ def main() -> None:
     parser.add_argument("--ref")
     parser.add_argument("--label", default="latest")
     args = parser.parse_args()
-    codes: list[tuple[str, Path | None]] = [("worktree", None)]
-    if args.ref:
-        codes.append((args.ref, export(args.ref)))
     rows = []
-    for round_ in range(args.runs):
-        for code, tree in (codes if round_ % 2 == 0 else codes[::-1]):
-            samples = run_once(tree, args.jobs, args.samples)
-            rows.append({"code": code, "round": round_ + 1, "jobs": args.jobs, "visible_ms": samples})
-            print(f"round {round_ + 1} {code}: {summary(samples)}", flush=True)
-    for code, _ in codes:
+    for round_, code, tree in interleaved(args.ref, args.runs):
+        samples = run_once(tree, args.jobs, args.samples)
+        rows.append({"code": code, "round": round_, "jobs": args.jobs, "visible_ms": samples})
+        print(f"round {round_} {code}: {summary(samples)}", flush=True)
+    for code in dict.fromkeys(r["code"] for r in rows):
         print(f"{code}, all runs: {summary([s for r in rows if r['code'] == code for s in r['visible_ms']])}")
-    head = subprocess.run(["git", "rev-parse", "--short=12", "HEAD"], cwd=ROOT, capture_output=True, text=True).stdout.strip()
-    out = HERE / "results" / f"small-batches-{args.label}.json"
-    out.write_text(json.dumps({"command": " ".join(sys.argv), "worktree_head": head,
-                               "date": time.strftime("%Y-%m-%d %H:%M:%S"), "rows": rows}, indent=1) + "\n")
-    print(f"raw samples: {out}")
+    print(f"raw samples: {write_results(f'small-batches-{args.label}', rows)}")
 
 
 if __name__ == "__main__":
