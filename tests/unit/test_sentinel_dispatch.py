@@ -18,6 +18,7 @@ from django_taskmq.brokers.base import Broker, Reservation
 from django_taskmq.cluster.messages import ALONE, IDLE, TASKS, Batch, Ticket, read_tasks_frame
 from django_taskmq.cluster.sentinel import Running, Sentinel, Slot
 from django_taskmq.conf import get_settings
+from tests.fake_results import FakeResults
 from tests.memory_broker import MemoryBroker
 
 
@@ -286,23 +287,10 @@ def test_tasks_of_a_busy_cluster_are_not_sent_alone(harness):
     assert [f[:1] for f in frames(harness)] == [b"", TASKS]
 
 
-class Results:
-    """The result pipe's stand-in: what the sentinel put."""
-
-    writer = -1
-    pending = 0
-
-    def __init__(self) -> None:
-        self.items: list = []
-
-    def put(self, obj) -> None:
-        self.items.append(obj)
-
-
 def test_outcomes_say_idle_only_when_nothing_else_waits_or_runs(harness):
     """The monitor records a list ending with IDLE at once (no more outcomes are coming); while a
     task runs or waits here, it gathers on."""
-    harness.sentinel.results = results = Results()
+    harness.sentinel.results = results = FakeResults()
     harness.add_slot(), harness.add_slot()
     harness.push(ticket("a", 0), ticket("b", 0), ticket("c", 0))
     harness.sentinel._dispatch()  # a and b run, c waits

@@ -29,6 +29,7 @@ from django_taskmq.cluster.sentinel import Running, Sentinel, Slot
 from django_taskmq.conf import get_settings
 from django_taskmq.envelope import Envelope
 from django_taskmq.policy.states import JobState
+from tests.fake_results import FakeResults
 from tests.memory_broker import MemoryBroker
 
 
@@ -97,28 +98,6 @@ class FakePusher:
 
     def join(self, timeout: float | None = None) -> None:
         pass
-
-
-class FakeResults:
-    """The result pipe: what the sentinel put on it (it always takes everything at once)."""
-
-    writer = -1
-    pending = 0
-
-    def __init__(self) -> None:
-        self.items: list = []
-
-    def put(self, obj) -> None:
-        self.items.append(obj)
-
-    def flush(self) -> bool:
-        return True
-
-    def drain(self, timeout: float) -> bool:
-        return True
-
-    def close(self) -> None:
-        self.items.append("closed")
 
 
 class FakeMonitor:
