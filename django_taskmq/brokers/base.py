@@ -79,6 +79,13 @@ class Broker(abc.ABC):
     def close(self) -> None:
         """Drop this process's connection (after an error; the next call reconnects)."""
 
+    def connect(self) -> None:
+        """Open this process's connection now, so that the first real call does not wait for it.
+
+        Optional: a broker without a connection to open does nothing. Raises what connecting
+        raises (the store is away); later calls try again.
+        """
+
     @abc.abstractmethod
     def describe(self) -> str:
         """Return a short name of the store for messages ("postgresql 'jobs' at db:5432")."""

@@ -171,6 +171,9 @@ class OrmBroker(Broker):
         with self.write_transaction():
             yield
 
+    def connect(self) -> None:
+        self.connection.ensure_connection()
+
     def close(self) -> None:
         try:
             self.connection.close()

@@ -46,8 +46,20 @@ def run(results: ResultPipe, settings: Settings) -> None:
     from ..signals import post_spawn
 
     broker = get_broker()  # this process's own (a forked child must not share the sentinel's connection)
+    warm_up(broker)
     post_spawn.send(sender=run, proc_name="monitor")
     Monitor(results, broker, settings).serve()
+
+
+def warm_up(broker: Broker) -> None:
+    """Import what recording needs and connect, before the first outcome arrives: done at the first
+    outcome instead, this took about 10 ms here, while the outcomes behind it piled up."""
+    from .. import api, recorder  # noqa: F401  (imported lazily by Monitor.record)
+
+    try:
+        broker.connect()
+    except Exception:  # the database is away: recording reconnects, and logs it, when there is work
+        broker.close()
 
 
 class Monitor:

@@ -10,6 +10,7 @@ heartbeat and runs ``ANALYZE`` on timers. What the processes say to each other i
 
 from __future__ import annotations
 
+import gc
 import logging
 import multiprocessing
 import os
@@ -255,7 +256,13 @@ class Sentinel:
         if own_parent_end is not None:
             foreign.append(own_parent_end)
         process = self.ctx.Process(target=_child, args=(target, args, foreign), name=name, daemon=False)
-        process.start()
+        # Frozen, the objects the child inherits are left out of its garbage collections: a full
+        # collection would otherwise write to every one of them, copying the whole inherited heap.
+        gc.freeze()
+        try:
+            process.start()
+        finally:
+            gc.unfreeze()  # the sentinel's own collections go on as before
         return process
 
     def _spawn_monitor(self) -> None:
