@@ -258,11 +258,13 @@ class Sentinel:
         process = self.ctx.Process(target=_child, args=(target, args, foreign), name=name, daemon=False)
         # Frozen, the objects the child inherits are left out of its garbage collections: a full
         # collection would otherwise write to every one of them, copying the whole inherited heap.
+        frozen_by_the_project = gc.get_freeze_count() > 0  # gc.unfreeze() would thaw those too
         gc.freeze()
         try:
             process.start()
         finally:
-            gc.unfreeze()  # the sentinel's own collections go on as before
+            if not frozen_by_the_project:
+                gc.unfreeze()  # the sentinel's own collections go on as before
         return process
 
     def _spawn_monitor(self) -> None:

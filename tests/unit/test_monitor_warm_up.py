@@ -36,6 +36,3 @@ def test_a_database_that_is_away_at_the_start_does_not_stop_the_monitor():
     warm_up(broker)  # no exception
     assert broker.closed == 1
 
-
-def test_a_broker_without_a_connection_has_nothing_to_open():
-    MemoryBroker(get_settings()).connect()  # the Broker contract's default: nothing to do
