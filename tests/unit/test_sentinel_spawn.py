@@ -19,40 +19,34 @@ def report_frozen(conn) -> None:
     conn.close()
 
 
-def test_a_child_inherits_the_sentinels_objects_frozen_and_the_sentinel_keeps_collecting():
+def frozen_in_a_child() -> int:
+    """Spawn a child as the sentinel spawns its processes; return its ``gc.get_freeze_count()``."""
     settings = get_settings()
     sentinel = Sentinel(settings, MemoryBroker(settings), workers=1)
-    frozen_before = gc.get_freeze_count()
     parent, child = multiprocessing.Pipe()
     process = sentinel._spawn(report_frozen, (child,), "test-child")
     try:
         assert parent.poll(30), "the child said nothing"
-        frozen_in_child = parent.recv()
+        return parent.recv()
     finally:
         process.join(30)
-    child.close()
-    parent.close()
-    assert process.exitcode == 0
+        child.close()
+        parent.close()
+        assert process.exitcode == 0
+
+
+def test_a_child_inherits_the_sentinels_objects_frozen_and_the_sentinel_keeps_collecting():
+    frozen_before = gc.get_freeze_count()
     # Everything the sentinel held at the fork (a Django process: tens of thousands of objects).
-    assert frozen_in_child > frozen_before + 1000
+    assert frozen_in_a_child() > frozen_before + 1000
     assert gc.get_freeze_count() == frozen_before
 
 
 def test_what_the_project_froze_itself_stays_frozen_in_the_sentinel():
-    settings = get_settings()
-    sentinel = Sentinel(settings, MemoryBroker(settings), workers=1)
     gc.freeze()  # as a project may, at start-up
     try:
         frozen = gc.get_freeze_count()
-        parent, child = multiprocessing.Pipe()
-        process = sentinel._spawn(report_frozen, (child,), "test-child")
-        try:
-            assert parent.poll(30), "the child said nothing"
-            assert parent.recv() >= frozen
-        finally:
-            process.join(30)
-        child.close()
-        parent.close()
+        assert frozen_in_a_child() >= frozen
         assert gc.get_freeze_count() >= frozen  # not thawed by the fork
     finally:
         gc.unfreeze()
