@@ -22,7 +22,7 @@ from .exceptions import Defer, Reject, RetryLater
 from .loading import callable_for, is_django_task, resolve
 from .signals import pre_execute
 from .policy.storable import clip_head, clip_tail
-from .signing import seal_result, verify
+from .signing import seal_result, verify_pickled
 
 class Status(str, enum.Enum):
     """How one delivery ended, as the worker (or the sentinel, for a lost one) reports it."""
@@ -76,9 +76,16 @@ class Outcome(NamedTuple):
 
 def unpack(reservation: Reservation, salt: str) -> TaskMessage:
     """Verify and unpickle a reserved package; raise BadPackage with the reason."""
-    envelope = verify(reservation.payload, salt)
+    stripped, envelope, _ = unpack_verified(reservation, salt)
+    return TaskMessage(stripped, envelope)
+
+
+def unpack_verified(reservation: Reservation, salt: str) -> tuple[Reservation, Envelope, bytes]:
+    """:func:`unpack`'s parts: the reservation without its package, the envelope, and the envelope's
+    pickle exactly as its signature was verified (the pusher forwards those bytes)."""
+    envelope, pickled = verify_pickled(reservation.payload, salt)
     # The payload is not needed any more: keep what travels between processes small.
-    return TaskMessage(reservation._replace(payload=""), envelope)
+    return reservation._replace(payload=""), envelope, pickled
 
 
 def execute(message: TaskMessage) -> Outcome:

@@ -39,7 +39,6 @@ from .. import execution as ex
 from ..brokers.base import Reservation
 from ..envelope import Envelope
 from ..execution import Outcome, TaskMessage
-from ..signing import verify_pickled
 
 
 class Want(NamedTuple):
@@ -74,9 +73,7 @@ class Ticket(NamedTuple):
     def verified(cls, reservation: Reservation, salt: str) -> Ticket:
         """Verify the package of ``reservation`` and return its ticket; raise
         :class:`~django_taskmq.exceptions.BadPackage` with the reason."""
-        envelope, pickled = verify_pickled(reservation.payload, salt)
-        # The payload is not needed any more: keep what travels between processes small.
-        return cls._build(reservation._replace(payload=""), envelope, pickled)
+        return cls._build(*ex.unpack_verified(reservation, salt))
 
     @classmethod
     def _build(cls, reservation: Reservation, envelope: Envelope, pickled: bytes) -> Ticket:

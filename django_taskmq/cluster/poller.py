@@ -44,10 +44,13 @@ class Poller:
                 if self._registered.get(fd) != mask:
                     self._poll.register(fd, mask)  # registering again modifies
             self._registered = events
-        # poll() takes milliseconds; rounded up, as the selectors module does, so a short timeout
-        # does not become a busy loop of zero-millisecond polls.
-        ms = None if timeout is None else max(0, math.ceil(timeout * 1000))
-        return [by_fd[fd] for fd, _ in self._poll.poll(ms) if fd in by_fd]
+        return [by_fd[fd] for fd, _ in self._poll.poll(poll_ms(timeout)) if fd in by_fd]
+
+
+def poll_ms(timeout: float | None) -> int | None:
+    """``timeout`` seconds as ``poll()`` takes them, in milliseconds (None: no limit); rounded up,
+    as the selectors module does, so a short timeout does not become a busy loop of 0 ms polls."""
+    return None if timeout is None else max(0, math.ceil(timeout * 1000))
 
 
 def readable(pipe: Connection) -> bool:

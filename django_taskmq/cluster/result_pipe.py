@@ -13,13 +13,14 @@ the sentinel wrote.
 
 from __future__ import annotations
 
-import math
 import os
 import pickle
 import queue
 import select
 import time
 from typing import Any
+
+from .poller import poll_ms
 
 HEADER = 4
 READ_SIZE = 1 << 16
@@ -81,7 +82,7 @@ class ResultPipe:
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 return False
-            poll.poll(max(1, int(remaining * 1000)))
+            poll.poll(poll_ms(remaining))
         return True
 
     def close_reader(self) -> None:
@@ -109,12 +110,7 @@ class ResultPipe:
             if self._readable is None:
                 self._readable = select.poll()
                 self._readable.register(self.reader, select.POLLIN)
-            if not block:
-                wait: int | None = 0
-            elif deadline is None:
-                wait = None
-            else:  # poll() takes milliseconds: rounded up, so a short wait is not a busy loop
-                wait = max(0, math.ceil((deadline - time.monotonic()) * 1000))
+            wait = 0 if not block else poll_ms(None if deadline is None else deadline - time.monotonic())
             if not self._readable.poll(wait):
                 raise queue.Empty
             data = os.read(self.reader, READ_SIZE)

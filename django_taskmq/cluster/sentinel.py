@@ -308,7 +308,7 @@ class Sentinel:
         # Outcomes the result pipe could not take yet: wake when it can (the monitor caught up).
         writable = self.results.writer if self.results is not None and self.results.pending else None
         # Idle, nothing can time out: sleep longer (pipes and process deaths still wake the wait).
-        busy = bool(self.buffer) or any(s.running for s in self.slots)
+        busy = self._holding()
         timeout = self.settings.guard_interval if busy else IDLE_WAIT
         if self.buffer and not self.want_pending:  # an ask for urgent work is due then
             timeout = max(0.0, min(timeout, self._next_urgent - time.monotonic()))
@@ -335,7 +335,7 @@ class Sentinel:
         if self.results is None:
             return
         if self.outbox:
-            if not self.buffer and not any(s.running for s in self.slots):
+            if not self._holding():
                 self.outbox.append(IDLE)  # nothing else is coming: the monitor need not gather
             self.results.put(self.outbox)
             self.outbox = []
@@ -540,7 +540,7 @@ class Sentinel:
         open_slots = [s for s in self.slots if room.get(s.index, 0) > 0]
         tickets = self.buffer.take(sum(room[s.index] for s in open_slots))
         # The one task the cluster holds, nothing running: its worker may record it (worker.OneAtATime).
-        alone = len(tickets) == 1 and not self.buffer and not any(s.running for s in self.slots)
+        alone = len(tickets) == 1 and not self._holding()
         while open_slots and tickets:
             # The most urgent go to distinct workers first; a worker whose send fails is left out
             # and its tasks are shared among the workers after it.
@@ -672,7 +672,11 @@ class Sentinel:
 
     def _idle(self) -> bool:
         """The pusher found nothing ready, and no task waits or runs here."""
-        return self.drained and not self.buffer and not any(s.running for s in self.slots)
+        return self.drained and not self._holding()
+
+    def _holding(self) -> bool:
+        """A task waits here, or runs (or is held) in a worker."""
+        return bool(self.buffer) or any(s.running for s in self.slots)
 
     # -- the stop procedure -------------------------------------------------------------------
     def stop(self) -> None:
