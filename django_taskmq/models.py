@@ -287,6 +287,13 @@ class Schedule(models.Model):
                                                        "(ISO 8601)"))
     options = models.JSONField(default=dict, blank=True,
                                help_text=_("more async_task options for each run, e.g. {\"timeout\": 30}"))
+    tz = models.CharField(_("time zone"), max_length=64, blank=True, default="",
+                          help_text=_("IANA name the schedule's times are read in, e.g. Europe/Berlin; "
+                                      "empty = the project's TIME_ZONE"))
+
+    def zone(self) -> datetime.tzinfo:
+        """The time zone the schedule's wall-clock steps (daily and longer, cron) are computed in."""
+        return cron_policy.zone(self.tz) if self.tz else timezone.get_current_timezone()
 
     def clean(self) -> None:
         """Refuse a function that schedules may not name, and a broken cron or interval."""
@@ -314,6 +321,11 @@ class Schedule(models.Model):
             errors["args"] = f"args must be a JSON list, got {self.args!r}"
         if not isinstance(self.kwargs, dict):
             errors["kwargs"] = f"kwargs must be a JSON object, got {self.kwargs!r}"
+        if self.tz:
+            try:
+                cron_policy.zone(self.tz)
+            except ConfigError as exc:
+                errors["tz"] = str(exc)
         if self.intended_date_kwarg and not self.intended_date_kwarg.isidentifier():
             errors["intended_date_kwarg"] = f"{self.intended_date_kwarg!r} is not a keyword argument name"
         try:

@@ -32,8 +32,11 @@ def schedule(func: Any, *args: Any, name: str | None = None, schedule_type: str 
              minutes: int | None = None, cron: str | None = None, repeats: int = -1,
              next_run: datetime.datetime | None = None, queue: str | None = None, priority: int = 0,
              catch_up: bool | None = None, hook: Any = None, intended_date_kwarg: str | None = None,
-             q_options: dict | None = None, **kwargs: Any) -> Schedule:
+             q_options: dict | None = None, tz: str | None = None, **kwargs: Any) -> Schedule:
     """Create (or replace, by ``name``) a schedule; return it. Bad arguments raise ConfigError.
+
+    ``tz`` names the IANA time zone (``"Europe/Berlin"``) in which daily and longer steps and cron
+    expressions are read, across daylight-saving changes; by default the project's ``TIME_ZONE``.
 
     ``hook`` is each run's hook; ``intended_date_kwarg`` names a keyword argument that receives the
     run's due time (ISO 8601); ``q_options`` holds more ``async_task`` options for each run
@@ -41,14 +44,14 @@ def schedule(func: Any, *args: Any, name: str | None = None, schedule_type: str 
     """
     return save_schedule(func, args, kwargs, name=name, schedule_type=schedule_type, minutes=minutes, cron=cron,
                          repeats=repeats, next_run=next_run, queue=queue, priority=priority, catch_up=catch_up,
-                         hook=hook, intended_date_kwarg=intended_date_kwarg, q_options=q_options)
+                         hook=hook, intended_date_kwarg=intended_date_kwarg, q_options=q_options, tz=tz)
 
 
 def save_schedule(func: Any, args: Sequence[Any] = (), kwargs: dict[str, Any] | None = None, *,
                   name: str | None = None, schedule_type: str = Schedule.ONCE, minutes: int | None = None,
                   cron: str | None = None, repeats: int = -1, next_run: datetime.datetime | None = None,
                   queue: str | None = None, priority: int = 0, catch_up: bool | None = None, hook: Any = None,
-                  intended_date_kwarg: str | None = None, q_options: dict | None = None,
+                  intended_date_kwarg: str | None = None, q_options: dict | None = None, tz: str | None = None,
                   replace: bool = True) -> Schedule:
     """:func:`schedule` with the call's arguments given as a list and a dict, so that any keyword
     argument name is the function's. ``replace=False`` refuses a name already taken (ConfigError)."""
@@ -67,6 +70,8 @@ def save_schedule(func: Any, args: Sequence[Any] = (), kwargs: dict[str, Any] | 
     except ValueError:
         raise ConfigError(f"schedule_type {schedule_type!r} is not one of {[t.value for t in cron_policy.ScheduleType]}") from None
     cron_policy.validate(kind, minutes, cron)
+    if tz is not None:
+        cron_policy.zone(tz)
     if next_run is not None and timezone.is_naive(next_run):
         raise ConfigError("next_run must be an aware datetime")
     try:
@@ -81,7 +86,7 @@ def save_schedule(func: Any, args: Sequence[Any] = (), kwargs: dict[str, Any] | 
         defaults=dict(func=path, args=list(args), kwargs=kwargs, schedule_type=kind.value, minutes=minutes,
                       cron=cron, repeats=repeats, next_run=next_run or timezone.now(), queue=queue,
                       priority=priority, catch_up=catch_up, hook=hook, intended_date_kwarg=intended_date_kwarg,
-                      options=options),
+                      options=options, tz=tz or ""),
     )
     return obj
 
@@ -94,7 +99,6 @@ def tick(settings: Settings | None = None, now: datetime.datetime | None = None,
     """
     settings = settings or get_settings()
     now = now or timezone.now()
-    tz = timezone.get_current_timezone()
     broker = broker or get_broker()
     fired = []
     with broker.atomic(write=True):
@@ -103,7 +107,7 @@ def tick(settings: Settings | None = None, now: datetime.datetime | None = None,
                 # A savepoint per schedule: one broken schedule (edited in the admin, say) is
                 # disabled and logged, and the others still fire.
                 with broker.atomic():
-                    fired.append(_fire(item, settings, now, tz))
+                    fired.append(_fire(item, settings, now))
             except DatabaseError:
                 raise  # the database is away: leave every schedule as it is for the next tick
             except ConfigError as exc:
@@ -115,7 +119,7 @@ def tick(settings: Settings | None = None, now: datetime.datetime | None = None,
     return fired
 
 
-def _fire(item: Schedule, settings: Settings, now: datetime.datetime, tz) -> str:
+def _fire(item: Schedule, settings: Settings, now: datetime.datetime) -> str:
     """Enqueue one due schedule and move it to its next run; return the job id."""
     # The row is not signed: whoever can edit it chooses func and hook, so only allowed functions fire.
     check_allowed(item.func, settings)
@@ -138,7 +142,8 @@ def _fire(item: Schedule, settings: Settings, now: datetime.datetime, tz) -> str
     item.last_job = job_id
     kind = cron_policy.ScheduleType(item.schedule_type)
     catch_up = settings.catch_up if item.catch_up is None else item.catch_up
-    following = cron_policy.advance(kind, item.next_run, now, catch_up=catch_up, minutes=item.minutes, cron=item.cron, tz=tz)
+    following = cron_policy.advance(kind, item.next_run, now, catch_up=catch_up, minutes=item.minutes, cron=item.cron,
+                                   tz=item.zone())
     if item.repeats > 0:
         item.repeats -= 1
     if following is None:

@@ -51,13 +51,13 @@ class ScheduleForm(forms.ModelForm):
     class Meta:
         model = Schedule
         fields = ("name", "func", "args", "kwargs", "schedule_type", "minutes", "cron", "repeats", "next_run", "queue",
-                  "priority", "catch_up", "paused", "hook", "intended_date_kwarg", "options")
+                  "priority", "catch_up", "paused", "hook", "intended_date_kwarg", "options", "tz")
         help_texts = {
             "func": _("dotted path of a function in an allowed task module, e.g. myapp.tasks.send_report"),
             "args": _('positional arguments as a JSON list, e.g. [42, "monthly"]'),
             "kwargs": _('keyword arguments as a JSON object, e.g. {"dry_run": false}'),
             "minutes": _("for the Minutes type: the interval in minutes"),
-            "cron": _("for the Cron type: a cron expression, e.g. */15 * * * * (in the project's time zone)"),
+            "cron": _("for the Cron type: a cron expression, e.g. */15 * * * * (in the schedule's time zone)"),
         }
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:

@@ -35,7 +35,10 @@ def next_runs(schedule: Schedule, count: int = NEXT_RUNS) -> list:
     if schedule.repeats == 0 or schedule.next_run is None:
         return []
     limit = count if schedule.repeats < 0 else min(count, schedule.repeats)
-    tz = timezone.get_current_timezone()
+    try:
+        tz = schedule.zone()
+    except ConfigError:
+        return [schedule.next_run]
     runs = [schedule.next_run]
     while len(runs) < limit:
         try:
@@ -59,8 +62,8 @@ class ScheduleAdmin(admin.ModelAdmin):
     readonly_fields = ("upcoming", "last_job_link")
     fieldsets = (
         (None, {"fields": ("name", "func", "args", "kwargs")}),
-        (_("When"), {"fields": ("schedule_type", "minutes", "cron", "repeats", "next_run", "catch_up", "paused",
-                                "upcoming")}),
+        (_("When"), {"fields": ("schedule_type", "minutes", "cron", "tz", "repeats", "next_run", "catch_up",
+                                "paused", "upcoming")}),
         (_("Where"), {"fields": ("queue", "priority")}),
         (_("More"), {"fields": ("hook", "intended_date_kwarg", "options"), "classes": ("collapse",)}),
         (_("Last run"), {"fields": ("last_job_link",)}),
@@ -108,12 +111,15 @@ class ScheduleAdmin(admin.ModelAdmin):
         runs = next_runs(schedule)
         if not runs:
             return str(_("none: the schedule is used up"))
-        zone = timezone.get_current_timezone_name()
-        items = format_html_join("", "<li>{}</li>", ((date_format(timezone.localtime(r), "DATETIME_FORMAT"),)
+        try:
+            zone = schedule.zone()
+        except ConfigError:
+            zone = timezone.get_current_timezone()
+        items = format_html_join("", "<li>{}</li>", ((date_format(timezone.localtime(r, zone), "DATETIME_FORMAT"),)
                                                      for r in runs))
         paused = _(" (paused: none of these fires until it is resumed)") if schedule.paused else ""
         return format_html("<ol style='margin: 0; padding-left: 1.5em;'>{}</ol><div class='help'>{}{}</div>", items,
-                           _("in the project's time zone, {}").format(zone), paused)
+                           _("in the schedule's time zone, {}").format(zone), paused)
 
     # -- pause and resume ---------------------------------------------------------------------
     @admin.action(description=_("Pause selected schedules"), permissions=["change"])

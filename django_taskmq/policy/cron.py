@@ -126,6 +126,18 @@ def _utc(value: datetime) -> datetime:
     return value.astimezone(timezone.utc)
 
 
+def zone(name: str) -> tzinfo:
+    """Return the IANA time zone ``name`` (``Europe/Berlin``); ConfigError names what is wrong."""
+    from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+    if not isinstance(name, str) or not name:
+        raise ConfigError(f"tz must be an IANA time zone name such as 'Europe/Berlin', got {name!r}")
+    try:
+        return ZoneInfo(name)
+    except (ZoneInfoNotFoundError, ValueError):
+        raise ConfigError(f"tz {name!r} is not a known IANA time zone (e.g. 'Europe/Berlin', 'UTC')") from None
+
+
 def validate(schedule_type: ScheduleType | str, minutes: int | None, cron: str | None) -> None:
     """Raise ConfigError unless ``minutes``/``cron`` suit ``schedule_type``."""
     kind = _schedule_type(schedule_type)
