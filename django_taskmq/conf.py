@@ -78,6 +78,7 @@ class Settings:
     max_result_size: int | None = MIB * 10
     task_modules: tuple[str, ...] | None = None
     metrics_token: str | None = None
+    health_port: int | None = None
     cache: str = "default"
     cached: bool | float = False
     label: str | None = None
@@ -235,6 +236,7 @@ _VALIDATORS = {
     "max_result_size": lambda k, v: _number(k, v, minimum=1, integer=True, optional=True),
     "task_modules": _modules,
     "metrics_token": _token,
+    "health_port": lambda k, v: _number(k, v, minimum=1, maximum=65535, integer=True, optional=True),
     "cache": _name,
     "cached": _cached,
     "label": _label,

@@ -47,6 +47,10 @@ def run(results: ResultPipe, settings: Settings) -> None:
 
     broker = get_broker()  # this process's own (a forked child must not share the sentinel's connection)
     warm_up(broker)
+    if settings.health_port is not None:
+        from .health_server import serve
+
+        serve(settings.health_port)
     post_spawn.send(sender=run, proc_name="monitor")
     Monitor(results, broker, settings).serve()
 

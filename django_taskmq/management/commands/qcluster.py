@@ -1,3 +1,5 @@
+import dataclasses
+
 from django.core.management.base import BaseCommand, CommandError
 
 from django_taskmq.conf import MAX_THREADS, get_settings
@@ -18,6 +20,9 @@ class Command(BaseCommand):
         parser.add_argument("-t", "--threads", type=int,
                             help="tasks each worker runs at once, in threads; default TASKMQ['threads']")
         parser.add_argument("--burst", action="store_true", help="drain what is ready, then stop")
+        parser.add_argument("--health-port", type=int, metavar="PORT",
+                            help="serve /health/live and /health/ready over HTTP on PORT; default "
+                                 "TASKMQ['health_port'] (none)")
 
     def handle(self, *args, **options):
         from django_taskmq.brokers import get_broker
@@ -40,6 +45,10 @@ class Command(BaseCommand):
                     settings.check_queue(queue)
             except ConfigError as exc:
                 raise CommandError(str(exc)) from exc
+        if options.get("health_port") is not None:
+            if not 1 <= options["health_port"] <= 65535:
+                raise CommandError("--health-port must be from 1 to 65535")
+            settings = dataclasses.replace(settings, health_port=options["health_port"])
         if options["workers"] is not None and options["workers"] < 1:
             raise CommandError("--workers must be at least 1")
         if options["threads"] is not None and not 1 <= options["threads"] <= MAX_THREADS:
