@@ -12,15 +12,22 @@ from django_taskmq.exceptions import ConfigError
 
 
 class Command(BaseCommand):
-    help = "Print the settings in force as a TASKMQ dict, or (--from-q-cluster) the TASKMQ equivalent of Q_CLUSTER."
+    help = ("Print the settings in force as a TASKMQ dict, (--from-q-cluster) the TASKMQ equivalent of Q_CLUSTER, "
+            "or (--check) every problem a cluster would refuse, one line each.")
+    requires_system_checks: list[str] = []  # --check runs django_taskmq's own and reports them one a line
 
     def add_arguments(self, parser):
         parser.add_argument("--from-q-cluster", action="store_true",
                             help="translate django-q2's Q_CLUSTER setting into TASKMQ; list the keys left out")
+        parser.add_argument("--check", action="store_true",
+                            help="check settings, database, migrations, task modules and schedules as a cluster "
+                                 "would; exit 1 with one line per problem")
 
-    def handle(self, *args, from_q_cluster, **options):
+    def handle(self, *args, from_q_cluster, check=False, **options):
         if from_q_cluster:
             return self.translate()
+        if check:
+            return self.check_all()
         try:
             settings = get_settings()
         except ConfigError as exc:
@@ -29,6 +36,16 @@ class Command(BaseCommand):
             "Q_CLUSTER" if getattr(django_settings, "Q_CLUSTER", None) is not None else "the defaults")
         self.stdout.write(f"# in force, read from {source}")
         self.stdout.write("TASKMQ = " + pprint.pformat(_plain(settings), sort_dicts=False))
+
+    def check_all(self) -> None:
+        from django_taskmq.config_check import problems
+
+        found = list(problems())
+        for line in found:
+            self.stderr.write(line)
+        if found:
+            raise SystemExit(1)
+        self.stdout.write("qconfig --check: no problem found")
 
     def translate(self) -> None:
         value = getattr(django_settings, q_cluster.SETTING, None)
