@@ -89,9 +89,9 @@ def fill(rows: int) -> None:
                 f"1, 1, 0, 5, unixepoch('now') - i * 86400.0 / {rows}, {at}, {at}, {at}, "
                 f"CASE WHEN i % 50 IN (0, 1) THEN 'TaskFailed: boom' ELSE '' END, '' FROM s")
         cursor.execute(
-            f"INSERT INTO {DeadLetter._meta.db_table} (job_id, queue, reason, error, deliveries, failed_at, "
-            f"replayed_at, replay_count) SELECT id, queue, 'max deliveries exceeded: failed 5 times', error, 5, "
-            f"finished_at, finished_at, 1 FROM {Job._meta.db_table} WHERE state = 'DEAD'")
+            f"INSERT INTO {DeadLetter._meta.db_table} (job_id, queue, task_name, reason, error, deliveries, failed_at, "
+            f"replayed_at, replay_count) SELECT id, queue, task_name, 'max deliveries exceeded: failed 5 times', "
+            f"error, 5, finished_at, finished_at, 1 FROM {Job._meta.db_table} WHERE state = 'DEAD'")
         cursor.execute(
             f"UPDATE {DeadLetter._meta.db_table} SET replayed_at = NULL, replay_count = 0 "
             f"WHERE id IN (SELECT id FROM {DeadLetter._meta.db_table} ORDER BY id LIMIT 100)")
@@ -149,6 +149,50 @@ def dashboard_page():
     return render
 
 
+def admin_pages() -> dict:
+    """The admin's list pages, each default filter and search, and a job page, for a superuser:
+    ``{name: callable rendering it once}``."""
+    from django.contrib.auth.models import User
+    from django.test import Client
+
+    from django_taskmq.models import DeadLetter, Job
+
+    user, _ = User.objects.get_or_create(username="bench", defaults={"is_staff": True, "is_superuser": True})
+    client = Client()
+    client.force_login(user)
+    failed = Job.objects.filter(state="FAILED").order_by("-id").values_list("id", flat=True).first()
+    letter = DeadLetter.objects.order_by("-id").values_list("id", flat=True).first()
+    jobs, letters = "/admin/django_taskmq/job/", "/admin/django_taskmq/deadletter/"
+    pages = {
+        "job list": jobs,
+        "job list, state FAILED": jobs + "?state__exact=FAILED",
+        "job list, state QUEUED": jobs + "?state__exact=QUEUED",
+        "job list, queue emails": jobs + "?queue=emails",
+        "job list, priority 4": jobs + "?priority=4",
+        "job list, cluster bench": jobs + "?cluster=bench",
+        "job list, group g1": jobs + "?group=g1",
+        "job list, search an id": jobs + f"?q={failed}",
+        "job list, search a task name": jobs + "?q=tasks.noop",
+        "job list, search a task name not there": jobs + "?q=nothing.like.this",
+        "job page (a failed job)": f"{jobs}{failed}/change/",
+        "dead-letter list": letters,
+        "dead-letter list, queue emails": letters + "?queue=emails",
+        "dead-letter list, waiting": letters + "?replayed=no",
+        "dead-letter list, reason failed": letters + "?reason=failed",
+        "dead-letter list, search an error": letters + "?q=boom",
+        "dead-letter page": f"{letters}{letter}/change/",
+    }
+
+    def page(url: str):
+        def render() -> None:
+            response = client.get(url)
+            assert response.status_code == 200, (url, response.status_code)
+
+        return render
+
+    return {f"admin: {name}": page(url) for name, url in pages.items()}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--engine", choices=("sqlite", "postgresql"), default="sqlite")
@@ -175,6 +219,7 @@ def main() -> None:
     }
     if not args.no_page:
         cases["dashboard page (admin, rendered)"] = dashboard_page()
+        cases.update(admin_pages())
     print(f"\n{connection.vendor}, {args.rows} finished jobs, median and slowest of {args.runs} runs")
     for name, case in cases.items():
         case()  # warm up

@@ -16,6 +16,7 @@ from django.utils.translation import gettext_lazy as _
 from ..conf import get_settings
 from ..models import Cluster
 from ..policy.priority import MAX_PRIORITY, MIN_PRIORITY
+from .window import newest
 
 
 class ValueFilter(admin.SimpleListFilter):
@@ -53,6 +54,11 @@ class ClusterFilter(ValueFilter):
     def lookups(self, request, model_admin):
         names = Cluster.objects.order_by("name").values_list("name", flat=True).distinct()
         return [(name, name) for name in names]
+
+    def queryset(self, request, queryset: QuerySet) -> QuerySet:
+        # No index on the label: among the newest jobs only (see admin/window.py).
+        value = self.value()
+        return queryset.filter(newest(queryset), cluster=value) if value not in (None, "") else queryset
 
 
 class InputFilter(admin.SimpleListFilter):

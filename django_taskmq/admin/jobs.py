@@ -18,11 +18,13 @@ from django.urls import reverse
 from django.utils.translation import gettext_lazy as _, ngettext
 
 from ..brokers import get_broker
-from ..models import Job, State
+from ..models import IdempotencyKey, Job, State
 from . import confirm, job_page
 from .display import between, duration, monospace, short_time, state_badge
 from .filters import ClusterFilter, GroupFilter, PriorityFilter, QueueFilter
 from .forms import RequeueForm
+from .paginator import CappedPaginator
+from .window import newest
 
 HEAVY = ("payload", "result_package", "traceback", "attempt_log")  # never loaded by a list page
 RETRYABLE = (State.FAILED, State.DEAD, State.EXPIRED, State.CANCELLED)
@@ -68,6 +70,7 @@ class JobAdmin(ReadOnlyMixin, admin.ModelAdmin):
     list_filter = ("state", QueueFilter, PriorityFilter, ClusterFilter, GroupFilter)
     ordering = ("-id",)
     show_full_result_count = False  # one COUNT(*) of the whole table per page is enough
+    paginator = CappedPaginator  # a COUNT(*) of millions of rows takes seconds
     list_per_page = 50
     actions = ["retry_jobs", "cancel_jobs"]
     exclude = HEAVY[:2]  # the signed package and the raw result: shown verified instead
@@ -93,12 +96,14 @@ class JobAdmin(ReadOnlyMixin, admin.ModelAdmin):
         return queryset.defer(*HEAVY) if _is_list(request) else queryset
 
     def get_search_results(self, request, queryset, search_term):
-        """Search by job id, idempotency key and group (exact), task name and function (contained)."""
+        """Search by job id, group and live idempotency key (exact, the whole table), and by a part
+        of the task name or function or an expired key among the newest jobs (see :mod:`.window`)."""
         term = search_term.strip()
         if not term:
             return queryset, False
-        return queryset.filter(Q(pk=term) | Q(key=term) | Q(group=term) | Q(task_name__icontains=term)
-                               | Q(func__icontains=term)), False
+        keyed = IdempotencyKey.objects.using(queryset.db).filter(key=term).values_list("job_id", flat=True)
+        recent = newest(queryset) & (Q(key=term) | Q(task_name__icontains=term) | Q(func__icontains=term))
+        return queryset.filter(Q(pk=term) | Q(group=term) | Q(pk__in=list(keyed)) | recent), False
 
     def has_search(self) -> bool:
         return True

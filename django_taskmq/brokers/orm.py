@@ -20,7 +20,7 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any, NamedTuple
 
 from django.db import connections, transaction
-from django.db.models import F
+from django.db.models import F, OuterRef, Subquery
 from django.db.models.signals import post_delete, pre_delete
 from django.utils import timezone
 
@@ -630,6 +630,9 @@ class OrmBroker(Broker):
                                          error=error or last_errors.get(job_id) or "", deliveries=deliveries,
                                          failed_at=timezone.now()))
         DeadLetter.objects.using(self.alias).bulk_create(buried)
+        if buried:  # one statement copies the task names (the letter is searched by it, see models)
+            DeadLetter.objects.using(self.alias).filter(job_id__in=[d.job_id for d in buried], task_name="").update(
+                task_name=Subquery(Job.objects.using(self.alias).filter(pk=OuterRef("job_id")).values("task_name")[:1]))
         if buried and job_dead.has_listeners():
             transaction.on_commit(lambda: [
                 job_dead.send_robust(sender=Job, job_id=d.job_id, queue=d.queue, reason=d.reason) for d in buried
