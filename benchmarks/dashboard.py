@@ -199,6 +199,7 @@ def main() -> None:
     parser.add_argument("--rows", type=int, default=1_000_000)
     parser.add_argument("--runs", type=int, default=7)
     parser.add_argument("--no-page", action="store_true", help="time the queries only, not the admin page")
+    parser.add_argument("--only", help="time only the cases whose name contains this text")
     args = parser.parse_args()
     setup(args.engine)
     fill(args.rows)
@@ -220,6 +221,8 @@ def main() -> None:
     if not args.no_page:
         cases["dashboard page (admin, rendered)"] = dashboard_page()
         cases.update(admin_pages())
+    if args.only:
+        cases = {name: case for name, case in cases.items() if args.only in name}
     print(f"\n{connection.vendor}, {args.rows} finished jobs, median and slowest of {args.runs} runs")
     for name, case in cases.items():
         case()  # warm up

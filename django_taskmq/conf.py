@@ -19,6 +19,7 @@ from .compat import q_cluster
 from .exceptions import ConfigError
 from .policy.backoff import Retry
 from .policy.flow import Rate, check_limit, parse_rate
+from .policy import retention as retention_policy
 
 SETTING = "TASKMQ"
 MIB = 1024 * 1024
@@ -79,6 +80,7 @@ class Settings:
     task_modules: tuple[str, ...] | None = None
     metrics_token: str | None = None
     health_port: int | None = None
+    retention: Mapping[str, float | None] = field(default_factory=lambda: dict(retention_policy.DEFAULTS))
     cache: str = "default"
     cached: bool | float = False
     label: str | None = None
@@ -196,6 +198,20 @@ def _label(key: str, value: Any) -> str | None:
     return None if value is None else _name(key, value)
 
 
+def _retention(value: Any) -> dict[str, float | None]:
+    if not isinstance(value, Mapping):
+        raise _fail("retention", f"must be a dict of seconds per final state, got {value!r}")
+    unknown = sorted(set(value) - set(retention_policy.STATES))
+    if unknown:
+        raise _fail("retention", f"has unknown key(s) {unknown}; known: {list(retention_policy.STATES)}")
+    for state, seconds in value.items():
+        if seconds is not None and (isinstance(seconds, bool) or not isinstance(seconds, (int, float))
+                                    or not math.isfinite(seconds) or seconds <= 0):
+            raise ConfigError(f"{SETTING}['retention'][{state!r}] must be a number of seconds > 0, or None "
+                              f"(keep for ever), got {seconds!r}")
+    return retention_policy.merged(value)
+
+
 def _retry(value: Any) -> Retry:
     if isinstance(value, Retry):
         return value
@@ -237,6 +253,7 @@ _VALIDATORS = {
     "task_modules": _modules,
     "metrics_token": _token,
     "health_port": lambda k, v: _number(k, v, minimum=1, maximum=65535, integer=True, optional=True),
+    "retention": lambda k, v: _retention(v),
     "cache": _name,
     "cached": _cached,
     "label": _label,

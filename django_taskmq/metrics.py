@@ -19,6 +19,11 @@ Counters, summed over the clusters' heartbeats (``counts["queues"]``):
 ``taskmq_jobs_finished_total{queue, outcome}``
     tasks finished by the workers per queue and outcome: ``succeeded``, ``failed``, ``timeout``,
     ``crash``
+
+Counter, from the pruning chore's row (:class:`~.models.Chore`):
+
+``taskmq_pruned_jobs_total``
+    finished jobs deleted by retention and ``save_limit`` (by the clusters and ``qprune``)
 """
 
 from __future__ import annotations
@@ -82,6 +87,9 @@ class TaskMQCollector(Collector):
         for (queue, outcome), value in sorted(monitoring.finished_counters(self.alias).items()):
             finished.add_metric([queue, OUTCOME_LABELS.get(outcome, outcome)], value)
         yield finished
+
+        yield CounterMetricFamily("taskmq_pruned_jobs", "Finished jobs deleted by retention and save_limit.",
+                                  value=monitoring.pruning(self.alias)["deleted"])
 
 
 def exposition(alias: str | None = None) -> bytes:

@@ -105,6 +105,9 @@ class Job(models.Model):
             # The dashboard's and the metrics' failures of the last hour (FAILED and DEAD jobs).
             models.Index(fields=["finished_at"], condition=Q(state__in=[State.FAILED, State.DEAD]),
                          name="taskmq_job_failed"),
+            # Retention: the expired and cancelled jobs, oldest first.
+            models.Index(fields=["finished_at"], condition=Q(state__in=[State.EXPIRED, State.CANCELLED]),
+                         name="taskmq_job_ended"),
             models.Index(fields=["group"], condition=Q(group__isnull=False), name="taskmq_job_group"),
             models.Index(fields=["state", "queue"], name="taskmq_job_state_queue"),
             # Counting the running jobs of a key: only running keyed rows are in it.
@@ -395,6 +398,23 @@ class QueueState(models.Model):
 
     class Meta:
         verbose_name = _("queue state")
+
+
+class Chore(models.Model):
+    """Upkeep that one cluster at a time does for all (deleting old jobs): who holds it, until when
+    (epoch seconds, renewed while the holder runs), and what it did."""
+
+    name = models.CharField(primary_key=True, max_length=50)
+    owner = models.CharField(max_length=100, blank=True, default="")
+    until = models.FloatField(default=0.0)
+    deleted = models.BigIntegerField(_("rows deleted"), default=0)
+    last_run = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        verbose_name = _("chore")
+
+    def __str__(self) -> str:
+        return self.name
 
 
 class IdempotencyKey(models.Model):

@@ -23,6 +23,7 @@ from django.utils import timezone
 
 from .conf import get_settings
 from .models import READY_STATES, Cluster, DeadLetter, Job
+from .policy import retention as retention_policy
 from .policy.states import JobState
 
 #: A cluster is alive while its heartbeat is younger than this (seconds) and it has not stopped.
@@ -150,6 +151,23 @@ def queue_stats(alias: str | None = None, now: float | None = None) -> list[Queu
     for queue in stats.values():
         queue.ready = dict(sorted(queue.ready.items(), reverse=True))
     return sorted(stats.values(), key=lambda q: q.name)
+
+
+def pruning(alias: str | None = None) -> dict[str, Any]:
+    """What deletes old jobs: the retention in force, the cluster holding the pruning chore (empty
+    when none holds it now), the rows deleted in all, and when it last ran."""
+    from .models import Chore
+
+    alias = _alias(alias)
+    row = Chore.objects.using(alias).filter(name=retention_policy.CHORE).first()
+    held = row is not None and row.until >= time.time()
+    return {
+        "retention": dict(get_settings().retention),
+        "save_limit": get_settings().save_limit,
+        "holder": row.owner if held and row else "",
+        "deleted": row.deleted if row else 0,
+        "last_run": row.last_run.isoformat() if row and row.last_run else None,
+    }
 
 
 def clusters_alive(alias: str | None = None, now: datetime.datetime | None = None,

@@ -68,6 +68,13 @@ class Letter:
     replayed: bool = False
 
 
+def _epoch(value: Any) -> float:
+    """A finished_at as epoch seconds (the recorder gives floats, a test may give a datetime)."""
+    if value is None:
+        return float("inf")
+    return value.timestamp() if hasattr(value, "timestamp") else float(value)
+
+
 def _unused(name: str) -> NotImplementedError:
     return NotImplementedError(f"MemoryBroker.{name}: the cluster's pure parts do not use it; test it on a real broker")
 
@@ -89,6 +96,8 @@ class MemoryBroker(Broker):
         self.transactions = 0  # outermost atomic() blocks
         self.closes = 0
         self._last_reclaim = 0.0  # time.time() of the last sweep reserve() did itself
+        self._chores: dict[str, tuple[str, float]] = {}  # chore -> (owner, held until)
+        self.chore_deleted: dict[str, int] = {}
 
     def job(self, job_id: str) -> Job:
         return self._jobs[job_id]
@@ -380,6 +389,27 @@ class MemoryBroker(Broker):
         for key in expired:
             del self._keys[key]
         return len(expired)
+
+    def delete_finished(self, state: str, before: float, batch: int = 500) -> int:
+        old = sorted((j for j in self._jobs.values() if j.state == state and _epoch(j.finished_at) < before),
+                     key=lambda j: _epoch(j.finished_at))[:batch]
+        for job in old:
+            del self._jobs[job.id]
+        self.letters = [letter for letter in self.letters if letter.job_id in self._jobs]
+        return len(old)
+
+    def count_finished(self, state: str, before: float) -> int:
+        return sum(1 for j in self._jobs.values() if j.state == state and _epoch(j.finished_at) < before)
+
+    def hold_chore(self, name: str, owner: str, seconds: float) -> bool:
+        holder, until = self._chores.get(name, (owner, 0.0))
+        if holder != owner and until >= time.time():
+            return False
+        self._chores[name] = (owner, time.time() + seconds)
+        return True
+
+    def chore_done(self, name: str, deleted: int) -> None:
+        self.chore_deleted[name] = self.chore_deleted.get(name, 0) + deleted
 
     def analyze(self) -> None:
         return None

@@ -96,14 +96,18 @@ class JobAdmin(ReadOnlyMixin, admin.ModelAdmin):
         return queryset.defer(*HEAVY) if _is_list(request) else queryset
 
     def get_search_results(self, request, queryset, search_term):
-        """Search by job id, group and live idempotency key (exact, the whole table), and by a part
-        of the task name or function or an expired key among the newest jobs (see :mod:`.window`)."""
+        """Search by job id, group and live idempotency key (exact, the whole table); when none
+        matches, by a part of the task name or function or an expired key among the newest jobs
+        (see :mod:`.window`)."""
         term = search_term.strip()
         if not term:
             return queryset, False
         keyed = IdempotencyKey.objects.using(queryset.db).filter(key=term).values_list("job_id", flat=True)
-        recent = newest(queryset) & (Q(key=term) | Q(task_name__icontains=term) | Q(func__icontains=term))
-        return queryset.filter(Q(pk=term) | Q(group=term) | Q(pk__in=list(keyed)) | recent), False
+        exact = queryset.filter(Q(pk=term) | Q(group=term) | Q(pk__in=list(keyed)))
+        if exact.exists():  # an id, a group or a key: what was looked for, through indexes
+            return exact, False
+        return queryset.filter(newest(queryset), Q(key=term) | Q(task_name__icontains=term)
+                               | Q(func__icontains=term)), False
 
     def has_search(self) -> bool:
         return True

@@ -27,5 +27,6 @@ class CappedPaginator(Paginator):
 
     @cached_property
     def count(self) -> int:
-        found = self.object_list[:CAP + 1].count()
+        # Without the list's ORDER BY: the count then stops at CAP + 1 rows instead of sorting them all.
+        found = self.object_list.order_by()[:CAP + 1].count()
         return AtLeast(found) if found > CAP else found

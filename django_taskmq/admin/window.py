@@ -12,7 +12,7 @@ from __future__ import annotations
 from django.db.models import Q, QuerySet
 
 #: Jobs, newest first, that a search by task name or a filter on the cluster reads at most.
-WINDOW = 50_000
+WINDOW = 20_000
 
 
 def newest(queryset: QuerySet) -> Q:

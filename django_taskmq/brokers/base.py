@@ -260,6 +260,24 @@ class Broker(abc.ABC):
         """Delete idempotency keys whose TTL ran out, at most ``batch``; return how many."""
 
     @abc.abstractmethod
+    def delete_finished(self, state: str, before: float, batch: int = 500) -> int:
+        """Delete at most ``batch`` jobs in the final ``state`` that finished before the epoch time
+        ``before``, oldest first, with their dead letters; return how many jobs."""
+
+    @abc.abstractmethod
+    def count_finished(self, state: str, before: float) -> int:
+        """Return how many jobs in the final ``state`` finished before the epoch time ``before``."""
+
+    @abc.abstractmethod
+    def hold_chore(self, name: str, owner: str, seconds: float) -> bool:
+        """Take the chore ``name`` (upkeep one cluster does for all) for ``owner`` for ``seconds``, or
+        keep it; return False while another owner holds it."""
+
+    @abc.abstractmethod
+    def chore_done(self, name: str, deleted: int) -> None:
+        """Add ``deleted`` to the rows the chore ``name`` deleted, and note that it ran now."""
+
+    @abc.abstractmethod
     def analyze(self) -> None:
         """Refresh the store's statistics where it keeps any (a no-op elsewhere)."""
 

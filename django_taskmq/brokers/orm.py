@@ -20,13 +20,13 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any, NamedTuple
 
 from django.db import connections, transaction
-from django.db.models import F, OuterRef, Subquery
+from django.db.models import F, OuterRef, Q, Subquery
 from django.db.models.signals import post_delete, pre_delete
 from django.utils import timezone
 
 from ..conf import Settings
 from ..exceptions import ConfigError, LeaseLost
-from ..models import Cluster, DeadLetter, IdempotencyKey, Job, QueueState, Schedule, State
+from ..models import Chore, Cluster, DeadLetter, IdempotencyKey, Job, QueueState, Schedule, State
 from ..policy import attempts, pick
 from ..policy.priority import validate_priority
 from ..policy.states import HAS_DELIVERIES_LEFT_SQL, TRANSITIONS, Event, JobState, used_up
@@ -1012,18 +1012,41 @@ class OrmBroker(Broker):
             Job.objects.using(self.alias).filter(state=State.SUCCEEDED).order_by("-finished_at")
             .values_list("pk", flat=True)[keep:keep + batch]
         )
+        return self._delete_jobs(ids, JobState.SUCCEEDED.value)
+
+    def delete_finished(self, state: str, before: float, batch: int = 500) -> int:
+        ids = list(Job.objects.using(self.alias).filter(state=state, finished_at__lt=_aware(before))
+                   .order_by("finished_at").values_list("pk", flat=True)[:batch])
+        return self._delete_jobs(ids, state)
+
+    def count_finished(self, state: str, before: float) -> int:
+        return Job.objects.using(self.alias).filter(state=state, finished_at__lt=_aware(before)).count()
+
+    def _delete_jobs(self, ids: list[str], state: str) -> int:
+        """Delete the jobs of ``ids`` still in ``state``, with their dead letters; return how many."""
         if not ids:
             return 0
         if pre_delete.has_listeners(Job) or post_delete.has_listeners(Job):  # the project's receivers run
-            return Job.objects.using(self.alias).filter(pk__in=ids, state=State.SUCCEEDED).delete()[0]
+            return Job.objects.using(self.alias).filter(pk__in=ids, state=state).delete()[0]
         # Two statements instead of Django's collector (a query per relation, then per batch): the
         # monitor prunes while the cluster runs, and at thousands of jobs a second this was a third
-        # of its time. A dead letter of a job that later succeeded goes with it (CASCADE).
+        # of its time. A job's dead letters go with it (CASCADE).
         with self.write_transaction() as cursor:
             cursor.execute(f"DELETE FROM {DEAD_LETTER} WHERE job_id IN ({marks(len(ids))})", ids)
-            cursor.execute(f"DELETE FROM {JOB} WHERE id IN ({marks(len(ids))}) AND state = %s",
-                           [*ids, JobState.SUCCEEDED.value])
+            cursor.execute(f"DELETE FROM {JOB} WHERE id IN ({marks(len(ids))}) AND state = %s", [*ids, state])
             return cursor.rowcount
+
+    def hold_chore(self, name: str, owner: str, seconds: float) -> bool:
+        now = time.time()
+        chores = Chore.objects.using(self.alias)
+        if chores.filter(Q(until__lt=now) | Q(owner=owner), name=name).update(owner=owner, until=now + seconds):
+            return True
+        # The first time: one of the clusters that race here creates the row, the others see it.
+        return chores.get_or_create(name=name, defaults={"owner": owner, "until": now + seconds})[1]
+
+    def chore_done(self, name: str, deleted: int) -> None:
+        Chore.objects.using(self.alias).filter(name=name).update(deleted=F("deleted") + deleted,
+                                                                 last_run=timezone.now())
 
     def unfinished(self, queues: Sequence[str], now: float) -> bool:
         # One query, one snapshot: separate queries could each miss a job that moves from
@@ -1137,3 +1160,6 @@ class _Head:
         self.key_limit = key_limit
         self.rate = rate
 
+
+def _aware(epoch: float) -> datetime.datetime:
+    return datetime.datetime.fromtimestamp(epoch, tz=datetime.UTC)

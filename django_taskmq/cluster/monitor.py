@@ -10,12 +10,14 @@ import logging
 import os
 import queue as queue_module
 import signal
+import socket
 import time
 from typing import Any, Protocol
 
 from .. import execution as ex
 from ..brokers.base import Broker
 from ..conf import Settings
+from ..policy import retention as retention_policy
 from . import outage
 from .messages import END_OF_RESULTS, load_outcomes, says_idle
 from .result_pipe import ResultPipe
@@ -27,6 +29,25 @@ GATHER = 0.005  # seconds the monitor waits for more outcomes before recording a
 BUSY = 0.05  # outcomes arrived within this many seconds of the last recording: the cluster is busy
 PRUNE_EVERY = 1.0  # seconds between pruning rounds
 PRUNE_BUDGET = 0.1  # seconds a round may spend deleting (short deletes keep SQLite's write lock free)
+RETENTION_BATCH = 500  # jobs deleted per transaction by retention
+RETENTION_LOG_EVERY = 60.0  # seconds between two lines about what retention deleted
+
+
+class RetentionLog:
+    """What retention deleted, logged at once the first time, then as one line a minute."""
+
+    def __init__(self) -> None:
+        self.pending: dict[str, int] = {}
+        self.logged = float("-inf")  # monotonic time of the last line
+
+    def deleted(self, by_state: dict[str, int]) -> None:
+        for state, count in by_state.items():
+            self.pending[state] = self.pending.get(state, 0) + count
+        if time.monotonic() - self.logged >= RETENTION_LOG_EVERY:
+            logger.info("retention: deleted %s finished job(s) older than their retention (%s)",
+                        sum(self.pending.values()),
+                        ", ".join(f"{state} {count}" for state, count in sorted(self.pending.items())))
+            self.pending, self.logged = {}, time.monotonic()
 
 
 class Results(Protocol):
@@ -79,6 +100,8 @@ class Monitor:
         self.last_record = 0.0  # monotonic time the last batch was taken
         self.parent = os.getppid()
         self.stopping = False  # the end mark arrived: record what was gathered, then exit
+        self.owner = f"{socket.gethostname()}:{self.parent}"  # the cluster (its sentinel), for chores
+        self.retention_log = RetentionLog()
 
     def serve(self) -> None:
         """Gather and record until the end mark arrives (or the sentinel is gone); prune every second."""
@@ -149,19 +172,43 @@ class Monitor:
                 return
 
     def prune_if_due(self) -> None:
-        """Every :data:`PRUNE_EVERY` s: delete old successes (for up to :data:`PRUNE_BUDGET` s) and
-        expired idempotency keys."""
+        """Every :data:`PRUNE_EVERY` s, in the one cluster that holds the pruning chore: delete
+        successes beyond ``save_limit`` and finished jobs older than their ``retention`` (for up to
+        :data:`PRUNE_BUDGET` s, in short transactions), and expired idempotency keys."""
         if time.monotonic() - self.last_prune <= PRUNE_EVERY:
             return
         self.last_prune = time.monotonic()
         self.last_record = 0.0  # monotonic time the last batch was taken
         try:
-            deadline = time.monotonic() + PRUNE_BUDGET
-            while self.broker.prune(self.settings.save_limit) and time.monotonic() < deadline:
-                pass
-            self.broker.prune_keys()
+            if self.broker.hold_chore(retention_policy.CHORE, self.owner, retention_policy.CHORE_LEASE):
+                self.prune()
         except Exception as exc:
-            self.failures.failed("pruning old successes or expired keys", exc)
+            self.failures.failed("pruning old jobs or expired keys", exc)
             self.broker.close()  # a broken connection would fail every later prune
         else:
             self.failures.succeeded()
+
+    def prune(self) -> None:
+        deadline = time.monotonic() + PRUNE_BUDGET
+        deleted = 0
+        while time.monotonic() < deadline:
+            pruned = self.broker.prune(self.settings.save_limit)
+            deleted += pruned
+            if not pruned:
+                break
+        by_state = {}
+        for state, before in retention_policy.cutoffs(self.settings.retention, time.time()).items():
+            count = 0
+            while time.monotonic() < deadline:
+                step = self.broker.delete_finished(state.value, before, RETENTION_BATCH)
+                count += step
+                if step < RETENTION_BATCH:
+                    break
+            if count:
+                by_state[state.value] = count
+        self.broker.prune_keys()
+        deleted += sum(by_state.values())
+        if deleted:
+            self.broker.chore_done(retention_policy.CHORE, deleted)
+        if by_state:
+            self.retention_log.deleted(by_state)

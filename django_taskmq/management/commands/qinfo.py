@@ -20,6 +20,7 @@ class Command(BaseCommand):
         if options["json"]:
             data = monitoring.as_json(monitoring.snapshot(), get_broker().stats())
             data["flow"] = get_broker().flow_status()
+            data["pruning"] = monitoring.pruning()
             self.stdout.write(json.dumps(data, indent=2, sort_keys=False))
             return
         clusters = monitoring.clusters_alive(with_task_names=False)
@@ -32,6 +33,14 @@ class Command(BaseCommand):
             self.stdout.write(f"{row['queue']:<16}{row['priority']:>9}{row['ready']:>8}{row['delayed']:>9}"
                               f"{row['reserved']:>10}{row['dead']:>7}")
         self._flow(get_broker().flow_status())
+        self._pruning(monitoring.pruning())
+
+    def _pruning(self, pruning: dict) -> None:
+        kept = ", ".join(f"{state} {'for ever' if s is None else f'{s / 86400:g} d'}"
+                         for state, s in pruning["retention"].items())
+        by = f"by {pruning['holder']}" if pruning["holder"] else "by no cluster now"
+        self.stdout.write(f"retention: {kept}; successes beyond the newest {pruning['save_limit']}")
+        self.stdout.write(f"pruning {by}: {pruning['deleted']} job(s) deleted in all, last {pruning['last_run'] or 'never'}")
 
     def _flow(self, flow: dict) -> None:
         """Flow control in use: keys held (and what waits on them), queue caps, rate limits."""
