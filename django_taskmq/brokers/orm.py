@@ -1045,8 +1045,13 @@ class OrmBroker(Broker):
         return chores.get_or_create(name=name, defaults={"owner": owner, "until": now + seconds})[1]
 
     def chore_done(self, name: str, deleted: int) -> None:
-        Chore.objects.using(self.alias).filter(name=name).update(deleted=F("deleted") + deleted,
-                                                                 last_run=timezone.now())
+        chores = Chore.objects.using(self.alias)
+        if chores.filter(name=name).update(deleted=F("deleted") + deleted, last_run=timezone.now()):
+            return
+        # No cluster held it yet (qprune on a new database): the row is created, held by nobody.
+        _, created = chores.get_or_create(name=name, defaults={"deleted": deleted, "last_run": timezone.now()})
+        if not created:
+            chores.filter(name=name).update(deleted=F("deleted") + deleted, last_run=timezone.now())
 
     def unfinished(self, queues: Sequence[str], now: float) -> bool:
         # One query, one snapshot: separate queries could each miss a job that moves from

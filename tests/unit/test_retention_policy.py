@@ -1,0 +1,42 @@
+"""policy/retention: the defaults, partial settings merged over them, and the cut-off times."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given, strategies as st
+
+from django_taskmq.conf import from_mapping
+from django_taskmq.exceptions import ConfigError
+from django_taskmq.policy import retention
+from django_taskmq.policy.states import JobState
+
+seconds = st.one_of(st.none(), st.floats(min_value=1, max_value=1e9, allow_nan=False))
+settings = st.dictionaries(st.sampled_from(list(retention.STATES)), seconds)
+
+
+@given(settings, st.floats(min_value=0, max_value=4e9, allow_nan=False))
+def test_cutoffs_are_now_minus_the_retention_of_each_kept_state(given_settings, now):
+    merged = retention.merged(given_settings)
+    assert set(merged) == set(retention.STATES)
+    cut = retention.cutoffs(merged, now)
+    for key, state in retention.STATES.items():
+        if merged[key] is None:
+            assert state not in cut  # kept for ever
+        else:
+            assert cut[state] == now - merged[key] and cut[state] < now
+    assert set(cut) <= JobState.FINAL
+
+
+def test_every_final_state_has_a_bounded_default():
+    assert {retention.STATES[k] for k in retention.DEFAULTS} == JobState.FINAL
+    assert all(v is not None and 0 < v <= 30 * retention.DAY for v in retention.DEFAULTS.values())
+
+
+def test_the_setting_merges_over_the_defaults_and_names_what_is_wrong():
+    assert from_mapping({"retention": {"dead": None}}).retention == {**retention.DEFAULTS, "dead": None}
+    for bad, message in [({"dead": 0}, "['retention']['dead'] must be a number of seconds > 0"),
+                         ({"dead": "1d"}, "['retention']['dead']"), ({"gone": 5}, "unknown key"),
+                         ([1], "must be a dict")]:
+        with pytest.raises(ConfigError, match=r"^TASKMQ\['retention'\]") as info:
+            from_mapping({"retention": bad})
+        assert message in str(info.value)
