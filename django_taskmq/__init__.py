@@ -18,6 +18,7 @@ _EXPORTS = {
     "BadPackage": "exceptions", "RetryLater": "exceptions", "Defer": "exceptions", "Reject": "exceptions",
     "current_job": "execution",
     "schedule": "scheduler", "Chain": "chains", "async_chain": "chains",
+    "pause_queue": "pausing", "resume_queue": "pausing", "paused_queues": "pausing",
 }
 
 __all__ = sorted(_EXPORTS)

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import importlib
 import inspect
+import os
 from collections.abc import Iterator
 
 from django.apps import apps
@@ -53,20 +54,27 @@ def _database(settings: Settings) -> Iterator[str]:
     from .brokers import get_broker
     from .cluster import outage
 
-    problem = outage.check(settings.database, get_broker().describe())
-    if problem:
-        yield f"database: {problem}"
-        return
     connection = connections[settings.database]
+    name = str(connection.settings_dict.get("NAME") or "")
+    if connection.vendor == "sqlite" and not connection.is_in_memory_db() and not os.path.exists(name):
+        yield f"database: {outage.check(settings.database, get_broker().describe())}"  # (not created by us)
+        return
     try:
         executor = MigrationExecutor(connection)
         targets = [key for key in executor.loader.graph.leaf_nodes() if key[0] == APP]
-        missing = [migration.name for migration, _ in executor.migration_plan(targets) if migration.app_label == APP]
+        missing = [migration.name for migration, _ in executor.migration_plan(targets)
+                   if migration.app_label == APP]
+    except Exception:  # the database does not answer: the start-up check says how
+        missing = []
     finally:
         outage.close_quietly(settings.database)
-    if missing:
+    if missing:  # (this also explains missing tables)
         yield (f"database: {len(missing)} migration(s) of {APP} not applied ({', '.join(missing)}): "
                f"run manage.py migrate")
+        return
+    problem = outage.check(settings.database, get_broker().describe())
+    if problem:
+        yield f"database: {problem}"
 
 
 def _task_modules(settings: Settings) -> Iterator[str]:

@@ -400,6 +400,20 @@ class QueueState(models.Model):
         verbose_name = _("queue state")
 
 
+class QueuePause(models.Model):
+    """A queue no cluster claims from until it is resumed (``pause_queue``); enqueues still succeed."""
+
+    queue = models.CharField(primary_key=True, max_length=100)
+    paused_at = models.DateTimeField(default=timezone.now)
+    paused_by = models.CharField(max_length=150, blank=True, default="")
+
+    class Meta:
+        verbose_name = _("paused queue")
+
+    def __str__(self) -> str:
+        return self.queue
+
+
 class Chore(models.Model):
     """Upkeep that one cluster at a time does for all (deleting old jobs): who holds it, until when
     (epoch seconds, renewed while the holder runs), and what it did."""

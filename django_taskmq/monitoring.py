@@ -22,7 +22,7 @@ from django.db.models.functions import Cast, Substr
 from django.utils import timezone
 
 from .conf import get_settings
-from .models import READY_STATES, Cluster, DeadLetter, Job
+from .models import READY_STATES, Cluster, DeadLetter, Job, QueuePause
 from .policy import retention as retention_policy
 from .policy.states import JobState
 
@@ -50,6 +50,7 @@ class QueueStats:
     running: int = 0  # RUNNING: reserved by a cluster, waiting there or executing
     dead_letters: int = 0  # pending (not replayed)
     oldest_ready_age: float | None = None  # seconds since the oldest ready job became visible
+    paused: bool = False  # no cluster claims from it (pause_queue)
 
     @property
     def ready_total(self) -> int:
@@ -148,6 +149,8 @@ def queue_stats(alias: str | None = None, now: float | None = None) -> list[Queu
     pending = DeadLetter.objects.using(alias).filter(replayed_at__isnull=True).order_by()
     for row in pending.values("queue").annotate(n=Count("*")):
         of(row["queue"]).dead_letters = row["n"]
+    for name in QueuePause.objects.using(alias).values_list("queue", flat=True):
+        of(name).paused = True
     for queue in stats.values():
         queue.ready = dict(sorted(queue.ready.items(), reverse=True))
     return sorted(stats.values(), key=lambda q: q.name)
@@ -299,7 +302,8 @@ def as_json(snap: Snapshot, stats: Iterable[dict[str, Any]] = ()) -> dict[str, A
         "queues": [
             {"queue": q.name, "ready": q.ready_total, "ready_by_priority": {str(p): n for p, n in q.ready.items()},
              "delayed": q.delayed, "retrying": q.retrying, "running": q.running, "dead_letters": q.dead_letters,
-             "oldest_ready_age": None if q.oldest_ready_age is None else round(q.oldest_ready_age, 3)}
+             "oldest_ready_age": None if q.oldest_ready_age is None else round(q.oldest_ready_age, 3),
+             "paused": q.paused}
             for q in snap.queues
         ],
         "throughput": {

@@ -84,7 +84,8 @@ def queues_table(queues: Sequence[monitoring.QueueStats], counts: Mapping[tuple[
         bands = " ".join(f"{p}:{n}" for p, n in q.ready.items()) or "-"
         finished = [str(counts.get((q.name, s.value), 0)) for s in FINISHED]
         dead = Text(str(q.dead_letters), style="bold red" if q.dead_letters else "")
-        table.add_row(q.name, str(q.ready_total), bands, seconds(q.oldest_ready_age), str(q.delayed),
+        name = Text.assemble(q.name, (" (paused)", "bold yellow")) if q.paused else q.name
+        table.add_row(name, str(q.ready_total), bands, seconds(q.oldest_ready_age), str(q.delayed),
                       str(q.retrying), str(q.running), *finished, dead)
     return table
 

@@ -98,6 +98,7 @@ class MemoryBroker(Broker):
         self._last_reclaim = 0.0  # time.time() of the last sweep reserve() did itself
         self._chores: dict[str, tuple[str, float]] = {}  # chore -> (owner, held until)
         self.chore_deleted: dict[str, int] = {}
+        self.paused: set[str] = set()
 
     def job(self, job_id: str) -> Job:
         return self._jobs[job_id]
@@ -389,6 +390,19 @@ class MemoryBroker(Broker):
         for key in expired:
             del self._keys[key]
         return len(expired)
+
+    def paused_queues(self) -> frozenset[str]:
+        return frozenset(self.paused)
+
+    def pause_queue(self, queue: str, by: str = "") -> bool:
+        new = queue not in self.paused
+        self.paused.add(queue)
+        return new
+
+    def resume_queue(self, queue: str) -> bool:
+        was = queue in self.paused
+        self.paused.discard(queue)
+        return was
 
     def delete_finished(self, state: str, before: float, batch: int = 500) -> int:
         old = sorted((j for j in self._jobs.values() if j.state == state and _epoch(j.finished_at) < before),

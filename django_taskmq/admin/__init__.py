@@ -9,6 +9,7 @@ nothing shown is unpickled unless its signature verified. One module per page:
 ``dead_letters``  the dead-letter list, replay (selected or a whole queue), purge
 ``schedules``     the checked schedule form, next runs, pause and resume
 ``clusters``      the heartbeats
+``pauses``        the paused queues, pause and resume
 ``dashboard``     the dashboard view, installed on the admin site
 ``confirm``, ``forms``, ``filters``, ``display``, ``job_page``, ``chart``: their parts
 """
@@ -17,17 +18,19 @@ from __future__ import annotations
 
 from django.contrib import admin
 
-from ..models import Cluster, DeadLetter, Job, Schedule
+from ..models import Cluster, DeadLetter, Job, QueuePause, Schedule
 from .clusters import ClusterAdmin
 from .dashboard import install as install_dashboard
 from .dead_letters import DeadLetterAdmin
 from .jobs import JobAdmin
+from .pauses import QueuePauseAdmin
 from .schedules import ScheduleAdmin
 
 admin.site.register(Job, JobAdmin)
 admin.site.register(DeadLetter, DeadLetterAdmin)
 admin.site.register(Schedule, ScheduleAdmin)
 admin.site.register(Cluster, ClusterAdmin)
+admin.site.register(QueuePause, QueuePauseAdmin)
 install_dashboard(admin.site)
 
-__all__ = ["ClusterAdmin", "DeadLetterAdmin", "JobAdmin", "ScheduleAdmin", "install_dashboard"]
+__all__ = ["ClusterAdmin", "DeadLetterAdmin", "JobAdmin", "QueuePauseAdmin", "ScheduleAdmin", "install_dashboard"]

@@ -47,7 +47,9 @@ def dashboard_view(request: HttpRequest, site: admin.AdminSite) -> TemplateRespo
     snap = monitoring.snapshot()
     jobs_url = reverse("admin:django_taskmq_job_changelist", current_app=site.name)
     letters_url = reverse("admin:django_taskmq_deadletter_changelist", current_app=site.name)
-    queues = [_queue_row(q, jobs_url, letters_url) for q in snap.queues]
+    pauses = (reverse("admin:django_taskmq_queuepause_pause", current_app=site.name),
+              reverse("admin:django_taskmq_queuepause_resume", current_app=site.name))
+    queues = [_queue_row(q, jobs_url, letters_url, pauses) for q in snap.queues]
     context: dict[str, Any] = {
         **site.each_context(request),
         "title": _("Task queue dashboard"),
@@ -69,7 +71,7 @@ def dashboard_view(request: HttpRequest, site: admin.AdminSite) -> TemplateRespo
     return TemplateResponse(request, "admin/django_taskmq/dashboard.html", context)
 
 
-def _queue_row(q: monitoring.QueueStats, jobs_url: str, letters_url: str) -> dict[str, Any]:
+def _queue_row(q: monitoring.QueueStats, jobs_url: str, letters_url: str, pauses: tuple[str, str]) -> dict[str, Any]:
     def jobs(**params: str) -> str:
         return f"{jobs_url}?{urlencode({'queue': q.name, **params})}"
 
@@ -87,6 +89,9 @@ def _queue_row(q: monitoring.QueueStats, jobs_url: str, letters_url: str) -> dic
         "retrying_url": jobs(state=JobState.RETRYING.value),
         "running_url": jobs(state=JobState.RUNNING.value),
         "dead_url": f"{letters_url}?{urlencode({'queue': q.name, 'replayed': 'no'})}",
+        "paused": q.paused,
+        "pause_url": f"{pauses[0]}?{urlencode({'queue': q.name})}",
+        "resume_url": f"{pauses[1]}?{urlencode({'queue': q.name})}",
     }
 
 

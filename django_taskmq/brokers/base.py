@@ -260,6 +260,18 @@ class Broker(abc.ABC):
         """Delete idempotency keys whose TTL ran out, at most ``batch``; return how many."""
 
     @abc.abstractmethod
+    def paused_queues(self) -> frozenset[str]:
+        """Return the queues paused now (no cluster claims from them)."""
+
+    @abc.abstractmethod
+    def pause_queue(self, queue: str, by: str = "") -> bool:
+        """Pause ``queue`` for every cluster; return False when it was paused already."""
+
+    @abc.abstractmethod
+    def resume_queue(self, queue: str) -> bool:
+        """Resume ``queue``; return False when it was not paused."""
+
+    @abc.abstractmethod
     def delete_finished(self, state: str, before: float, batch: int = 500) -> int:
         """Delete at most ``batch`` jobs in the final ``state`` that finished before the epoch time
         ``before``, oldest first, with their dead letters; return how many jobs."""

@@ -26,7 +26,8 @@ from django.utils import timezone
 
 from ..conf import Settings
 from ..exceptions import ConfigError, LeaseLost
-from ..models import Chore, Cluster, DeadLetter, IdempotencyKey, Job, QueueState, Schedule, State
+from ..models import (Chore, Cluster, DeadLetter, IdempotencyKey, Job, QueuePause, QueueState, Schedule,
+                      State)
 from ..policy import attempts, pick
 from ..policy.priority import validate_priority
 from ..policy.states import HAS_DELIVERIES_LEFT_SQL, TRANSITIONS, Event, JobState, used_up
@@ -1013,6 +1014,15 @@ class OrmBroker(Broker):
             .values_list("pk", flat=True)[keep:keep + batch]
         )
         return self._delete_jobs(ids, JobState.SUCCEEDED.value)
+
+    def paused_queues(self) -> frozenset[str]:
+        return frozenset(QueuePause.objects.using(self.alias).values_list("queue", flat=True))
+
+    def pause_queue(self, queue: str, by: str = "") -> bool:
+        return QueuePause.objects.using(self.alias).get_or_create(queue=queue, defaults={"paused_by": by})[1]
+
+    def resume_queue(self, queue: str) -> bool:
+        return bool(QueuePause.objects.using(self.alias).filter(queue=queue).delete()[0])
 
     def delete_finished(self, state: str, before: float, batch: int = 500) -> int:
         ids = list(Job.objects.using(self.alias).filter(state=state, finished_at__lt=_aware(before))

@@ -118,6 +118,16 @@ class Buffer:
         """The job ids of the waiting tasks."""
         return [w.task.reservation.job_id for w in self.waiting]
 
+    def give_back_queues(self, queues: frozenset[str]) -> int:
+        """Return the waiting tasks of ``queues`` (paused) to the broker unstarted, uncounted; return
+        how many the broker took. They leave the list even when the broker raises (their leases
+        bring them back)."""
+        leaving = [w for w in self.waiting if w.task.reservation.queue in queues]
+        if not leaving:
+            return 0
+        self.waiting = [w for w in self.waiting if w.task.reservation.queue not in queues]
+        return self.broker.defer_many([w.task.reservation for w in leaving])
+
     def give_back(self) -> int:
         """Return every waiting task to the broker unstarted, their deliveries not counted; return
         how many the broker took. The list is empty afterwards, even when the broker raises (the

@@ -92,10 +92,12 @@ def load_task(blob: bytes) -> TaskMessage:
 
 
 class Batch(NamedTuple):
-    """Pusher -> sentinel: verified tasks in pick order; ``drained`` when nothing was ready."""
+    """Pusher -> sentinel: verified tasks in pick order; ``drained`` when nothing was ready;
+    ``paused``: the queues paused now (the sentinel gives back what it holds of them)."""
 
     tasks: tuple[Ticket, ...] = ()
     drained: bool = False
+    paused: frozenset[str] = frozenset()
 
 
 class Stop(NamedTuple):

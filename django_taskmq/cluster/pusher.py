@@ -22,6 +22,7 @@ from .messages import Batch, Stop, Ticket, Want
 logger = logging.getLogger(__name__)
 
 SWEEP_EVERY = 1.0  # seconds between lease sweeps
+PAUSES_EVERY = 1.0  # seconds between two reads of the paused queues
 
 
 def run(pipe: Connection, settings: Settings, queues: list[str], owner: str, burst: bool = False,
@@ -56,6 +57,8 @@ class Pusher:
         # While the database is away: one line every few seconds with a count, not a traceback a claim.
         self.failures = outage.FailureLog("pusher", logger)
         self._last_sweep = 0.0  # monotonic time of the last lease sweep
+        self.paused: frozenset[str] = frozenset()  # of self.queues, as last read
+        self._pauses_read = float("-inf")  # monotonic time of that read
 
     def serve(self, pipe: Connection, waker: Waker) -> None:
         """Answer each :class:`Want` from ``pipe`` with one :class:`Batch` until :class:`Stop` or EOF;
@@ -99,7 +102,7 @@ class Pusher:
             # A failed claim found out nothing: it does not say the queues are drained.
             drained = not tasks and message.room > 0 and not failed
             try:
-                pipe.send(Batch(tuple(tasks), drained=drained))
+                pipe.send(Batch(tuple(tasks), drained=drained, paused=self.paused))
             except (BrokenPipeError, OSError):
                 return
             if not failed:
@@ -126,7 +129,10 @@ class Pusher:
 
         ``check_first``: look whether anything is ready before reserving (the last claim found nothing).
         """
-        broker, settings, queues, owner = self.broker, self.settings, self.queues, self.owner
+        broker, settings, owner = self.broker, self.settings, self.owner
+        queues = self.serving()
+        if not queues:
+            return []
         if want.room > 0:
             if check_first and not broker.has_ready(queues):
                 return []
@@ -148,6 +154,16 @@ class Pusher:
                 except Exception:
                     logger.exception("could not dead-letter job %s", reservation.job_id)
         return tasks
+
+    def serving(self) -> list[str]:
+        """The queues to claim from: this cluster's, without the paused ones (read once a second)."""
+        now = time.monotonic()
+        if now - self._pauses_read >= PAUSES_EVERY:
+            paused = self.broker.paused_queues() & set(self.queues)
+            if paused != self.paused:
+                logger.info("paused queue(s): %s", ", ".join(sorted(paused)) or "none")
+            self.paused, self._pauses_read = frozenset(paused), now
+        return [q for q in self.queues if q not in self.paused] if self.paused else self.queues
 
     def _sweep_expired(self) -> None:
         """Reclaim the messages whose lease ran out, at most every ``SWEEP_EVERY`` seconds (a

@@ -354,6 +354,9 @@ class Sentinel:
         self.want_pending = False
         self.drained = batch.drained
         self.counts["yields"] += self.buffer.add(batch.tasks)
+        if batch.paused:  # reserved here, not started: back to the queue, uncounted, until it resumes
+            self.upkeep.attempt(f"returning the waiting tasks of paused queue(s) {', '.join(sorted(batch.paused))}",
+                                lambda: self.buffer.give_back_queues(batch.paused))
 
     def _from_worker(self, slot: Slot) -> None:
         """Read what the worker of ``slot`` sent: every frame waiting in its pipe."""

@@ -173,3 +173,15 @@ def test_give_back_returns_every_waiting_task_without_a_delivery_counted():
     assert waiting(buffer) == []
     assert delivery(broker, "a0") == (JobState.QUEUED, 0, 0, False)
     assert delivery(broker, "b5") == (JobState.QUEUED, 0, 0, False)
+
+
+def test_the_waiting_tasks_of_paused_queues_go_back_uncounted():
+    buffer, broker, _ = make()
+    broker.enqueue({"id": "x0", "payload": "x", "queue": "a"})
+    broker.enqueue({"id": "y0", "payload": "y", "queue": "default"})
+    reservations = broker.reserve(["a", "default"], 2, 300, OWNER)
+    buffer.add(Ticket(r, None, r.job_id.encode()) for r in reservations)
+    assert buffer.give_back_queues(frozenset({"a"})) == 1
+    assert waiting(buffer) == ["y0"]
+    assert delivery(broker, "x0") == (JobState.QUEUED, 0, 0, False)  # back, its delivery given back
+    assert buffer.give_back_queues(frozenset({"a"})) == 0

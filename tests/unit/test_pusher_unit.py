@@ -235,3 +235,16 @@ def test_a_burst_pusher_says_drained_at_once_then_naps_if_asked_again(broker):
     assert [[t.reservation.job_id for t in a.tasks] for a in answers] == [["job"], [], []]
     assert [a.drained for a in answers] == [False, True, True]
     assert naps == [0, 0, 1]
+
+
+def test_a_paused_queue_is_not_claimed_from_and_the_batch_says_so(broker):
+    broker.enqueue({"id": "in-a", "queue": "a", "payload": sign(Envelope(func="tests.tasks.add"), get_settings().name)})
+    enqueue(broker, "in-default", 1, 2)
+    broker.pause_queue("a")
+    pusher = Pusher(broker, get_settings(), ["a", "default"], "test-cluster")
+    assert [t.reservation.job_id for t in pusher.claim(Want(10, None), False)] == ["in-default"]
+    assert pusher.paused == frozenset({"a"})
+    broker.resume_queue("a")
+    pusher._pauses_read = float("-inf")  # the next read is due (once a second)
+    assert [t.reservation.job_id for t in pusher.claim(Want(10, None), False)] == ["in-a"]
+    assert pusher.paused == frozenset()

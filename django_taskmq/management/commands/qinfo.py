@@ -32,6 +32,9 @@ class Command(BaseCommand):
         for row in get_broker().stats():
             self.stdout.write(f"{row['queue']:<16}{row['priority']:>9}{row['ready']:>8}{row['delayed']:>9}"
                               f"{row['reserved']:>10}{row['dead']:>7}")
+        paused = sorted(get_broker().paused_queues())
+        if paused:
+            self.stdout.write(f"paused queues (no cluster claims from them): {', '.join(paused)}")
         self._flow(get_broker().flow_status())
         self._pruning(monitoring.pruning())
 
