@@ -189,6 +189,8 @@ class Monitor:
             self.failures.succeeded()
 
     def prune(self) -> None:
+        """One pruning round (the chore held): successes beyond ``save_limit`` first, then each final
+        state past its retention, until :data:`PRUNE_BUDGET` is spent; then expired keys."""
         deadline = time.monotonic() + PRUNE_BUDGET
         deleted = 0
         while time.monotonic() < deadline:
