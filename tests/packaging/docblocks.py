@@ -16,6 +16,8 @@ How each is run (one working directory carried from block to block, as a reader'
   ``django-taskmq`` in a ``pip install`` line is the wheel under test. Commands that run until
   they are stopped (``qcluster`` without ``--burst``, ``qmonitor``, ``runserver``) run for a few
   seconds and are stopped with Ctrl-C (SIGINT), which must end them with status 0.
+* A block after an ``.. not run: REASON`` comment is shown only (say why: it needs a server of
+  the reader's, say).
 * Blocks about the repository itself (``./scripts/...``, ``pip install -e``, ``tox``) are left to
   ``scripts/test``, which runs them.
 """
@@ -45,7 +47,7 @@ CTRL_C = """ctrl_c_after() {
 
 @dataclass
 class Block:
-    language: str  # "python" or "sh"
+    language: str  # "python", "sh", or "shown" (after a ``.. not run:`` comment)
     code: str
     line: int  # where it starts in its document, for messages
 
@@ -96,6 +98,13 @@ def rst_blocks(text: str) -> list[Block]:
         line = lines[i]
         indent = len(line) - len(line.lstrip())
         directive = re.match(r"\s*\.\. code-block::\s*(\w+)", line)
+        if line.strip().startswith(".. not run:"):  # the next block is shown only; the comment says why
+            j = i + 1
+            while j < len(lines) and not lines[j].strip():
+                j += 1
+            _, i = _indented_body(lines, j + 1, len(lines[j]) - len(lines[j].lstrip()))
+            blocks.append(Block("shown", "", j + 1))
+            continue
         if directive:
             j = i + 1
             while j < len(lines) and lines[j].strip().startswith(":"):  # options
@@ -134,6 +143,9 @@ def run_document(path: Path, where: Path, env: dict[str, str], wheel: Path, time
     cwd, log = where, []
     for block in blocks_of(path):
         label = f"{path.name}:{block.line}"
+        if block.language == "shown":
+            log.append(f"{label} not run (the page says why)")
+            continue
         if block.about_the_repository:
             log.append(f"{label} skipped (the repository's own commands)")
             continue

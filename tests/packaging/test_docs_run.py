@@ -19,7 +19,7 @@ DOCUMENTS = ["README.md", "docs/quickstart.rst", "docs/installation.rst", "docs/
 def test_the_code_blocks_run_as_written(document, wheel_venv, tmp_path):
     path = ROOT / document
     log = run_document(path, tmp_path, wheel_venv.env(), wheel_venv.wheel)
-    ran = [line for line in log if not line.endswith("(the repository's own commands)")]
+    ran = [line for line in log if line.endswith(")") and " ran (" in line]
     # Something of each page ran: a page whose blocks all went unrecognised would pass empty.
     assert len(ran) >= 3, log
     assert len(log) == len(blocks_of(path))
