@@ -95,9 +95,10 @@ def test_a_busy_cluster_on_the_defaults_prints_no_lock_error(defaults_db, tmp_pa
 
 
 ENQUEUER = """
-import sys, time
+import datetime, sys, time
 from django.db import transaction
-from django_taskmq import async_task, enqueue_many
+from django.utils import timezone
+from django_taskmq import async_task, enqueue_many, schedule
 
 # One web process of several on the same defaults: every way of ours to enqueue, each one committing
 # while the others and the cluster write.
@@ -110,6 +111,9 @@ for i in range(rounds):
     with transaction.atomic():  # the caller's transaction, written to first
         async_task("tests.tasks.add", i, 6)
         async_task("tests.tasks.add", i, 7)
+    if i % 10 == 0:  # a schedule (reads whether the name exists, then writes), due in an hour
+        schedule("tests.tasks.add", i, 8, name=f"{me}:{i}", minutes=60, schedule_type="I",
+                 next_run=timezone.now() + datetime.timedelta(hours=1))
     time.sleep(0.002)
 print("done", me, flush=True)
 """
@@ -119,7 +123,7 @@ ENQUEUERS, ROUNDS, JOBS_PER_ROUND = 4, 60, 6
 
 def test_concurrent_enqueuers_and_a_cluster_on_the_defaults_lose_nothing(defaults_db, tmp_path):
     """Four processes enqueue at once through each path of ours (plain, idempotency key, bulk, in the
-    caller's transaction) while a cluster claims and records, all on Django's SQLite defaults: every
+    caller's transaction, and a schedule now and then) while a cluster claims and records, all on Django's SQLite defaults: every
     job is there and succeeds, and no process sees 'database is locked'."""
     path, env = defaults_db
     qc = QCluster(["-w", "2"], env, tmp_path / "qcluster.log")
@@ -143,6 +147,7 @@ def test_concurrent_enqueuers_and_a_cluster_on_the_defaults_lose_nothing(default
     assert "Traceback" not in output and "locked" not in output, output
     with contextlib.closing(sqlite3.connect(path)) as conn:
         assert conn.execute("SELECT count(*) FROM django_taskmq_idempotencykey").fetchone()[0] == ENQUEUERS * ROUNDS
+        assert conn.execute("SELECT count(*) FROM django_taskmq_schedule").fetchone()[0] == ENQUEUERS * ROUNDS // 10
 
 
 FORKED = """
