@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"  # the one place the version is written (pyproject.toml reads it)
 
 _EXPORTS = {
     "async_task": "api", "enqueue_many": "api", "result": "api", "fetch": "api",

@@ -79,15 +79,19 @@ def save_schedule(func: Any, args: Sequence[Any] = (), kwargs: dict[str, Any] | 
     except TypeError as exc:
         raise ConfigError(f"schedule arguments must be JSON-serialisable: {exc}") from None
     name = name or f"{path}-{timezone.now().timestamp():.0f}"
-    if not replace and Schedule.objects.using(settings.database).filter(name=name).exists():
-        raise ConfigError(f"a schedule named {name!r} exists already")
-    obj, _ = Schedule.objects.using(settings.database).update_or_create(
-        name=name,
-        defaults=dict(func=path, args=list(args), kwargs=kwargs, schedule_type=kind.value, minutes=minutes,
-                      cron=cron, repeats=repeats, next_run=next_run or timezone.now(), queue=queue,
-                      priority=priority, catch_up=catch_up, hook=hook, intended_date_kwarg=intended_date_kwarg,
-                      options=options, tz=tz or ""),
-    )
+    # The write lock first: these read and then write, which on SQLite's default (deferred)
+    # transactions fails at once with "database is locked" when another writer got in between.
+    broker = get_broker()
+    with broker.atomic(write=True):
+        if not replace and Schedule.objects.using(settings.database).filter(name=name).exists():
+            raise ConfigError(f"a schedule named {name!r} exists already")
+        obj, _ = Schedule.objects.using(settings.database).update_or_create(
+            name=name,
+            defaults=dict(func=path, args=list(args), kwargs=kwargs, schedule_type=kind.value, minutes=minutes,
+                          cron=cron, repeats=repeats, next_run=next_run or timezone.now(), queue=queue,
+                          priority=priority, catch_up=catch_up, hook=hook, intended_date_kwarg=intended_date_kwarg,
+                          options=options, tz=tz or ""),
+        )
     return obj
 
 

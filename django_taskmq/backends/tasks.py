@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import datetime
 import sys
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from django.conf import settings as django_settings
 from django.core import checks
@@ -32,16 +32,23 @@ except ImportError:  # Django 5.2 with the django-tasks backport
     from django_tasks.exceptions import TaskResultDoesNotExist
     from django_tasks.signals import task_enqueued, task_finished, task_started
 
-from ..api import async_task
 from ..conf import get_settings
 from ..exceptions import ConfigError
 from ..loading import is_django_task, resolve
-from ..models import Job, State
 from ..options import TASK_OPTIONS, validate_options
 from ..policy import attempts as history
 from ..policy.priority import MAX_PRIORITY
+from ..policy.states import JobState as State
 from ..signals import post_execute, pre_execute
 from ..signing import verify
+
+if TYPE_CHECKING:
+    from ..models import Job
+
+# Nothing here imports django_taskmq's models or API at import time: TASKS may name this backend in
+# a project that defines Django tasks in a module Django imports while it loads the apps (an app's
+# __init__ or apps.py), where @task builds the backend before any model can be imported. The
+# methods that need them import them when called.
 
 __all__ = ["TaskMQBackend", "to_taskmq", "to_django", "check_queues", "connect"]
 
@@ -127,18 +134,22 @@ class TaskMQBackend(BaseTaskBackend):
         options = {**self.q_options, **self.task_options.get(task.module_path, {}),
                    "queue": task.queue_name, "priority": to_taskmq(task.priority),
                    "django_priority": task.priority, "eta": task.run_after}
+        from ..api import async_task
+
         job_id = async_task(task.module_path, *args, q_options=options, **kwargs)
         result = self.get_result(job_id)
         task_enqueued.send(type(self), task_result=result)
         return result
 
     def get_result(self, result_id: str) -> TaskResult:
+        from ..models import Job
+
         job = Job.objects.using(get_settings().database).filter(pk=result_id).first()
         if job is None:
             raise TaskResultDoesNotExist(result_id)
         return self._result(job)
 
-    def _result(self, job: Job, running: datetime.datetime | None = None) -> TaskResult:
+    def _result(self, job: "Job", running: datetime.datetime | None = None) -> TaskResult:
         """The TaskResult of ``job``; ``running`` is the start of the execution under way (in a worker)."""
         # The path comes from the signed package, never from the plain ``func`` column: a row
         # written into the table must not make this process import a module of its choice.
@@ -183,11 +194,13 @@ class TaskMQBackend(BaseTaskBackend):
 
     def task_context(self, job_id: str) -> TaskContext:
         """Return the :class:`TaskContext` of the execution of ``job_id`` starting now (in a worker)."""
+        from ..models import Job
+
         job = Job.objects.using(get_settings().database).get(pk=job_id)
         return TaskContext(task_result=self._result(job, running=timezone.now()))
 
 
-def _errors(job: Job) -> list[TaskError]:
+def _errors(job: "Job") -> list[TaskError]:
     """One TaskError per failed execution of ``job``, oldest first (the newest ``policy.attempts.KEEP``).
 
     They come from the job's attempt history; the newest one carries the job's own traceback,

@@ -291,7 +291,10 @@ class OrmBroker(Broker):
             self._insert([job])
             return job_id
         now = time.time()
-        with transaction.atomic(using=self.alias):
+        # Our own transaction takes SQLite's write lock at its start (see write_transaction), so a
+        # statement added before the inserts can never make it fail with "database is locked" on
+        # Django's default (deferred) transactions.
+        with self.write_transaction():
             # The primary key on the key table decides races between concurrent callers: the
             # loser's insert fails (after waiting for the winner's commit on PostgreSQL).
             try:
@@ -320,7 +323,7 @@ class OrmBroker(Broker):
         ``COPY`` on PostgreSQL and multi-row INSERTs elsewhere, all in one transaction.
         """
         columns, width, table = self._table(rows)
-        with transaction.atomic(using=self.alias), self.connection.cursor() as cursor:
+        with self.write_transaction() as cursor:  # the write lock first, as in enqueue
             if self.is_postgresql:
                 # COPY fires the INSERT trigger too, so idle clusters are notified as for an INSERT.
                 with cursor.cursor.copy(f"COPY {JOB} ({columns}) FROM STDIN") as copy:
