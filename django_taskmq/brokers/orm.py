@@ -32,6 +32,7 @@ from ..policy.priority import validate_priority
 from ..policy.states import HAS_DELIVERIES_LEFT_SQL, TRANSITIONS, Event, JobState, used_up
 from ..signals import job_dead
 from ..signing import seal_result
+from . import pooling
 from .base import Ack, Broker, Reservation
 from .orm_flow import KEY_FREE, FlowGate
 from .sql import READY_SQL, RUNNING, literal, marks
@@ -202,14 +203,18 @@ class OrmBroker(Broker):
         statement's text.
         """
         conn = self.connection
-        prepared = (_prepared_cursor_class() if self.settings.prepared_statements and conn.vendor == "postgresql"
-                    and not conn.queries_logged else None)
+        prepared = (_prepared_cursor_class() if conn.vendor == "postgresql" and not conn.queries_logged else None)
+        if prepared is not None:
+            conn.ensure_connection()
+            raw = conn.connection
+            with conn.wrap_database_errors:
+                # Behind a pooler nothing is prepared (see pooling), psycopg's own preparing included.
+                if not pooling.preparing(self.alias, self.settings.prepared_statements).allowed(raw):
+                    prepared = None
         if prepared is None:
             with conn.cursor() as cursor:
                 yield cursor
             return
-        conn.ensure_connection()
-        raw = conn.connection
         if raw.prepare_threshold is None:  # Django's default: psycopg prepares nothing, even when asked
             raw.prepare_threshold = NO_AUTOMATIC_PREPARE
         with conn.wrap_database_errors:
@@ -217,13 +222,20 @@ class OrmBroker(Broker):
         cursor = conn.make_cursor(plain)
         try:
             yield cursor
+        except Exception as exc:
+            retry = pooling.preparing(self.alias, self.settings.prepared_statements).failed(exc, raw)
+            if retry is None:
+                raise
+            raise retry from exc
         finally:
             cursor.close()
 
     def waker(self):
         from ..cluster.wakeup import Waker  # engine-specific waiting, used only by the pusher
 
-        return Waker(self.connection)
+        alias = self.settings.listen_database
+        listener = connections[alias] if alias is not None and alias != self.alias else None
+        return Waker(self.connection, listener, self.alias)
 
     @contextlib.contextmanager
     def write_transaction(self, durable: bool = True) -> Iterator[Any]:
