@@ -55,11 +55,14 @@ def sqlstate(exc: BaseException) -> str | None:
 class Preparing:
     """Whether one database alias's hot statements may be prepared on the server, per connection.
 
-    ``enabled`` is ``TASKMQ['prepared_statements']``. A connection through a pooler never prepares,
-    and psycopg's own automatic preparing (``OPTIONS['prepare_threshold']``) is turned off on it.
+    ``enabled`` is ``TASKMQ['prepared_statements']``: with True a connection through a pooler never
+    prepares, and psycopg's own automatic preparing (``OPTIONS['prepare_threshold']``) is turned off
+    on it; ``"always"`` prepares without looking (a pooler that carries prepared statements, such as
+    PgBouncer 1.21+ with ``max_prepared_statements``); False never prepares. Whatever it is, a lost
+    prepared statement turns preparing off for good (:meth:`failed`).
     """
 
-    def __init__(self, alias: str, enabled: bool) -> None:
+    def __init__(self, alias: str, enabled: bool | str) -> None:
         self.alias = alias
         self.enabled = enabled
         self.broken = False  # a prepared statement failed: none again in this process
@@ -71,7 +74,9 @@ class Preparing:
         verdict = self._verdicts.get(raw)
         if verdict is not None:
             return verdict and not self.broken
-        if not self.enabled and raw.prepare_threshold is None:
+        if self.enabled == "always":
+            verdict = True
+        elif not self.enabled and raw.prepare_threshold is None:
             verdict = False  # nothing would be prepared there: no need to look
         elif behind_pooler(raw):
             raw.prepare_threshold = None  # psycopg prepares nothing, even when asked
@@ -81,7 +86,7 @@ class Preparing:
                 logger.info("database %r is reached through a connection pooler: no server-side prepared "
                             "statements on its connections", self.alias)
         else:
-            verdict = self.enabled
+            verdict = bool(self.enabled)
         self._verdicts[raw] = verdict
         return verdict and not self.broken
 
@@ -108,7 +113,7 @@ class Preparing:
 _by_alias: dict[str, Preparing] = {}
 
 
-def preparing(alias: str, enabled: bool) -> Preparing:
+def preparing(alias: str, enabled: bool | str) -> Preparing:
     """The process's :class:`Preparing` for ``alias`` (one per alias, so "for good" outlives a broker
     object; a changed ``enabled`` makes a new one)."""
     found = _by_alias.get(alias)

@@ -35,6 +35,7 @@ BAD = {
     "threads 0": ({"threads": 0}, "threads"),
     "threads above 256": ({"threads": 257}, "threads"),
     "threads float": ({"threads": 4.5}, "threads"),
+    "prepared_statements another string": ({"prepared_statements": "yes"}, "prepared_statements"),
     "listen_database empty": ({"listen_database": ""}, "listen_database"),
     "listen_database not a string": ({"listen_database": 5}, "listen_database"),
 }

@@ -44,6 +44,14 @@ def psycopg_connection(port: int) -> psycopg.Connection:
     return psycopg.connect(host=db["HOST"], port=port, user=db["USER"], dbname=db["NAME"], autocommit=True)
 
 
+def test_this_suite_goes_through_pgbouncer(pgbouncer):
+    """The suite's "default" is PgBouncer's port, and the session there is not the server's own."""
+    conn = connections["default"]
+    assert int(conn.settings_dict["PORT"]) == pgbouncer.port
+    conn.ensure_connection()
+    assert pooling.behind_pooler(conn.connection)
+
+
 def test_a_pooler_is_told_from_a_direct_connection(pgbouncer):
     """The pid the session was given is PgBouncer's own making, a direct session's is the server's."""
     direct_port = int(connections["direct"].settings_dict["PORT"])
@@ -73,33 +81,57 @@ def test_the_hot_statements_are_not_prepared_behind_the_pooler_nor_by_psycopg_it
     assert conn.connection.prepare_threshold is None
 
 
+def test_always_prepares_behind_the_pooler_without_looking(pgbouncer, broker, taskmq_settings):
+    """prepared_statements "always" (for a pooler that carries them, PgBouncer 1.21+) skips the detection."""
+    pooling._by_alias.clear()
+    taskmq_settings(prepared_statements="always")
+    with get_broker().hot_cursor() as cursor:
+        cursor.execute("SELECT 1")
+        assert type(cursor.cursor).__name__ == "PreparedCursor"  # True would not, behind PgBouncer (above)
+        # Not on PgBouncer 1.18: leave no "_pg3_0" on the server connection it most likely landed on
+        # (the last one freed), for the next test's sake.
+        cursor.execute("DEALLOCATE ALL")
+    connections["default"].close()
+
+
 def test_a_prepared_statement_lost_by_the_pooler_turns_preparing_off_for_good(pgbouncer, broker, caplog):
-    """Were a pooler missed, the first prepared statement it loses raises a retryable OperationalError
-    with one warning; from then on nothing is prepared and claims and acks work through it."""
+    """Were a pooler missed, the first prepared statement it loses or mixes up raises a retryable
+    OperationalError with one warning; from then on nothing is prepared and claims and acks work."""
     pooling._by_alias.clear()
     conn = connections["default"]
     conn.ensure_connection()
     preparing = pooling.preparing("default", True)
     preparing._verdicts[conn.connection] = True  # the detection missed it (a pooler that passes the pid on)
     statement = "SELECT count(*) FROM django_taskmq_job WHERE queue = %s"
-    with broker.hot_cursor() as cursor:  # prepared on the server connection PgBouncer chose
-        cursor.execute(statement, ["default"])
-        assert type(cursor.cursor).__name__ == "PreparedCursor"
-    # Another client holds that server connection (PgBouncer hands out the last one freed) in a
-    # transaction: the next run of the statement lands on another, where it was never prepared.
-    with psycopg_connection(pgbouncer.port) as other, other.transaction():
-        other.execute("SELECT 1")
-        with caplog.at_level(logging.WARNING, logger="django_taskmq.brokers.pooling"):
-            with pytest.raises(OperationalError, match="prepared statement lost"):
-                with broker.hot_cursor() as cursor:
-                    cursor.execute(statement, ["default"])
-            with broker.hot_cursor() as cursor:  # not prepared any more: runs wherever it lands
-                cursor.execute(statement, ["default"])
-                assert cursor.fetchone() == (0,)
+
+    def run() -> tuple[tuple, str]:
+        with broker.hot_cursor() as cursor:
+            cursor.execute(statement, ["default"])
+            return cursor.fetchone(), type(cursor.cursor).__name__
+
+    lost = []
+    with caplog.at_level(logging.WARNING, logger="django_taskmq.brokers.pooling"):
+        try:
+            # Prepared on the server connection PgBouncer chose (unless an earlier client left a
+            # "_pg3_0" there: then this is the lost one).
+            assert run() == ((0,), "PreparedCursor")
+        except OperationalError as exc:
+            lost.append(exc)
+        # Another client holds that server connection (PgBouncer hands out the last one freed) in a
+        # transaction: the next run of the statement lands on another, where it was never prepared.
+        with psycopg_connection(pgbouncer.port) as other, other.transaction():
+            other.execute("SELECT 1")
+            if not lost:
+                with pytest.raises(OperationalError, match="prepared statement lost") as raised:
+                    run()
+                lost.append(raised.value)
+            assert run()[0] == (0,)  # runs wherever it lands
+            assert run()[1] != "PreparedCursor"
+    assert len(lost) == 1 and pooling.sqlstate(lost[0].__cause__) in pooling.PREPARE_ERRORS
     warnings = [r for r in caplog.records if r.name == "django_taskmq.brokers.pooling"]
     assert len(warnings) == 1 and "Not preparing statements any more" in warnings[0].getMessage()
     assert preparing.broken
-    (job_id,) = [async_task("tests.tasks.noop")]
+    job_id = async_task("tests.tasks.noop")
     (reservation,) = broker.reserve(["default"], 10, 30, "tests")
     assert broker.ack_many([Ack(reservation, None, None, None)]) == []
     assert job_states([job_id]) == {"SUCCEEDED": 1}
