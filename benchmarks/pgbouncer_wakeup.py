@@ -5,7 +5,8 @@ Uses the repository's ``.venv``, ``tests.settings_pgbouncer`` (connection "defau
 when ``TASKMQ_PGBOUNCER_PORT`` is set, "direct" on the server) and the PgBouncer of the tests
 (``tests/pgbouncer.py``: Debian's, transaction mode, a free port). Per mode and round: a fresh
 ``qcluster -w 2`` on the database ``bench_pgbouncer_wakeup`` (recreated directly, migrated once),
-one warm-up job, 1 s idle, then jobs (``tests.tasks.noop``) sent one at a time through the same
+one warm-up job, 3 s idle (past the pusher's probe, which waits 2 s where notifications are
+dropped), then jobs (``tests.tasks.noop``) sent one at a time through the same
 route as the cluster, each ``--gap-ms`` after the previous one became visible (so each meets an idle
 cluster). Per job: the enqueue call -> the job's ``started_at`` (the task started) and -> its row
 seen ``SUCCEEDED`` (polled every millisecond). The cluster's log says which way its pusher woke
@@ -51,8 +52,8 @@ def run_one():
             return (row[1].timestamp() - sent) * 1000, (time.time() - sent) * 1000
         time.sleep(0.001)
 
-run_one()  # warm-up: the cluster is up, its probe done
-time.sleep(1.0)
+run_one()  # warm-up: the cluster is up
+time.sleep(3.0)  # idle, and past the pusher's start-up probe (up to 2 s where notifications are dropped)
 starts, visibles = [], []
 for _ in range(samples):
     start, visible = run_one()
