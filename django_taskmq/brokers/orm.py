@@ -194,7 +194,8 @@ class OrmBroker(Broker):
     def hot_cursor(self) -> Iterator[Any]:
         """A cursor for the statements of every claim and ack: on PostgreSQL with psycopg 3 and
         ``TASKMQ['prepared_statements']``, each is planned once per connection (a server-side
-        prepared statement) instead of at every run, which cost as much as running it.
+        prepared statement) instead of at every run, which cost as much as running it; not on a
+        connection through a pooler, and never again after a pooler lost one (see :mod:`.pooling`).
 
         Django's own cursors bind parameters on the client and never prepare; this one binds them
         on the server. It is wrapped as Django wraps its cursors (errors, execute wrappers), and
