@@ -76,8 +76,7 @@ def test_the_hot_statements_are_not_prepared_behind_the_pooler_nor_by_psycopg_it
     conn.connection.prepare_threshold = 0  # as OPTIONS {"prepare_threshold": 0} would: prepare everything
     with broker.hot_cursor() as cursor:
         cursor.execute("SELECT 1")
-        assert not isinstance(cursor.cursor, psycopg.ServerCursor | psycopg.RawCursor)
-        assert type(cursor.cursor).__name__ != "PreparedCursor"
+        assert type(cursor.cursor).__name__ != "PreparedCursor"  # Django's own, binding on the client
     assert conn.connection.prepare_threshold is None
 
 
@@ -167,3 +166,13 @@ def test_with_listen_database_an_idle_cluster_behind_the_pooler_is_woken_by_noti
         cluster.wait_final(ids, alive=[qc])
         assert job_states(ids) == {"SUCCEEDED": 3}
     assert NO_NOTIFICATION not in qc.output(100_000)
+
+
+def test_qcluster_refuses_to_start_with_an_unknown_listen_database(cluster):
+    """A listen_database that is not an alias stops qcluster at start-up, naming the setting."""
+    cluster.configure(listen_database="nowhere")
+    qc = cluster.start("-w", "1")
+    assert qc.wait() != 0
+    output = qc.output(100_000)
+    assert "taskmq.E010" in output and "TASKMQ['listen_database'] 'nowhere' is not in DATABASES" in output
+    assert "started" not in output  # no cluster ran
