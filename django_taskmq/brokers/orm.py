@@ -231,12 +231,14 @@ class OrmBroker(Broker):
         finally:
             cursor.close()
 
-    def waker(self):
+    def waker(self, burst: bool = False):
         from ..cluster.wakeup import Waker  # engine-specific waiting, used only by the pusher
 
         alias = self.settings.listen_database
         listener = connections[alias] if alias is not None and alias != self.alias else None
-        return Waker(self.connection, listener, self.alias)
+        # A burst naps 50 ms at most, and only while its last tasks run: it polls, rather than
+        # spend up to PROBE_WAIT checking that LISTEN works.
+        return Waker(self.connection, listener, self.alias, listen=not burst)
 
     @contextlib.contextmanager
     def write_transaction(self, durable: bool = True) -> Iterator[Any]:

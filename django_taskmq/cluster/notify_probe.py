@@ -17,16 +17,18 @@ from __future__ import annotations
 import select
 import time
 import uuid
+from multiprocessing.connection import Connection
 
 from django.db import connections
 
 PROBE_WAIT = 2.0  # seconds a notification may take; a direct one takes milliseconds
 
 
-def probe(listener, sender_alias: str, wait: float = PROBE_WAIT) -> bool:
+def probe(listener, sender_alias: str, wait: float = PROBE_WAIT, pipe: Connection | None = None) -> bool | None:
     """Return True when a ``NOTIFY`` sent through a new connection to ``sender_alias`` reaches
     ``LISTEN`` on ``listener`` (a Django PostgreSQL connection in autocommit, psycopg 3) within
-    ``wait`` seconds; False when it does not. Database errors propagate.
+    ``wait`` seconds; False when it does not; None when ``pipe`` became readable first (nothing
+    found out: the caller has something else to do). Database errors propagate.
     """
     channel = f"taskmq_probe_{uuid.uuid4().hex}"
     listener.ensure_connection()
@@ -41,10 +43,13 @@ def probe(listener, sender_alias: str, wait: float = PROBE_WAIT) -> bool:
         finally:
             sender.close()
         deadline = time.monotonic() + wait
+        readers = [raw.fileno()] + ([pipe.fileno()] if pipe is not None else [])
         while (remaining := deadline - time.monotonic()) > 0:
-            ready, _, _ = select.select([raw.fileno()], [], [], remaining)
+            ready, _, _ = select.select(readers, [], [], remaining)
             if not ready:
                 break
+            if raw.fileno() not in ready:
+                return None
             raw.pgconn.consume_input()
             while (notification := raw.pgconn.notifies()) is not None:
                 if notification.relname.decode() == channel:

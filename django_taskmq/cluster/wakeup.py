@@ -38,13 +38,14 @@ OWN_WRITE_LOOKS = 8  # of those, after writes that came before the wait (the fir
 class Waker:
     """Sleep until the database may hold new work, the sentinel speaks, or ``timeout`` passes."""
 
-    def __init__(self, connection, listener=None, broker_alias: str | None = None) -> None:
+    def __init__(self, connection, listener=None, broker_alias: str | None = None, listen: bool = True) -> None:
         self.connection = connection
         # PostgreSQL: the connection that LISTENs (the broker's unless TASKMQ['listen_database']),
         # and the alias the probe's NOTIFY goes through (the broker's).
         self.listener = connection if listener is None else listener
         self.broker_alias = broker_alias or connection.alias
-        self.listens: bool | None = None  # PostgreSQL: what the probe found (None: not run yet)
+        # PostgreSQL: what the probe found (None: not run yet); False without it when ``listen`` is.
+        self.listens: bool | None = None if listen else False
         self._announced = False
         # A channel that keeps failing (the database is away, psycopg2) logs a line every few
         # seconds with a count, not a traceback at each wait.
@@ -118,7 +119,13 @@ class Waker:
 
     def _wait_notify(self, timeout: float, pipe: Connection | None) -> None:
         if self.listens is None:
-            self.listens = self._probe()
+            # The probe may block for PROBE_WAIT; it gives way when the sentinel speaks (a stop),
+            # and runs again at a later wait.
+            found = self._probe(pipe)
+            if found is None:
+                _sleep(timeout, pipe)
+                return
+            self.listens = found
         if not self.listens:
             _sleep(timeout, pipe)
             return
@@ -155,10 +162,12 @@ class Waker:
         where = repr(self.listener.alias)
         return f"TASKMQ['listen_database'] {where}" if self.listener is not self.connection else where
 
-    def _probe(self) -> bool:
-        """Check once that notifications reach the listener; if not, say so (once) and poll."""
-        if probe(self.listener, self.broker_alias):
-            return True
+    def _probe(self, pipe: Connection | None) -> bool | None:
+        """Check that notifications reach the listener; if not, say so (once) and poll for good.
+        None: the sentinel spoke first."""
+        found = probe(self.listener, self.broker_alias, pipe=pipe)
+        if found is not False:
+            return found
         where = self._where()
         advice = ("check that it reaches the broker's database directly, not through a pooler"
                   if self.listener is not self.connection else

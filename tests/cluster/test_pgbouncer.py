@@ -9,6 +9,8 @@ through it. Real server, real PgBouncer, real qcluster processes.
 from __future__ import annotations
 
 import logging
+import multiprocessing
+import threading
 
 import psycopg
 import pytest
@@ -65,6 +67,14 @@ def test_the_notify_probe_fails_through_transaction_pooling_and_passes_on_a_dire
     assert probe(connections["direct"], "default")
     assert not probe(connections["default"], "default", wait=1.0)
     assert probe(connections["direct"], "direct")
+
+
+def test_the_notify_probe_gives_way_when_the_sentinel_speaks(pgbouncer):
+    """Through PgBouncer the probe would wait its whole bound; a message on the pipe ends it
+    undecided (None), neither passed nor failed."""
+    reader, writer = multiprocessing.Pipe(duplex=False)
+    threading.Timer(0.2, lambda: writer.send("stop")).start()
+    assert probe(connections["default"], "default", wait=120.0, pipe=reader) is None
 
 
 def test_the_hot_statements_are_not_prepared_behind_the_pooler_nor_by_psycopg_itself(pgbouncer, broker):
@@ -152,6 +162,17 @@ def test_with_the_defaults_a_cluster_behind_the_pooler_polls_after_one_warning_a
     assert "idle wake-ups by LISTEN" not in output
     for symptom in ("DuplicatePreparedStatement", "InvalidSqlStatementName", "prepared statement lost"):
         assert symptom not in output
+
+
+def test_a_burst_polls_without_probing(cluster):
+    """qcluster --burst naps briefly while its last tasks run: it polls rather than spend up to the
+    probe's bound on it. (With listen_database the probe would pass and the pusher announce LISTEN.)"""
+    cluster.configure(listen_database="direct")
+    ids = [async_task("tests.tasks.sleep", 1.0)] + [async_task("tests.tasks.noop") for _ in range(5)]
+    qc = cluster.burst("-w", "2")
+    assert job_states(ids) == {"SUCCEEDED": 6}
+    output = qc.output(100_000)
+    assert "idle wake-ups by LISTEN" not in output and NO_NOTIFICATION not in output
 
 
 def test_with_listen_database_an_idle_cluster_behind_the_pooler_is_woken_by_notify(cluster):
