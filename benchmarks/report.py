@@ -664,7 +664,10 @@ def _older_sections() -> list[str]:
             ("threads.json", "threads", "Threads per worker: I/O-bound and no-op tasks, beside Celery's threads pool "
              "and Dramatiq", ".venv/bin/python benchmarks/threads.py --runs 3"),
             ("prefetch.json", "prefetch", "Prefetch on the hot path: no-op drain with prefetch 0 and 16",
-             ".venv/bin/python benchmarks/prefetch.py --runs 3")):
+             ".venv/bin/python benchmarks/prefetch.py --runs 3"),
+            ("pgbouncer_wakeup.json", "pgbouncer_wakeup", "Wake-up of an idle cluster on PostgreSQL: direct, and "
+             "through PgBouncer (transaction mode) without and with listen_database",
+             ".venv/bin/python benchmarks/pgbouncer_wakeup.py --runs 3 --samples 40")):
         raw_path = RESULTS_DIR / name
         if raw_path.exists():
             script = importlib.import_module(module)
@@ -695,7 +698,7 @@ def _older_sections() -> list[str]:
             lines.append(f"| {size} | {', '.join(sorted({r['state'] for r in rows_}))} | {len(rows_)} | "
                          f"{cell(sums)} | {cell(maxes)} |")
     shown = {"architecture-before-after.json", "architecture-latency-rerun.json", "flow.json", "threads.json",
-             "prefetch.json",
+             "prefetch.json", "pgbouncer_wakeup.json",
              "result_memory.json", Path(ROUND_ONE).name, Path(COMMENTARY).name, "drain-sqlite.png",
              "drain-postgresql.png"}
     dashboards = sorted(RESULTS_DIR.glob("dashboard-*.txt"))

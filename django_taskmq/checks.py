@@ -28,6 +28,7 @@ def check_settings(app_configs=None, **kwargs) -> list[checks.CheckMessage]:
             f"TASKMQ['database'] {conf.database!r} is not in DATABASES",
             hint=f"Use one of {sorted(settings.DATABASES)}.", id="taskmq.E002",
         )]
+    messages += check_listen_database(conf)
     caches = getattr(settings, "CACHES", None) or {"default": None}
     if conf.cache not in caches:
         messages.append(checks.Error(
@@ -35,6 +36,24 @@ def check_settings(app_configs=None, **kwargs) -> list[checks.CheckMessage]:
             hint=f"Cached results (the 'cached' option) need one of {sorted(caches)}.", id="taskmq.E003",
         ))
     return messages
+
+
+def check_listen_database(conf) -> list[checks.CheckMessage]:
+    """``TASKMQ['listen_database']`` must name a PostgreSQL alias of ``DATABASES``, beside a PostgreSQL broker."""
+    alias = conf.listen_database
+    if alias is None:
+        return []
+    if alias not in settings.DATABASES:
+        return [checks.Error(f"TASKMQ['listen_database'] {alias!r} is not in DATABASES",
+                             hint=f"Use one of {sorted(settings.DATABASES)}: an alias that connects to the broker's "
+                                  "database directly, not through a pooler.", id="taskmq.E010")]
+    engines = {name: settings.DATABASES[name].get("ENGINE", "") for name in (alias, conf.database)}
+    if not all(engine.endswith("postgresql") for engine in engines.values()):
+        return [checks.Error(
+            f"TASKMQ['listen_database'] {alias!r} is only for a PostgreSQL broker: both it and "
+            f"TASKMQ['database'] {conf.database!r} must be PostgreSQL databases",
+            hint="Remove TASKMQ['listen_database'] (SQLite wakes idle clusters without LISTEN).", id="taskmq.E011")]
+    return []
 
 
 def check_q_cluster() -> list[checks.CheckMessage]:

@@ -84,7 +84,8 @@ class Settings:
     cache: str = "default"
     cached: bool | float = False
     label: str | None = None
-    prepared_statements: bool = True
+    prepared_statements: bool | str = True
+    listen_database: str | None = None
 
     @property
     def effective_queue_limit(self) -> int:
@@ -135,6 +136,12 @@ def _flag(key: str, value: Any) -> bool:
     if not isinstance(value, bool):
         raise _fail(key, f"must be True or False, got {value!r}")
     return value
+
+
+def _prepared(key: str, value: Any) -> bool | str:
+    if value == "always" or isinstance(value, bool):
+        return value
+    raise _fail(key, f"must be True, False or 'always', got {value!r}")
 
 
 def _name(key: str, value: Any) -> str:
@@ -257,7 +264,8 @@ _VALIDATORS = {
     "cache": _name,
     "cached": _cached,
     "label": _label,
-    "prepared_statements": _flag,
+    "prepared_statements": _prepared,
+    "listen_database": _label,
 }
 assert set(_VALIDATORS) == {f.name for f in fields(Settings)}
 

@@ -67,7 +67,27 @@ def _postgresql_absent() -> bool:
         return True
 
 
+def _through_pgbouncer() -> bool:
+    """True under ``tests.settings_pgbouncer``: "default" goes through a PgBouncer the tests start."""
+    from django.conf import settings
+
+    try:
+        return bool(getattr(settings, "PGBOUNCER", False))
+    except Exception:  # settings not configured
+        return False
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    from tests.pgbouncer import pgbouncer_path
+
+    if _through_pgbouncer() and pgbouncer_path() is None:
+        if os.environ.get("CI") == "true":
+            raise pytest.UsageError("pgbouncer is not installed and CI=true: the PgBouncer suite must run "
+                                    "(scripts/test installs Debian's pgbouncer)")
+        skip = pytest.mark.skip(reason="pgbouncer is not installed (set CI=true to make this an error)")
+        for item in items:
+            item.add_marker(skip)
+        return
     if not _is_postgresql() or not _postgresql_absent():
         return
     where = "{}:{}".format(*_postgresql_address())
@@ -89,6 +109,55 @@ def django_db_modify_db_settings(django_db_modify_db_settings_parallel_suffix: N
         db = _default_db()
         base = db.get("TEST", {}).get("NAME") or f"test_{db['NAME']}"
         db.setdefault("TEST", {})["NAME"] = f"{base}_{os.getpid()}"
+
+
+@pytest.fixture(scope="session")
+def django_db_setup(django_db_setup, django_db_blocker):
+    """pytest-django's, then under ``tests.settings_pgbouncer``: "default" through PgBouncer.
+
+    The test database is created directly on the server (PgBouncer maps a name, it cannot drop a
+    database it holds connections to); afterwards this process and every qcluster it starts
+    (``TASKMQ_PGBOUNCER_PORT``) go through PgBouncer. At the end PgBouncer stops first, so the
+    database can be dropped directly.
+    """
+    from django.db import connections
+
+    from tests import pgbouncer
+
+    if not _through_pgbouncer():
+        try:
+            yield
+        finally:
+            pgbouncer.stop()  # one a test started (the pgbouncer fixture), before the database is dropped
+        return
+
+    db = connections["default"].settings_dict
+    host, direct_port = db.get("HOST") or "127.0.0.1", db.get("PORT") or "5432"
+    bouncer = pgbouncer.running(host, int(direct_port))
+    with django_db_blocker.unblock():
+        connections["default"].close()
+    db["PORT"] = str(bouncer.port)
+    try:
+        yield
+    finally:
+        with django_db_blocker.unblock():
+            connections.close_all()
+        pgbouncer.stop()
+        db["PORT"] = direct_port
+
+
+@pytest.fixture
+def pgbouncer(django_db_setup):
+    """This run's PgBouncer (``tests.pgbouncer.PgBouncer``): the one "default" goes through under
+    ``tests.settings_pgbouncer``, else one started now in front of the same server."""
+    from django.db import connections
+
+    from tests import pgbouncer
+
+    db = connections["default"].settings_dict
+    if _through_pgbouncer():
+        return pgbouncer.running()
+    return pgbouncer.running(db.get("HOST") or "127.0.0.1", int(db.get("PORT") or 5432))
 
 
 # -- helpers for subprocesses ---------------------------------------------------------------------

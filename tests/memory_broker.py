@@ -133,7 +133,7 @@ class MemoryBroker(Broker):
     def flow_status(self) -> dict[str, Any]:
         return {"keys": {}, "queues": {}, "rates": {}}
 
-    def waker(self) -> Waker:
+    def waker(self, burst: bool = False) -> Waker:
         raise _unused("waker")
 
     # -- enqueue ------------------------------------------------------------------------------

@@ -91,8 +91,9 @@ class Broker(abc.ABC):
         """Return a short name of the store for messages ("postgresql 'jobs' at db:5432")."""
 
     @abc.abstractmethod
-    def waker(self) -> Waker:
-        """Return a :class:`Waker` for an idle pusher of this process."""
+    def waker(self, burst: bool = False) -> Waker:
+        """Return a :class:`Waker` for an idle pusher of this process (``burst``: of a ``--burst``
+        cluster, whose naps are short)."""
 
     # -- enqueue ----------------------------------------------------------------------------
     @abc.abstractmethod

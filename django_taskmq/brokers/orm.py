@@ -33,6 +33,7 @@ from ..policy.priority import validate_priority
 from ..policy.states import HAS_DELIVERIES_LEFT_SQL, TRANSITIONS, Event, JobState, used_up
 from ..signals import job_dead
 from ..signing import seal_result
+from . import pooling
 from .base import Ack, Broker, Reservation
 from .orm_flow import KEY_FREE, FlowGate
 from .sql import READY_SQL, RUNNING, literal, marks
@@ -194,7 +195,8 @@ class OrmBroker(Broker):
     def hot_cursor(self) -> Iterator[Any]:
         """A cursor for the statements of every claim and ack: on PostgreSQL with psycopg 3 and
         ``TASKMQ['prepared_statements']``, each is planned once per connection (a server-side
-        prepared statement) instead of at every run, which cost as much as running it.
+        prepared statement) instead of at every run, which cost as much as running it; not on a
+        connection through a pooler, and never again after a pooler lost one (see :mod:`.pooling`).
 
         Django's own cursors bind parameters on the client and never prepare; this one binds them
         on the server. It is wrapped as Django wraps its cursors (errors, execute wrappers), and
@@ -203,14 +205,18 @@ class OrmBroker(Broker):
         statement's text.
         """
         conn = self.connection
-        prepared = (_prepared_cursor_class() if self.settings.prepared_statements and conn.vendor == "postgresql"
-                    and not conn.queries_logged else None)
+        prepared = (_prepared_cursor_class() if conn.vendor == "postgresql" and not conn.queries_logged else None)
+        if prepared is not None:
+            conn.ensure_connection()
+            raw = conn.connection
+            with conn.wrap_database_errors:
+                # Behind a pooler nothing is prepared (see pooling), psycopg's own preparing included.
+                if not pooling.preparing(self.alias, self.settings.prepared_statements).allowed(raw):
+                    prepared = None
         if prepared is None:
             with conn.cursor() as cursor:
                 yield cursor
             return
-        conn.ensure_connection()
-        raw = conn.connection
         if raw.prepare_threshold is None:  # Django's default: psycopg prepares nothing, even when asked
             raw.prepare_threshold = NO_AUTOMATIC_PREPARE
         with conn.wrap_database_errors:
@@ -218,13 +224,22 @@ class OrmBroker(Broker):
         cursor = conn.make_cursor(plain)
         try:
             yield cursor
+        except Exception as exc:
+            retry = pooling.preparing(self.alias, self.settings.prepared_statements).failed(exc, raw)
+            if retry is None:
+                raise
+            raise retry from exc
         finally:
             cursor.close()
 
-    def waker(self):
+    def waker(self, burst: bool = False):
         from ..cluster.wakeup import Waker  # engine-specific waiting, used only by the pusher
 
-        return Waker(self.connection)
+        alias = self.settings.listen_database
+        listener = connections[alias] if alias is not None and alias != self.alias else None
+        # A burst naps 50 ms at most, and only while its last tasks run: it polls, rather than
+        # spend up to PROBE_WAIT checking that LISTEN works.
+        return Waker(self.connection, listener, self.alias, listen=not burst)
 
     @contextlib.contextmanager
     def write_transaction(self, durable: bool = True) -> Iterator[Any]:

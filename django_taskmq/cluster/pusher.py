@@ -38,7 +38,7 @@ def run(pipe: Connection, settings: Settings, queues: list[str], owner: str, bur
     # woken by new work should not do the upkeep first.
     broker.reclaim_every = float("inf")
     pusher = Pusher(broker, settings, queues, owner, burst, workers)
-    waker = broker.waker()
+    waker = broker.waker(burst)
     post_spawn.send(sender=run, proc_name="pusher")
     pusher.serve(pipe, waker)
 

@@ -204,6 +204,8 @@ class Sentinel:
         signal.signal(signal.SIGTERM, self._on_signal)
         signal.signal(signal.SIGINT, self._on_signal)
         outage.prepare(self.settings.database)  # qcluster did it already; for a Sentinel started otherwise
+        if self.settings.listen_database is not None:
+            outage.prepare(self.settings.listen_database)
         self._spawn_all()
         self.state = "running"
         logger.info("cluster %s started: %d workers%s, queues %s", self.owner, self.workers,

@@ -1,6 +1,10 @@
 """Waking an idle pusher when work arrives, instead of sleeping a whole poll interval.
 
-PostgreSQL: ``LISTEN`` on the channel a trigger on the job table notifies after each insert.
+PostgreSQL: ``LISTEN`` on the channel a trigger on the job table notifies after each insert, on the
+broker's connection or on ``TASKMQ['listen_database']``'s (a direct one, beside a pooled broker
+alias). Before the first wait a probe (:mod:`.notify_probe`) checks that notifications arrive
+there; where they do not (a pooler in transaction mode drops them without an error), one warning,
+and the pusher polls.
 SQLite (same machine): on Linux, inotify reports writes to the database file and its WAL, so an
 idle pusher sleeps in ``select`` and wakes the moment another process commits; elsewhere
 ``PRAGMA data_version`` (it changes whenever another connection commits) is read every few
@@ -18,6 +22,7 @@ import struct
 import time
 from multiprocessing.connection import Connection
 
+from .notify_probe import PROBE_WAIT, probe
 from .outage import FailureLog
 
 logger = logging.getLogger(__name__)
@@ -33,8 +38,15 @@ OWN_WRITE_LOOKS = 8  # of those, after writes that came before the wait (the fir
 class Waker:
     """Sleep until the database may hold new work, the sentinel speaks, or ``timeout`` passes."""
 
-    def __init__(self, connection) -> None:
+    def __init__(self, connection, listener=None, broker_alias: str | None = None, listen: bool = True) -> None:
         self.connection = connection
+        # PostgreSQL: the connection that LISTENs (the broker's unless TASKMQ['listen_database']),
+        # and the alias the probe's NOTIFY goes through (the broker's).
+        self.listener = connection if listener is None else listener
+        self.broker_alias = broker_alias or connection.alias
+        # PostgreSQL: what the probe found (None: not run yet); False without it when ``listen`` is.
+        self.listens: bool | None = None if listen else False
+        self._announced = False
         # A channel that keeps failing (the database is away, psycopg2) logs a line every few
         # seconds with a count, not a traceback at each wait.
         self.failures = FailureLog("pusher wake-up channel", logger)
@@ -58,6 +70,11 @@ class Waker:
             # A lost connection must not kill the pusher: fall back to sleeping, listen again later.
             self.failures.failed("wait (polling instead)", exc)
             self._listening = False
+            if self.listener is not self.connection:  # nobody else would notice it broke
+                try:
+                    self.listener.close()
+                except Exception:
+                    pass
             _sleep(timeout, pipe)
         else:
             self.failures.succeeded()
@@ -101,16 +118,30 @@ class Waker:
                 looks, last = 0, len(AFTER_WRITE_LOOKS)
 
     def _wait_notify(self, timeout: float, pipe: Connection | None) -> None:
-        raw = self.connection.connection
+        if self.listens is None:
+            # The probe may block for PROBE_WAIT; it gives way when the sentinel speaks (a stop),
+            # and runs again at a later wait.
+            found = self._probe(pipe)
+            if found is None:
+                _sleep(timeout, pipe)
+                return
+            self.listens = found
+        if not self.listens:
+            _sleep(timeout, pipe)
+            return
+        raw = self.listener.connection
         if not self._listening or raw is None or raw.closed:
-            self.connection.ensure_connection()
-            raw = self.connection.connection
+            self.listener.ensure_connection()
+            raw = self.listener.connection
             # Notifications that arrive while the pusher runs queries are dispatched to this
             # handler by psycopg; the select below only covers the idle time in between.
             raw.add_notify_handler(self._on_notify)
-            with self.connection.cursor() as cursor:
+            with self.listener.cursor() as cursor:
                 cursor.execute(f"LISTEN {CHANNEL}")
             self._listening = True
+            if not self._announced:  # once LISTEN is in force: from this line on, an insert wakes the pusher
+                self._announced = True
+                logger.info("pusher: idle wake-ups by LISTEN on database %s", self._where())
         if self._notified:
             self._notified = False
             self.woken = True
@@ -126,6 +157,25 @@ class Waker:
 
     def _on_notify(self, notification) -> None:
         self._notified = True
+
+    def _where(self) -> str:
+        where = repr(self.listener.alias)
+        return f"TASKMQ['listen_database'] {where}" if self.listener is not self.connection else where
+
+    def _probe(self, pipe: Connection | None) -> bool | None:
+        """Check that notifications reach the listener; if not, say so (once) and poll for good.
+        None: the sentinel spoke first."""
+        found = probe(self.listener, self.broker_alias, pipe=pipe)
+        if found is not False:
+            return found
+        where = self._where()
+        advice = ("check that it reaches the broker's database directly, not through a pooler"
+                  if self.listener is not self.connection else
+                  "set TASKMQ['listen_database'] to an alias that reaches PostgreSQL directly")
+        logger.warning("pusher: LISTEN on database %s received no notification within %g s (a connection pooler in "
+                       "transaction mode drops them): an idle cluster looks for new work every TASKMQ['poll'] seconds "
+                       "instead; %s", where, PROBE_WAIT, advice)
+        return False
 
 
 def _sleep(timeout: float, pipe: Connection | None) -> None:

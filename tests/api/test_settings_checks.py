@@ -35,6 +35,9 @@ BAD = {
     "threads 0": ({"threads": 0}, "threads"),
     "threads above 256": ({"threads": 257}, "threads"),
     "threads float": ({"threads": 4.5}, "threads"),
+    "prepared_statements another string": ({"prepared_statements": "yes"}, "prepared_statements"),
+    "listen_database empty": ({"listen_database": ""}, "listen_database"),
+    "listen_database not a string": ({"listen_database": 5}, "listen_database"),
 }
 
 
@@ -69,6 +72,32 @@ def test_system_check_reports_an_unknown_database_alias(settings):
     assert error.id == "taskmq.E002" and "database" in error.msg
 
 
+def test_system_check_reports_an_unknown_listen_database_alias(settings):
+    """TASKMQ['listen_database'] must name a configured database (taskmq.E010), by the setting's name."""
+    settings.TASKMQ = {**BASE, "listen_database": "direct"}
+    (error,) = check_settings()
+    assert error.id == "taskmq.E010" and error.is_serious()
+    assert "TASKMQ['listen_database'] 'direct' is not in DATABASES" in error.msg
+
+
+@pytest.mark.filterwarnings("ignore:Overriding setting DATABASES")
+def test_system_check_wants_postgresql_on_both_sides_of_listen_database(settings):
+    """A listen_database beside a broker that is not PostgreSQL (or that is not PostgreSQL itself) is an
+    error (taskmq.E011); one on PostgreSQL beside a PostgreSQL broker passes."""
+    postgresql = {"ENGINE": "django.db.backends.postgresql", "NAME": "taskmq"}
+    settings.DATABASES = {**settings.DATABASES, "direct": postgresql}
+    settings.TASKMQ = {**BASE, "listen_database": "direct"}
+    engine_of_default = settings.DATABASES["default"]["ENGINE"]
+    if engine_of_default.endswith("postgresql"):
+        assert check_settings() == []
+    else:
+        (error,) = check_settings()
+        assert error.id == "taskmq.E011" and "listen_database" in error.msg
+    settings.DATABASES = {**settings.DATABASES, "direct": {"ENGINE": "django.db.backends.sqlite3", "NAME": "x"}}
+    (error,) = check_settings()
+    assert error.id == "taskmq.E011" and "listen_database" in error.msg
+
+
 def test_defaults_follow_the_documented_values():
     """Without TASKMQ the documented defaults apply."""
     conf = from_mapping(None)
@@ -77,6 +106,7 @@ def test_defaults_follow_the_documented_values():
         "default", 60, 5, False, 100, 86400, "default", False, "default", False)
     assert conf.weights() == {"default": 1}
     assert conf.workers >= 1
+    assert (conf.prepared_statements, conf.listen_database) == (True, None)
 
 
 def test_overriding_taskmq_resets_the_cached_settings(settings):

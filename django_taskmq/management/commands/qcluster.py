@@ -56,6 +56,8 @@ class Command(BaseCommand):
         # Before anything is spawned: a database that is away or not migrated is one line and
         # exit status 1, not a cluster retrying for ever (a running cluster does retry, see outage).
         outage.prepare(settings.database)
+        if settings.listen_database is not None:
+            outage.prepare(settings.listen_database)
         broker = get_broker()
         problem = outage.check(settings.database, broker.describe())
         if problem:
