@@ -38,6 +38,9 @@ class QueueConfig:
     rate_limit: Rate | None = None
 
 
+#: Seconds after which a cluster's PostgreSQL connection whose far side went silent fails (see
+#: ``TASKMQ['dead_connection_timeout']`` and ``policy/connections.py``).
+DEAD_CONNECTION_TIMEOUT = 30.0
 MAX_THREADS = 256  # per worker process; more is a mistake, not a configuration
 MAX_PREFETCH = 1000
 
@@ -82,6 +85,7 @@ class Settings:
     cached: bool | float = False
     label: str | None = None
     prepared_statements: bool = True
+    dead_connection_timeout: float | None = DEAD_CONNECTION_TIMEOUT
 
     @property
     def effective_queue_limit(self) -> int:
@@ -239,6 +243,8 @@ _VALIDATORS = {
     "cached": _cached,
     "label": _label,
     "prepared_statements": _flag,
+    # At least 6 s: keepalive probes count whole seconds (policy/connections.py keepalive_options).
+    "dead_connection_timeout": lambda k, v: _number(k, v, minimum=6, optional=True),
 }
 assert set(_VALIDATORS) == {f.name for f in fields(Settings)}
 

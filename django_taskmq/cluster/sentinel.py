@@ -203,7 +203,8 @@ class Sentinel:
         """Run the cluster; return the exit status (0 after a graceful stop)."""
         signal.signal(signal.SIGTERM, self._on_signal)
         signal.signal(signal.SIGINT, self._on_signal)
-        outage.prepare(self.settings.database)  # qcluster did it already; for a Sentinel started otherwise
+        # qcluster did it already; for a Sentinel started otherwise
+        outage.prepare(self.settings.database, self.settings.dead_connection_timeout)
         self._spawn_all()
         self.state = "running"
         logger.info("cluster %s started: %d workers%s, queues %s", self.owner, self.workers,

@@ -75,7 +75,8 @@ class Upkeep:
         later = time.monotonic() + FIRST_CHORES_AFTER
         self._next = {"analyze": later, "renew": 0.0, "heartbeat": later, "scheduler": later, "burst": 0.0}
         # While the database is away: one line per component every few seconds, not a traceback a try.
-        self.failures = outage.FailureLog("sentinel", logger)
+        self.failures = outage.FailureLog("sentinel", logger,
+                                          meanwhile="running tasks go on, their leases are renewed when it answers")
         self.scheduler_failures = outage.FailureLog("scheduler", logger)
 
     def due(self, what: str, every: float) -> bool:
