@@ -10,6 +10,7 @@ sees when the server goes away, without touching the server other test runs use.
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import os
 import signal
@@ -182,3 +183,37 @@ def test_a_running_cluster_logs_an_outage_sparingly_and_resumes(cluster):
         assert len(back) == 1, output
     qc.send(signal.SIGTERM)
     assert qc.wait() == 0, qc.output()
+
+
+# -- failover: sessions ended under a burst (PostgreSQL) ---------------------------------------------
+
+def executions(log: list[tuple[str, str]], tag: str) -> collections.Counter:
+    """Count the runs of each job (its ``start:<tag>`` lines in the run log)."""
+    return collections.Counter(job_id for job_id, event in log if event.startswith(f"start:{tag} "))
+
+
+@needs_postgresql
+@pytest.mark.django_db(transaction=True)
+def test_sessions_ended_mid_burst_lose_nothing_and_run_nothing_twice(cluster):
+    """``pg_terminate_backend`` on every session of the cluster (57P01, what a failover or a
+    restart does to them), three times during a burst: each process reconnects, every job runs
+    once and ends SUCCEEDED once, and the burst ends normally."""
+    name = connections["default"].settings_dict["NAME"]
+    ids = enqueue_many("tests.cluster.tasks_cluster.slow", [("burst", 0.002)] * 900)
+    qc = cluster.start("--burst", "-w", "2")
+    ended = 0
+    for wave in (50, 300, 600):
+        cluster.wait_until(lambda: job_states(ids).get("SUCCEEDED", 0) >= wave, f"{wave} jobs to succeed", alive=[qc])
+        with connections["default"].cursor() as cursor:
+            cursor.execute("SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity "
+                           "WHERE datname = %s AND pid <> pg_backend_pid()", [name])
+            ended += cursor.fetchone()[0]
+    assert qc.wait() == 0, qc.output(tail=10**7)
+    output = qc.output(tail=10**7)
+    assert job_states(ids) == {"SUCCEEDED": 900}, output
+    runs = executions(cluster.log(), "burst")
+    assert set(runs) == set(ids)
+    assert set(runs.values()) == {1}, {job_id: n for job_id, n in runs.items() if n != 1}
+    assert ended >= 3  # each time, at least the pusher's session
+    assert "the server ended the session (shutdown, or pg_terminate_backend): reconnecting" in output, output
+    assert "Traceback" not in output
