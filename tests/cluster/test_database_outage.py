@@ -217,3 +217,38 @@ def test_sessions_ended_mid_burst_lose_nothing_and_run_nothing_twice(cluster):
     assert ended >= 3  # each time, at least the pusher's session
     assert "the server ended the session (shutdown, or pg_terminate_backend): reconnecting" in output, output
     assert "Traceback" not in output
+
+
+@needs_postgresql
+@pytest.mark.django_db(transaction=True)
+def test_a_server_that_turned_read_only_is_left_until_writes_work_again(cluster):
+    """What a cluster sees when its server was demoted (or its address now leads to a standby):
+    connections that work, and writes refused with SQLSTATE 25006. Here every new session of the
+    test database is read-only for a while (``default_transaction_read_only``) and the cluster's
+    sessions are ended. No outcome may be recorded as a failure for it, nor dropped: the cluster
+    reconnects until writes work again, and every job runs once and ends SUCCEEDED."""
+    name = connections["default"].settings_dict["NAME"]
+    quoted = '"' + name.replace('"', '""') + '"'
+    ids = enqueue_many("tests.cluster.tasks_cluster.slow", [("burst", 0.002)] * 600)
+    qc = cluster.start("-w", "2")
+    cluster.wait_until(lambda: job_states(ids).get("SUCCEEDED", 0) >= 50, "some jobs to succeed", alive=[qc])
+    _admin(f"ALTER DATABASE {quoted} SET default_transaction_read_only = on")
+    try:
+        with connections["default"].cursor() as cursor:  # this test's own session stays (it reads)
+            cursor.execute("SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity "
+                           "WHERE datname = %s AND pid <> pg_backend_pid()", [name])
+        cluster.wait_until(lambda: "no longer the primary: reconnecting" in qc.output(tail=10**7),
+                           lambda: f"the cluster to meet the read-only server:\n{qc.output()}", alive=[qc])
+        time.sleep(2)  # (a while longer: more writes refused, more reconnects)
+    finally:
+        _admin(f"ALTER DATABASE {quoted} RESET default_transaction_read_only")
+    cluster.wait_final(ids, alive=[qc])
+    output = qc.output(tail=10**7)
+    assert job_states(ids) == {"SUCCEEDED": 600}, output
+    runs = executions(cluster.log(), "burst")
+    assert set(runs) == set(ids)
+    assert set(runs.values()) == {1}, {job_id: n for job_id, n in runs.items() if n != 1}
+    assert "could not be stored" not in output
+    assert "Traceback" not in output
+    qc.send(signal.SIGTERM)
+    assert qc.wait() == 0, qc.output()
