@@ -176,6 +176,7 @@ def test_a_host_cut_off_longer_than_the_lease(cluster, namespace, tmp_path):
                        alive=[cut_off])
     assert job_states(ids) == {"RUNNING": 6}
 
+    started_before = set(starts(cluster.log(), "first"))
     namespace.cut()
     rescuer = cluster.start("-w", "3", "-n", "rescuer")
     rescuer_pids = set(cluster.wait_pool(rescuer, 3))
@@ -213,8 +214,14 @@ def test_a_host_cut_off_longer_than_the_lease(cluster, namespace, tmp_path):
     assert {job.state for job in first.values()} == {"SUCCEEDED"}
     assert {job.cluster for job in first.values()} == {"rescuer"}
     assert {job.result for job in first.values()} <= rescuer_pids, (first, rescuer_pids)
+    # The cut-off cluster started nothing more once its leases were in doubt: only what it ran at
+    # the cut ran twice (at least once, as after a crash); what it held unstarted, it gave back.
     executions = starts(cluster.log(), "first")
     assert set(executions) == set(ids)
-    assert all(1 <= n <= 2 for n in executions.values()), executions  # the rescuer's, and maybe the cut-off's
+    assert executions == {job_id: 2 if job_id in started_before else 1 for job_id in ids}
+    output = cut_off.output(tail=10**7)
+    assert "starting no waiting task and claiming nothing until the database answers" in output
+    assert f"giving back {6 - len(started_before)} unstarted task(s)" in output
+    assert output.count("finished after its lease was lost; not recorded") == len(started_before)
     cut_off.send(signal.SIGTERM)
     assert cut_off.wait() == 0, cut_off.output()
