@@ -111,6 +111,16 @@ def held_in(tag: str, cap: float = 120.0) -> int:
     return os.getpid()
 
 
+def queried(tag: str) -> int:
+    """Log ``start:<tag>``, count the jobs (one query on the worker's own connection), log ``end:<tag>``."""
+    from django_taskmq.models import Job
+
+    log(f"start:{tag} {os.getpid()}")
+    count = Job.objects.count()
+    log(f"end:{tag}")
+    return count
+
+
 def stamped(tag: str) -> str:
     """Log ``start:<tag> <epoch time>`` (the rate-limit tests count starts per window)."""
     log(f"start:{tag} {time.time():.6f}")

@@ -252,3 +252,28 @@ def test_a_server_that_turned_read_only_is_left_until_writes_work_again(cluster)
     assert "Traceback" not in output
     qc.send(signal.SIGTERM)
     assert qc.wait() == 0, qc.output()
+
+
+@needs_postgresql
+@pytest.mark.django_db(transaction=True)
+def test_tasks_get_a_new_connection_after_theirs_was_ended(cluster):
+    """A task's own queries use its worker's connection, kept from task to task. Ended by the
+    server (a failover, a restart), it fails the task that meets it, then is replaced: the task's
+    retry and every later task succeed (it used to fail every later task of that worker until the
+    worker was recycled, and send them to the dead-letter queue)."""
+    name = connections["default"].settings_dict["NAME"]
+    ids = enqueue_many("tests.cluster.tasks_cluster.queried", [("query",)] * 400)
+    qc = cluster.start("-w", "2")
+    for wave in (50, 200):
+        cluster.wait_until(lambda: job_states(ids).get("SUCCEEDED", 0) >= wave, f"{wave} jobs to succeed", alive=[qc])
+        with connections["default"].cursor() as cursor:
+            cursor.execute("SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity "
+                           "WHERE datname = %s AND pid <> pg_backend_pid()", [name])
+    cluster.wait_final(ids, alive=[qc])
+    assert job_states(ids) == {"SUCCEEDED": 400}, qc.output()
+    # Only the tasks that met an ended connection ran again: at most one per worker and wave.
+    runs = executions(cluster.log(), "query")
+    again = {job_id: n for job_id, n in runs.items() if n > 1}
+    assert len(again) <= 2 * 2 and all(n == 2 for n in again.values()), again
+    qc.send(signal.SIGTERM)
+    assert qc.wait() == 0, qc.output()
