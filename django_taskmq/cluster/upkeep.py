@@ -74,9 +74,9 @@ class Upkeep:
         self.started = time.time()
         later = time.monotonic() + FIRST_CHORES_AFTER
         self._next = {"analyze": later, "renew": 0.0, "heartbeat": later, "scheduler": later, "burst": 0.0}
-        # While the database is away: one line per component every few seconds, not a traceback a try.
         # Monotonic time before the last lease renewal that worked (or that had nothing to renew).
         self.renewed_at = time.monotonic()
+        # While the database is away: one line per component every few seconds, not a traceback a try.
         self.failures = outage.FailureLog("sentinel", logger,
                                           meanwhile="running tasks go on, their leases are renewed when it answers")
         self.scheduler_failures = outage.FailureLog("scheduler", logger)
