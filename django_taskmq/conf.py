@@ -39,6 +39,9 @@ class QueueConfig:
     rate_limit: Rate | None = None
 
 
+#: Seconds after which a cluster's PostgreSQL connection whose far side went silent fails (see
+#: ``TASKMQ['dead_connection_timeout']`` and ``policy/connections.py``).
+DEAD_CONNECTION_TIMEOUT = 30.0
 MAX_THREADS = 256  # per worker process; more is a mistake, not a configuration
 MAX_PREFETCH = 1000
 
@@ -86,6 +89,7 @@ class Settings:
     label: str | None = None
     prepared_statements: bool | str = True
     listen_database: str | None = None
+    dead_connection_timeout: float | None = DEAD_CONNECTION_TIMEOUT
 
     @property
     def effective_queue_limit(self) -> int:
@@ -266,6 +270,8 @@ _VALIDATORS = {
     "label": _label,
     "prepared_statements": _prepared,
     "listen_database": _label,
+    # At least 6 s: keepalive probes count whole seconds (policy/connections.py keepalive_options).
+    "dead_connection_timeout": lambda k, v: _number(k, v, minimum=6, optional=True),
 }
 assert set(_VALIDATORS) == {f.name for f in fields(Settings)}
 

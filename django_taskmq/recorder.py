@@ -22,6 +22,7 @@ from .exceptions import LeaseLost, UnreadableResult
 from .loading import resolve
 from .models import _from_epoch
 from .policy.backoff import Retry
+from .policy.connections import disconnect
 from .policy.states import JobState
 from .policy.storable import clip_head, clip_tail
 from .signals import post_execute
@@ -32,6 +33,12 @@ logger = logging.getLogger(__name__)
 # Errors that mean the database itself is away (a restart, a lost connection), not that one
 # outcome cannot be stored: the whole batch is retried by the caller.
 DATABASE_AWAY = (OperationalError, InterfaceError)
+
+
+def _away(exc: BaseException) -> bool:
+    """The database is away, or the connection must be replaced (a server that is no longer the
+    primary answers writes with an InternalError, 25006): not this outcome's fault."""
+    return isinstance(exc, DATABASE_AWAY) or disconnect(exc) is not None
 
 
 def _dt(epoch: float) -> datetime.datetime | None:
@@ -147,9 +154,9 @@ def _ack(successes: list[ex.Outcome], broker: Broker, settings: Settings,
     try:
         with contextlib.nullcontext() if lone else broker.atomic():
             lost = {r.job_id for r in broker.ack_many(acks(successes))}
-    except DATABASE_AWAY:
-        raise
-    except Exception:
+    except Exception as exc:
+        if _away(exc):
+            raise
         logger.warning("acknowledging %d job(s) at once failed; acknowledging them one by one", len(successes),
                        exc_info=True)
         finals = []
@@ -186,9 +193,9 @@ def _isolated(o: ex.Outcome, broker: Broker, settings: Settings, store) -> str |
     except LeaseLost:
         logger.warning("job %s: lease lost before its %s was recorded", o.reservation.job_id, o.status)
         return None
-    except DATABASE_AWAY:
-        raise
     except Exception as exc:
+        if _away(exc):
+            raise
         reason = f"outcome could not be stored: {ex.describe(exc)}"
         logger.error("job %s: %s; recorded as a failure", o.reservation.job_id, reason)
         times = [t if isinstance(t, (int, float)) else 0.0 for t in (o.started_at, o.finished_at)]
@@ -199,9 +206,9 @@ def _isolated(o: ex.Outcome, broker: Broker, settings: Settings, store) -> str |
             return _record_other(failed, broker, settings)
     except LeaseLost:
         return None
-    except DATABASE_AWAY:
-        raise
-    except Exception:
+    except Exception as exc:
+        if _away(exc):
+            raise
         logger.exception("job %s: not even its failure could be stored; its lease will bring it back",
                          o.reservation.job_id)
         return None

@@ -18,6 +18,7 @@ from .. import execution as ex
 from ..brokers.base import Broker
 from ..conf import Settings
 from ..policy import retention as retention_policy
+from ..policy.connections import RECONNECT
 from . import outage
 from .messages import END_OF_RESULTS, load_outcomes, says_idle
 from .result_pipe import ResultPipe
@@ -166,7 +167,7 @@ class Monitor:
                     logger.error("monitor: gave up recording %d outcome(s) after %.0f s (%s); their leases will "
                                  "bring them back", len(batch), time.monotonic() - started, outage.cause(exc))
                     return
-                time.sleep(0.5)
+                time.sleep(RECONNECT.delay(max(self.failures.failures, 1)))
             else:
                 self.failures.succeeded()
                 return

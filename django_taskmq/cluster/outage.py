@@ -5,7 +5,10 @@ logs that do not flood.
   it). On SQLite it makes the cluster's own connections take the write lock at ``BEGIN``
   (``transaction_mode`` ``IMMEDIATE``) and wait for it (a busy timeout of at least
   :data:`SQLITE_BUSY_TIMEOUT`), whatever ``DATABASES`` says; on PostgreSQL it bounds the time a
-  connection attempt may take (``connect_timeout``, unless the project set one).
+  connection attempt may take (``connect_timeout``) and makes a connection whose far side went
+  silent fail within ``TASKMQ['dead_connection_timeout']`` (TCP keepalives and ``tcp_user_timeout``,
+  see :func:`~django_taskmq.policy.connections.keepalive_options`), each option unless the
+  project set it in ``OPTIONS``.
 * :func:`check` opens a connection, runs a trivial query and looks for the app's tables. It returns
   one line saying what is wrong, or None.
 * :class:`FailureLog` logs one component's failures while the database is away: the first one as one
@@ -22,13 +25,16 @@ from collections.abc import Callable
 
 from django.db import connections
 
+from ..conf import DEAD_CONNECTION_TIMEOUT
+from ..policy.connections import disconnect, keepalive_options
+
 SQLITE_BUSY_TIMEOUT = 20.0  # seconds a cluster's SQLite connection waits for the write lock, at least
 CONNECT_TIMEOUT = 5  # seconds a cluster's PostgreSQL connection attempt may take, unless the project says
 LOG_EVERY = 5.0  # seconds between two lines of one component while its failures go on
 CAUSE_LENGTH = 300
 
 
-def prepare(alias: str) -> None:
+def prepare(alias: str, dead_connection_timeout: float | None = DEAD_CONNECTION_TIMEOUT) -> None:
     """Set the options of the cluster's connections to ``alias``; call before any connection opens.
 
     The change is made in the settings dict every connection to ``alias`` reads when it connects
@@ -47,12 +53,33 @@ def prepare(alias: str) -> None:
         options["timeout"] = max(float(options.get("timeout", 5.0)), SQLITE_BUSY_TIMEOUT)
     elif conn.vendor == "postgresql":
         options.setdefault("connect_timeout", CONNECT_TIMEOUT)
+        keepalives = keepalive_options(dead_connection_timeout)
+        if _libpq_version() < 120000:  # tcp_user_timeout is libpq 12's: an older one refuses to connect
+            keepalives.pop("tcp_user_timeout", None)
+        for key, value in keepalives.items():
+            options.setdefault(key, value)
     else:
         return
     close_quietly(alias)
     settings_dict["OPTIONS"] = options
     if conn.settings_dict is not settings_dict:  # a wrapper built from a copy (tests overriding DATABASES)
         conn.settings_dict["OPTIONS"] = dict(options)
+
+
+def _libpq_version() -> int:
+    """The version of the libpq the PostgreSQL driver uses (120000 for 12.0); 0 when unknown."""
+    try:
+        import psycopg
+
+        return psycopg.pq.version()
+    except ImportError:
+        pass
+    try:
+        import psycopg2.extensions
+
+        return psycopg2.extensions.libpq_version()
+    except ImportError:
+        return 0
 
 
 def check(alias: str, where: str) -> str | None:
@@ -129,7 +156,9 @@ class FailureLog:
     """Log the failures of one component (``"pusher"``, ``"monitor"``, ...) without flooding the log.
 
     Call :meth:`failed` after each failed attempt and :meth:`succeeded` after each one that worked.
-    The first failure of an outage is logged as one line (a database error without its traceback,
+    The first failure of an outage is logged as one line, with what ``meanwhile`` says and, when the
+    error means the connection is gone (:func:`~django_taskmq.policy.connections.disconnect`), why
+    (a database error without its traceback,
     unless ``logger`` is enabled for DEBUG; any other error with it, once: it is likely a bug). Then
     at most one line every ``every`` seconds, with the number of failures since the previous line.
     The first success after failures logs one line with their count and how long they lasted.
@@ -139,8 +168,9 @@ class FailureLog:
     """
 
     def __init__(self, component: str, logger: logging.Logger, every: float = LOG_EVERY,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+                 clock: Callable[[], float] = time.monotonic, meanwhile: str = "") -> None:
         self.component = component
+        self.meanwhile = meanwhile  # what the component does while it fails, said in the first line
         self.logger = logger
         self.every = every
         self.clock = clock
@@ -172,7 +202,11 @@ class FailureLog:
             self.since = self._logged_at = now
             self._unlogged = 0
             self._last_logged = self.last
-            line = f"{self.component}: {self.last}; retrying (logging at most every {self.every:g} s)"
+            # A lost connection, a server that is no longer the primary or is shutting down: say so.
+            reason = disconnect(exc)
+            retry = f"{reason}: reconnecting" if reason else "retrying"
+            meanwhile = f"; {self.meanwhile}" if self.meanwhile else ""
+            line = f"{self.component}: {self.last}; {retry}{meanwhile} (logging at most every {self.every:g} s)"
             show = not database or self.logger.isEnabledFor(logging.DEBUG)
             self.logger.warning("%s", line, exc_info=exc if show else None)
             return line

@@ -16,6 +16,7 @@ from multiprocessing.connection import Connection
 from ..brokers.base import Broker, Waker
 from ..conf import Settings
 from ..exceptions import BadPackage
+from ..policy.connections import RECONNECT
 from . import outage
 from .messages import Batch, Stop, Ticket, Want
 
@@ -55,7 +56,7 @@ class Pusher:
         self.burst = burst
         self.workers = workers
         # While the database is away: one line every few seconds with a count, not a traceback a claim.
-        self.failures = outage.FailureLog("pusher", logger)
+        self.failures = outage.FailureLog("pusher", logger, meanwhile="no new work is claimed meanwhile")
         self._last_sweep = 0.0  # monotonic time of the last lease sweep
         self.paused: frozenset[str] = frozenset()  # of self.queues, as last read
         self._pauses_read = float("-inf")  # monotonic time of that read
@@ -78,7 +79,8 @@ class Pusher:
             failed = claimed is None
             tasks = claimed or []
             if failed:
-                pipe.poll(1.0)  # the database is away: do not hammer it
+                # The database is away or failing over: wait a little longer after each failure.
+                pipe.poll(RECONNECT.delay(max(self.failures.failures, 1)))
             elif not tasks and message.room > 0 and (drained or not self.burst):
                 # Nothing ready: nap until work may have arrived. (A look for urgent work only, made
                 # while the sentinel's buffer is full, is answered at once: the sentinel paces those

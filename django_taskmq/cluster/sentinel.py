@@ -29,6 +29,7 @@ from .. import execution as ex
 from ..brokers.base import Broker
 from ..conf import Settings
 from ..exceptions import TaskMQError, TaskTimeout, WorkerDied
+from ..policy import lease
 from . import monitor, outage, pusher, worker
 from .buffer import Buffer
 from .messages import (END_OF_RESULTS, IDLE, READY, RECORDED, RETIRING, STOP, SUCCEEDED, TIMED_OUT, UNSTARTED, Batch, Stop,
@@ -194,6 +195,8 @@ class Sentinel:
         self.by_queue: dict[str, dict[str, int]] = {}  # queue -> outcome -> count (see OUTCOMES)
         self._next_guard = 0.0  # monotonic time of the next timeout and liveness check
         self._next_urgent = 0.0  # monotonic time from which the pusher may be asked for urgent work again
+        self.paused = False  # leases in doubt: start and claim nothing (see _mind_leases)
+        self.leases_lost = False  # ... for a whole lease: give back what waits once the database answers
         self.upkeep = Upkeep(settings, broker, owner=self.owner, name=self.name, host=self.host, queues=self.queues,
                              burst=burst, held=self._held, report=self._report)
         self.buffer = Buffer(broker, self.limit, self.capacity, failed=self.upkeep.failed)
@@ -203,9 +206,10 @@ class Sentinel:
         """Run the cluster; return the exit status (0 after a graceful stop)."""
         signal.signal(signal.SIGTERM, self._on_signal)
         signal.signal(signal.SIGINT, self._on_signal)
-        outage.prepare(self.settings.database)  # qcluster did it already; for a Sentinel started otherwise
+        # qcluster did it already; for a Sentinel started otherwise
+        outage.prepare(self.settings.database, self.settings.dead_connection_timeout)
         if self.settings.listen_database is not None:
-            outage.prepare(self.settings.listen_database)
+            outage.prepare(self.settings.listen_database, self.settings.dead_connection_timeout)
         self._spawn_all()
         self.state = "running"
         logger.info("cluster %s started: %d workers%s, queues %s", self.owner, self.workers,
@@ -326,6 +330,7 @@ class Sentinel:
             self._next_guard = now + self.settings.guard_interval
             self._guard()
         self._steal()
+        self._mind_leases()
         self._dispatch()
         self._flush()
         self._ask_pusher()
@@ -534,11 +539,44 @@ class Sentinel:
         started_at = time.time() - (time.monotonic() - started)
         self.outbox.append(dump_outcome(ex.lost(task.reservation, task.message().envelope, status, error, started_at)))
 
+    def _mind_leases(self) -> None:
+        """Start nothing whose lease may have run out, and give it back once the database answers.
+
+        While the sentinel's database operations fail and its leases have gone unrenewed for half a
+        lease, another cluster may soon take over what this one holds: it starts no waiting task,
+        takes back what the workers hold unstarted, and claims nothing (running tasks go on). After
+        a whole lease, what waits may belong to someone else already: when the database answers,
+        it is given back (a fenced write: only what is still this cluster's goes back to the queue,
+        its delivery not counted) instead of being run a second time.
+        """
+        standing = self.upkeep.leases()
+        if standing == lease.HELD:
+            if self.paused:
+                self.paused = False
+                if self.leases_lost and self.buffer:
+                    waiting = len(self.buffer)
+                    logger.warning("cluster %s: giving back %d unstarted task(s) whose leases may have run out "
+                                   "while the database was away", self.owner, waiting)
+                    self.upkeep.attempt(f"giving back {waiting} unstarted task(s)", self.buffer.give_back)
+                self.leases_lost = False
+            return
+        self.leases_lost = self.leases_lost or standing == lease.MAY_BE_LOST
+        if self.paused:
+            return
+        self.paused = True
+        logger.warning("cluster %s: leases not renewed for %.0f s: starting no waiting task and claiming nothing "
+                       "until the database answers; running tasks go on", self.owner,
+                       time.monotonic() - self.upkeep.renewed_at)
+        if self.depth > self.threads:
+            for slot in list(self.slots):
+                self._revoke(slot)
+
     def _dispatch(self) -> None:
         """Give the most urgent waiting tasks to the workers with room: one each in turn, all of a
         worker's in one message. With prefetch, a task more urgent than everything a full worker
-        holds is sent to it all the same (one over): it runs next there, not after the prefetched."""
-        if not self.buffer:
+        holds is sent to it all the same (one over): it runs next there, not after the prefetched.
+        Nothing while the leases are in doubt (see :meth:`_mind_leases`)."""
+        if not self.buffer or self.paused:
             return
         now = time.monotonic()
         room = {s.index: self._room(s, now) for s in self.slots if s.accepting()}
@@ -641,7 +679,8 @@ class Sentinel:
             return False
 
     def _ask_pusher(self) -> None:
-        if self.want_pending or self.state != "running" or not self.pusher.is_alive() or self.pusher_pipe is None:
+        if self.want_pending or self.state != "running" or not self.pusher.is_alive() or self.pusher_pipe is None \
+                or self.paused:
             return
         want = self.buffer.want(busy=sum(len(s.running) for s in self.slots))
         if want is None:

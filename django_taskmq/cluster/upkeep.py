@@ -27,7 +27,7 @@ from django.utils import timezone
 
 from ..brokers.base import Broker
 from ..conf import Settings
-from ..policy.lease import renew_interval
+from ..policy.lease import renew_interval, standing
 from . import outage
 
 logger = logging.getLogger(__name__)
@@ -74,8 +74,11 @@ class Upkeep:
         self.started = time.time()
         later = time.monotonic() + FIRST_CHORES_AFTER
         self._next = {"analyze": later, "renew": 0.0, "heartbeat": later, "scheduler": later, "burst": 0.0}
+        # Monotonic time before the last lease renewal that worked (or that had nothing to renew).
+        self.renewed_at = time.monotonic()
         # While the database is away: one line per component every few seconds, not a traceback a try.
-        self.failures = outage.FailureLog("sentinel", logger)
+        self.failures = outage.FailureLog("sentinel", logger,
+                                          meanwhile="running tasks go on, their leases are renewed when it answers")
         self.scheduler_failures = outage.FailureLog("scheduler", logger)
 
     def due(self, what: str, every: float) -> bool:
@@ -116,9 +119,16 @@ class Upkeep:
     def _renew(self) -> bool:
         """Renew the leases of what the cluster holds, one statement; return False if that failed."""
         held = self.held()
-        if not held:
-            return True
-        return self.attempt("lease renewal", lambda: self.broker.extend_leases(self.owner, held, self.settings.lease))
+        started = time.monotonic()
+        if held and not self.attempt("lease renewal",
+                                     lambda: self.broker.extend_leases(self.owner, held, self.settings.lease)):
+            return False
+        self.renewed_at = started
+        return True
+
+    def leases(self) -> str:
+        """What the cluster can say of the leases it holds (:func:`~django_taskmq.policy.lease.standing`)."""
+        return standing(time.monotonic() - self.renewed_at, self.settings.lease, self.failures.failing)
 
     def publish(self, final: bool = False) -> bool:
         """Write the heartbeat row (state ``stopped`` when ``final``); return whether it was written."""

@@ -131,6 +131,8 @@ class OneAtATime:
             if not self._start(arrival):
                 continue  # the sentinel took it back: it runs elsewhere
             outcome = ex.seal(ex.execute(message), self.settings)
+            if outcome.status != ex.SUCCESS:  # (a broken connection fails the task that meets it)
+                drop_failed_connections()
             # The cluster was idle around this task (the sentinel held nothing else when it sent it)
             # and this worker still is (nothing waits here, nothing new in the pipe): record a plain
             # success here and now, two process hops sooner than through the sentinel and the
@@ -186,6 +188,23 @@ class OneAtATime:
             shared.since[self.index] = time.monotonic()
             shared.current[self.index] = arrival
             return True
+
+
+def drop_failed_connections() -> None:
+    """Close this thread's database connections on which an error occurred (after a task that failed).
+
+    A worker keeps its connections from task to task; one that a failover or a restart ended fails
+    every later query, and one led to a server that is no longer the primary refuses every write
+    while it still answers ``SELECT 1`` (so Django's own ``close_if_unusable_or_obsolete`` keeps it).
+    Closed, the next query reconnects. A connection inside a transaction the task left open is left
+    to the task's own code.
+    """
+    for conn in connections.all(initialized_only=True):
+        if conn.errors_occurred and not conn.in_atomic_block:
+            try:
+                conn.close()
+            except Exception:  # broken already: nothing more to drop
+                logger.debug("closing the connection of %r failed", conn.alias, exc_info=True)
 
 
 @contextlib.contextmanager
@@ -289,6 +308,8 @@ class Pool:
         except BaseException as exc:  # what execute lets through (GeneratorExit, ...): this task's failure only
             outcome = ex.lost(message.reservation, message.envelope, ex.FAILURE, exc, traceback=format_exc())
         if not entry.interrupted and outcome is not None:
+            if outcome.status != ex.SUCCESS:
+                drop_failed_connections()
             close_old_connections()
             return outcome
         # The exception may have landed in the middle of a query: this thread's connection is

@@ -6,3 +6,21 @@ from __future__ import annotations
 def renew_interval(lease: float) -> float:
     """Return how often a holder renews its leases: a third of the lease, so two renewals may fail."""
     return max(lease / 3.0, 0.1)
+
+
+#: What a holder knows of the leases it could not renew (see :func:`standing`).
+HELD, IN_DOUBT, MAY_BE_LOST = "held", "in doubt", "may be lost"
+
+
+def standing(since_renewal: float, lease: float, failing: bool) -> str:
+    """What a holder can say of its leases ``since_renewal`` seconds after the last renewal that
+    worked (timed from before it was sent), while its database operations fail (``failing``) or not.
+
+    Held while the database answers, or within half a lease of that renewal (a renewal every third
+    of a lease has failed at most once): unstarted work may start. In doubt after that: start
+    nothing more, another holder may take the work over once the lease is out. May be lost after a
+    whole lease: unstarted work must be given back, not started, once the database answers.
+    """
+    if not failing or since_renewal <= lease / 2:
+        return HELD
+    return IN_DOUBT if since_renewal <= lease else MAY_BE_LOST

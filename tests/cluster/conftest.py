@@ -66,12 +66,13 @@ def is_alive(pid: int) -> bool:
 class QCluster:
     """One ``manage.py qcluster`` subprocess (the sentinel), leader of its own process group."""
 
-    def __init__(self, args: list[str], env: dict[str, str], stderr_path: Path) -> None:
+    def __init__(self, args: list[str], env: dict[str, str], stderr_path: Path, prefix: Iterable[str] = ()) -> None:
         self.args = args
         self.stderr_path = stderr_path
         self._stderr = open(stderr_path, "wb")
+        # ``prefix`` runs it through another command that execs it (``ip netns exec NAME``): same pid.
         self.proc = subprocess.Popen(
-            [sys.executable, "manage.py", "qcluster", *args], cwd=str(ROOT), env=env,
+            [*prefix, sys.executable, "manage.py", "qcluster", *args], cwd=str(ROOT), env=env,
             stdin=subprocess.DEVNULL, stdout=self._stderr, stderr=subprocess.STDOUT, start_new_session=True,
         )
         self.pid = self.proc.pid
@@ -163,10 +164,13 @@ class Harness:
         self.settings.TASKMQ = {**self.settings.TASKMQ, **overrides}
         return self.settings.TASKMQ
 
-    def start(self, *args: str) -> QCluster:
-        """Start ``manage.py qcluster *args``; return it (it is killed at the end of the test)."""
-        env = db_env({"TASKMQ_OVERRIDES": json.dumps(self.overrides), "PYTHONUNBUFFERED": "1"})
-        qc = QCluster(list(args), env, self.tmp_path / f"qcluster-{len(self.clusters)}.log")
+    def start(self, *args: str, prefix: Iterable[str] = (), env: dict[str, str] | None = None) -> QCluster:
+        """Start ``manage.py qcluster *args``; return it (it is killed at the end of the test).
+
+        ``prefix``: a command that execs qcluster (``ip netns exec NAME``); ``env``: more variables.
+        """
+        env = db_env({"TASKMQ_OVERRIDES": json.dumps(self.overrides), "PYTHONUNBUFFERED": "1", **(env or {})})
+        qc = QCluster(list(args), env, self.tmp_path / f"qcluster-{len(self.clusters)}.log", prefix)
         self.clusters.append(qc)
         return qc
 

@@ -100,6 +100,27 @@ def hook(job: Any) -> None:
     log(f"hook:{job.state}", job_id=job.id)
 
 
+def held_in(tag: str, cap: float = 120.0) -> int:
+    """Log ``start:<tag> <pid>``; in a cluster started with ``TASKMQ_TEST_HOLD`` (a file path) wait for
+    that file (at most ``cap`` s); log ``end:<tag>``; return the worker's pid (which cluster ran it)."""
+    log(f"start:{tag} {os.getpid()}")
+    hold = os.environ.get("TASKMQ_TEST_HOLD")
+    if hold:
+        wait_for(hold, cap)
+    log(f"end:{tag}")
+    return os.getpid()
+
+
+def queried(tag: str) -> int:
+    """Log ``start:<tag>``, count the jobs (one query on the worker's own connection), log ``end:<tag>``."""
+    from django_taskmq.models import Job
+
+    log(f"start:{tag} {os.getpid()}")
+    count = Job.objects.count()
+    log(f"end:{tag}")
+    return count
+
+
 def stamped(tag: str) -> str:
     """Log ``start:<tag> <epoch time>`` (the rate-limit tests count starts per window)."""
     log(f"start:{tag} {time.time():.6f}")

@@ -10,6 +10,7 @@ sees when the server goes away, without touching the server other test runs use.
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import os
 import signal
@@ -180,5 +181,99 @@ def test_a_running_cluster_logs_an_outage_sparingly_and_resumes(cluster):
     for component in ("sentinel", "pusher"):
         back = [line for line in output.splitlines() if line.startswith(f"{component}: database is back after")]
         assert len(back) == 1, output
+    qc.send(signal.SIGTERM)
+    assert qc.wait() == 0, qc.output()
+
+
+# -- failover: sessions ended under a burst (PostgreSQL) ---------------------------------------------
+
+def executions(log: list[tuple[str, str]], tag: str) -> collections.Counter:
+    """Count the runs of each job (its ``start:<tag>`` lines in the run log)."""
+    return collections.Counter(job_id for job_id, event in log if event.startswith(f"start:{tag} "))
+
+
+@needs_postgresql
+@pytest.mark.django_db(transaction=True)
+def test_sessions_ended_mid_burst_lose_nothing_and_run_nothing_twice(cluster):
+    """``pg_terminate_backend`` on every session of the cluster (57P01, what a failover or a
+    restart does to them), three times during a burst: each process reconnects, every job runs
+    once and ends SUCCEEDED once, and the burst ends normally."""
+    name = connections["default"].settings_dict["NAME"]
+    ids = enqueue_many("tests.cluster.tasks_cluster.slow", [("burst", 0.002)] * 900)
+    qc = cluster.start("--burst", "-w", "2")
+    ended = 0
+    for wave in (50, 300, 600):
+        cluster.wait_until(lambda: job_states(ids).get("SUCCEEDED", 0) >= wave, f"{wave} jobs to succeed", alive=[qc])
+        with connections["default"].cursor() as cursor:
+            cursor.execute("SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity "
+                           "WHERE datname = %s AND pid <> pg_backend_pid()", [name])
+            ended += cursor.fetchone()[0]
+    assert qc.wait() == 0, qc.output(tail=10**7)
+    output = qc.output(tail=10**7)
+    assert job_states(ids) == {"SUCCEEDED": 900}, output
+    runs = executions(cluster.log(), "burst")
+    assert set(runs) == set(ids)
+    assert set(runs.values()) == {1}, {job_id: n for job_id, n in runs.items() if n != 1}
+    assert ended >= 3  # each time, at least the pusher's session
+    assert "the server ended the session (shutdown, or pg_terminate_backend): reconnecting" in output, output
+    assert "Traceback" not in output
+
+
+@needs_postgresql
+@pytest.mark.django_db(transaction=True)
+def test_a_server_that_turned_read_only_is_left_until_writes_work_again(cluster):
+    """What a cluster sees when its server was demoted (or its address now leads to a standby):
+    connections that work, and writes refused with SQLSTATE 25006. Here every new session of the
+    test database is read-only for a while (``default_transaction_read_only``) and the cluster's
+    sessions are ended. No outcome may be recorded as a failure for it, nor dropped: the cluster
+    reconnects until writes work again, and every job runs once and ends SUCCEEDED."""
+    name = connections["default"].settings_dict["NAME"]
+    quoted = '"' + name.replace('"', '""') + '"'
+    ids = enqueue_many("tests.cluster.tasks_cluster.slow", [("burst", 0.002)] * 600)
+    qc = cluster.start("-w", "2")
+    cluster.wait_until(lambda: job_states(ids).get("SUCCEEDED", 0) >= 50, "some jobs to succeed", alive=[qc])
+    _admin(f"ALTER DATABASE {quoted} SET default_transaction_read_only = on")
+    try:
+        with connections["default"].cursor() as cursor:  # this test's own session stays (it reads)
+            cursor.execute("SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity "
+                           "WHERE datname = %s AND pid <> pg_backend_pid()", [name])
+        cluster.wait_until(lambda: "no longer the primary: reconnecting" in qc.output(tail=10**7),
+                           lambda: f"the cluster to meet the read-only server:\n{qc.output()}", alive=[qc])
+        time.sleep(2)  # (a while longer: more writes refused, more reconnects)
+    finally:
+        _admin(f"ALTER DATABASE {quoted} RESET default_transaction_read_only")
+    cluster.wait_final(ids, alive=[qc])
+    output = qc.output(tail=10**7)
+    assert job_states(ids) == {"SUCCEEDED": 600}, output
+    runs = executions(cluster.log(), "burst")
+    assert set(runs) == set(ids)
+    assert set(runs.values()) == {1}, {job_id: n for job_id, n in runs.items() if n != 1}
+    assert "could not be stored" not in output
+    assert "Traceback" not in output
+    qc.send(signal.SIGTERM)
+    assert qc.wait() == 0, qc.output()
+
+
+@needs_postgresql
+@pytest.mark.django_db(transaction=True)
+def test_tasks_get_a_new_connection_after_theirs_was_ended(cluster):
+    """A task's own queries use its worker's connection, kept from task to task. Ended by the
+    server (a failover, a restart), it fails the task that meets it, then is replaced: the task's
+    retry and every later task succeed (it used to fail every later task of that worker until the
+    worker was recycled, and send them to the dead-letter queue)."""
+    name = connections["default"].settings_dict["NAME"]
+    ids = enqueue_many("tests.cluster.tasks_cluster.queried", [("query",)] * 400)
+    qc = cluster.start("-w", "2")
+    for wave in (50, 200):
+        cluster.wait_until(lambda: job_states(ids).get("SUCCEEDED", 0) >= wave, f"{wave} jobs to succeed", alive=[qc])
+        with connections["default"].cursor() as cursor:
+            cursor.execute("SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity "
+                           "WHERE datname = %s AND pid <> pg_backend_pid()", [name])
+    cluster.wait_final(ids, alive=[qc])
+    assert job_states(ids) == {"SUCCEEDED": 400}, qc.output()
+    # Only the tasks that met an ended connection ran again: at most one per worker and wave.
+    runs = executions(cluster.log(), "query")
+    again = {job_id: n for job_id, n in runs.items() if n > 1}
+    assert len(again) <= 2 * 2 and all(n == 2 for n in again.values()), again
     qc.send(signal.SIGTERM)
     assert qc.wait() == 0, qc.output()

@@ -9,6 +9,7 @@ machine, no rights, no command) the test is skipped with the reason, or fails wi
 
 from __future__ import annotations
 
+import collections
 import glob
 import os
 import pwd
@@ -120,3 +121,27 @@ def test_every_job_succeeds_across_a_postgresql_restart(cluster):
     cluster.wait_final(ids + later, alive=[qc])
     assert job_states(ids + later) == {"SUCCEEDED": 700}
     assert qc.running(), "the cluster must survive the restart"
+
+
+def test_a_restart_mid_burst_runs_every_job_once(cluster):
+    """A server restart (every session ended with 57P01, then connections refused, then 57P03 while
+    it starts) in the middle of a burst: the burst ends normally, every job ran once (its runs are
+    counted in the run log) and ended SUCCEEDED once. The lease (30 s) outlasts the restart, so no
+    job is taken over by its own cluster's sweep."""
+    restart = restart_command()
+    ids = enqueue_many("tests.cluster.tasks_cluster.slow", [("burst", 0.002)] * 900)
+    qc = cluster.start("--burst", "-w", "2")
+    cluster.wait_until(lambda: job_states(ids).get("SUCCEEDED", 0) >= 100, "some jobs to succeed", alive=[qc])
+
+    restart_postgresql(restart)
+    for conn in connections.all():
+        conn.close()
+
+    assert qc.wait() == 0, qc.output(tail=10**7)
+    output = qc.output(tail=10**7)
+    assert job_states(ids) == {"SUCCEEDED": 900}, output
+    runs = collections.Counter(job_id for job_id, event in cluster.log() if event.startswith("start:burst "))
+    assert set(runs) == set(ids)
+    assert set(runs.values()) == {1}, {job_id: n for job_id, n in runs.items() if n != 1}
+    assert ": reconnecting" in output, output
+    assert "Traceback" not in output

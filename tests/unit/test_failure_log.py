@@ -114,3 +114,20 @@ def test_cause_is_the_first_line_of_the_error():
                                             "failed: Connection refused")
     assert cause(OSError()) == "OSError"
     assert len(cause(OperationalError("x" * 5000))) == 300
+
+
+def test_a_lost_connection_says_why_and_what_goes_on_meanwhile(caplog, clock):
+    import psycopg
+
+    caplog.set_level(logging.INFO, logger="tests.failure_log")
+    log = FailureLog("pusher", logging.getLogger("tests.failure_log"), every=5.0, clock=clock,
+                     meanwhile="no new work is claimed meanwhile")
+    try:
+        raise OperationalError("terminating connection due to administrator command") \
+            from psycopg.errors.AdminShutdown("terminating connection due to administrator command")
+    except OperationalError as exc:
+        line = log.failed("claim", exc)
+    assert line == ("pusher: claim: OperationalError: terminating connection due to administrator command; "
+                    "the server ended the session (shutdown, or pg_terminate_backend): reconnecting; "
+                    "no new work is claimed meanwhile (logging at most every 5 s)")
+    assert caplog.records[0].exc_info is None

@@ -305,3 +305,72 @@ def test_outcomes_say_idle_only_when_nothing_else_waits_or_runs(harness):
     harness.sentinel.slots[0].running.clear()
     harness.sentinel._flush()
     assert results.items == [[b"outcome of a"], [b"outcome of b"], [b"outcome of c", IDLE]]
+
+
+# -- leases the sentinel cannot renew ----------------------------------------------------------------
+
+def _database_fails(h: Harness, for_seconds: float) -> None:
+    """The sentinel's database operations fail, and its last renewal that worked is ``for_seconds`` old."""
+    from django.db import OperationalError
+
+    h.sentinel.upkeep.failures.failed("lease renewal", OperationalError("server closed the connection unexpectedly"))
+    h.sentinel.upkeep.renewed_at -= for_seconds
+
+
+def test_leases_in_doubt_start_nothing_then_what_waited_is_given_back_unstarted():
+    from tests.unit.test_buffer import delivery, reserve
+
+    h = Harness(broker=None)
+    broker = h.sentinel.broker
+    lease = h.sentinel.settings.lease
+    try:
+        h.add_slot()
+        tickets = reserve(broker, "a0", "b0", "c0")
+        h.push(*tickets.values())
+        _database_fails(h, lease * 0.4)  # one renewal failed: still held
+        h.sentinel._mind_leases()
+        assert not h.sentinel.paused
+        h.sentinel.slots[0].running["x"] = Running(ticket("x", 0), 0.0)  # the worker is busy
+        _database_fails(h, lease * 0.2)  # half a lease without a renewal: in doubt
+        h.sentinel._mind_leases()
+        h.sentinel.slots[0].running.clear()
+        h.sentinel._dispatch()
+        h.sentinel._ask_pusher()
+        assert h.sentinel.paused
+        assert h.received() == [None], "nothing starts while the leases are in doubt"
+        assert not h.pusher_end.poll(0), "nothing is claimed"
+        assert h.waiting() == ["a0", "b0", "c0"]
+
+        _database_fails(h, lease)  # a whole lease: what waits may be someone else's now
+        h.sentinel._mind_leases()
+        assert h.sentinel.leases_lost and h.waiting() == ["a0", "b0", "c0"]
+        # The database answers again (a renewal worked): the waiting tasks go back, undelivered.
+        h.sentinel.upkeep.failures.succeeded()
+        h.sentinel._mind_leases()
+        h.sentinel._dispatch()
+        assert not h.sentinel.paused and h.waiting() == []
+        assert h.received() == [None]
+        for name in ("a0", "b0", "c0"):
+            state, deliveries, _, leased = delivery(broker, name)
+            assert (state.value, deliveries, leased) == ("QUEUED", 0, False)
+    finally:
+        h.close()
+
+
+def test_a_short_outage_pauses_and_resumes_without_giving_back():
+    from tests.unit.test_buffer import reserve
+
+    h = Harness()
+    lease = h.sentinel.settings.lease
+    try:
+        h.add_slot()
+        h.push(*reserve(h.sentinel.broker, "a0").values())
+        _database_fails(h, lease * 0.6)
+        h.sentinel._mind_leases()
+        assert h.sentinel.paused and not h.sentinel.leases_lost
+        h.sentinel.upkeep.failures.succeeded()
+        h.sentinel._mind_leases()
+        h.sentinel._dispatch()
+        assert h.received() == ["a0"]
+    finally:
+        h.close()

@@ -55,9 +55,9 @@ class Command(BaseCommand):
             raise CommandError(f"--threads must be from 1 to {MAX_THREADS}")
         # Before anything is spawned: a database that is away or not migrated is one line and
         # exit status 1, not a cluster retrying for ever (a running cluster does retry, see outage).
-        outage.prepare(settings.database)
+        outage.prepare(settings.database, settings.dead_connection_timeout)
         if settings.listen_database is not None:
-            outage.prepare(settings.listen_database)
+            outage.prepare(settings.listen_database, settings.dead_connection_timeout)
         broker = get_broker()
         problem = outage.check(settings.database, broker.describe())
         if problem:

@@ -1,0 +1,227 @@
+"""A host cut off from the database (PostgreSQL, root): a ``qcluster`` in its own network namespace
+loses its link mid-work for longer than the lease.
+
+The namespace reaches the server through a veth pair on a private /30: packets to the host side's
+address and the server's port are sent on (DNAT) to the address the tests use (127.0.0.1), with
+that address as their source (SNAT), so the server needs no new ``listen_addresses`` (no restart)
+and no ``pg_hba.conf`` line: the machine's PostgreSQL configuration is not touched. The link is cut
+by dropping every packet inside the namespace (its own iptables), both ways, as a host whose
+network fails silently: no reset, no error, nothing answers.
+
+The test sets the namespace up and takes it down itself; it needs root, and is skipped without it
+unless CI is "true" (then it fails).
+"""
+
+from __future__ import annotations
+
+import collections
+import contextlib
+import ipaddress
+import os
+import shutil
+import signal
+import socket
+import subprocess
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import pytest
+from django.db import connections
+
+from django_taskmq import enqueue_many
+
+from .conftest import engine_is_postgresql, job_states, jobs
+
+pytestmark = [
+    pytest.mark.cluster,
+    pytest.mark.skipif(not engine_is_postgresql(), reason="cuts a host off its PostgreSQL server"),
+]
+
+LEASE = 8  # seconds: the cut lasts longer (until the other cluster has finished the jobs)
+
+
+def cannot(reason: str) -> None:
+    """Skip with ``reason``, or fail when CI is "true"."""
+    if os.environ.get("CI") == "true":
+        pytest.fail(f"cannot cut a host off, and CI is set: {reason}")
+    pytest.skip(f"cannot cut a host off: {reason}")
+
+
+def run(*command: str) -> None:
+    proc = subprocess.run(command, capture_output=True, text=True, timeout=60)
+    if proc.returncode != 0:
+        raise RuntimeError(f"{' '.join(command)} exited {proc.returncode}: {proc.stderr.strip()}")
+
+
+@dataclass
+class Namespace:
+    """A network namespace whose one link leads to this machine's PostgreSQL server."""
+
+    name: str
+    host_link: str  # the veth end in the root namespace
+    host_ip: str  # its address: the namespace's PGHOST
+    inside_ip: str
+    server: tuple[str, int]  # where the server listens in the root namespace
+
+    @property
+    def exec(self) -> list[str]:
+        return ["ip", "netns", "exec", self.name]
+
+    def nat_rules(self) -> list[list[str]]:
+        """The iptables rules (without -A/-D) that carry the namespace's connections to the server."""
+        server_ip, port = self.server
+        tag = ["-m", "comment", "--comment", f"taskmq-test-{self.name}"]
+        return [
+            ["-t", "nat", "PREROUTING", "-i", self.host_link, "-p", "tcp", "-d", self.host_ip, "--dport", str(port),
+             *tag, "-j", "DNAT", "--to-destination", f"{server_ip}:{port}"],
+            ["-t", "nat", "INPUT", "-p", "tcp", "-s", self.inside_ip, "-d", server_ip, "--dport", str(port),
+             *tag, "-j", "SNAT", "--to-source", server_ip],
+        ]
+
+    def up(self) -> None:
+        inside_link = f"{self.host_link}n"
+        run("ip", "netns", "add", self.name)
+        run("ip", "link", "add", self.host_link, "type", "veth", "peer", "name", inside_link)
+        run("ip", "link", "set", inside_link, "netns", self.name)
+        run("ip", "addr", "add", f"{self.host_ip}/30", "dev", self.host_link)
+        run("ip", "link", "set", self.host_link, "up")
+        run(*self.exec, "ip", "addr", "add", f"{self.inside_ip}/30", "dev", inside_link)
+        run(*self.exec, "ip", "link", "set", inside_link, "up")
+        run(*self.exec, "ip", "link", "set", "lo", "up")
+        # A packet sent on to 127.0.0.1 from another interface is a "martian" unless this allows it.
+        run("sysctl", "-qw", f"net.ipv4.conf.{self.host_link}.route_localnet=1")
+        for rule in self.nat_rules():
+            run("iptables", rule[0], rule[1], "-A", *rule[2:])
+
+    def down(self) -> None:
+        """Remove what :meth:`up` made (what exists of it); never raises."""
+        for rule in self.nat_rules():
+            with contextlib.suppress(Exception):
+                run("iptables", rule[0], rule[1], "-D", *rule[2:])
+        with contextlib.suppress(Exception):
+            run("ip", "link", "del", self.host_link)  # its peer goes with it
+        with contextlib.suppress(Exception):
+            run("ip", "netns", "del", self.name)
+
+    def cut(self) -> None:
+        """Drop every packet in and out of the namespace: the host's network failed silently."""
+        for chain in ("INPUT", "OUTPUT"):
+            run(*self.exec, "iptables", "-I", chain, "-j", "DROP")
+
+    def mend(self) -> None:
+        for chain in ("INPUT", "OUTPUT"):
+            run(*self.exec, "iptables", "-D", chain, "-j", "DROP")
+
+
+def _server_address() -> tuple[str, int]:
+    db = connections["default"].settings_dict
+    host = db.get("HOST") or "127.0.0.1"
+    if host.startswith("/"):
+        cannot(f"the server is reached through a Unix socket ({host}), not TCP")
+    address = socket.gethostbyname(host)
+    with socket.socket() as probe:  # the server must listen on this machine, in this namespace
+        try:
+            probe.bind((address, 0))
+        except OSError:
+            cannot(f"the PostgreSQL server ({host}) is not on this machine")
+    return address, int(db.get("PORT") or 5432)
+
+
+@pytest.fixture
+def namespace() -> Iterator[Namespace]:
+    if os.geteuid() != 0:
+        cannot("network namespaces and iptables need root")
+    for command in ("ip", "iptables", "sysctl"):
+        if shutil.which(command) is None:
+            cannot(f"{command} is not installed")
+    pid = os.getpid()
+    # A /30 of 10.213.0.0/16 and names of this run's own (interface names: at most 15 characters).
+    base = ipaddress.ip_address("10.213.0.0") + (pid % 16384) * 4
+    ns = Namespace(name=f"taskmq{pid}", host_link=f"tmq{pid % 10**8}", host_ip=str(base + 1),
+                   inside_ip=str(base + 2), server=_server_address())
+    ns.down()  # what a killed earlier run of this pid left
+    try:
+        ns.up()
+    except RuntimeError as exc:
+        ns.down()
+        pytest.fail(f"setting up the network namespace failed: {exc}")
+    try:
+        yield ns
+    finally:
+        ns.down()
+        # The server never heard that the cut-off connections died (its keepalive, 2 hours by
+        # default, has not run out): end them, or the test database could not be dropped.
+        _end_other_sessions()
+
+
+def _end_other_sessions() -> None:
+    with connections["default"].cursor() as cursor:
+        cursor.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+                       "WHERE datname = current_database() AND pid <> pg_backend_pid()")
+
+
+def starts(log: list[tuple[str, str]], tag: str) -> collections.Counter:
+    """Count the executions of each job (its ``start:<tag>`` lines in the run log)."""
+    return collections.Counter(job_id for job_id, event in log if event.startswith(f"start:{tag} "))
+
+
+def test_a_host_cut_off_longer_than_the_lease(cluster, namespace, tmp_path):
+    cluster.configure(lease=LEASE)
+    hold = tmp_path / "hold"  # the cut-off cluster's tasks run until this file exists
+    cut_off = cluster.start("-w", "2", "-n", "cut-off", prefix=namespace.exec,
+                            env={"PGHOST": namespace.host_ip, "TASKMQ_TEST_HOLD": str(hold)})
+    ids = enqueue_many("tests.cluster.tasks_cluster.held_in", [("first",)] * 6)
+    # Mid-work: its two workers run a task each (and it holds the others, prefetched).
+    cluster.wait_until(lambda: len(starts(cluster.log(), "first")) >= 2, "the cut-off cluster to start two tasks",
+                       alive=[cut_off])
+    assert job_states(ids) == {"RUNNING": 6}
+
+    started_before = set(starts(cluster.log(), "first"))
+    namespace.cut()
+    rescuer = cluster.start("-w", "3", "-n", "rescuer")
+    rescuer_pids = set(cluster.wait_pool(rescuer, 3))
+    # The rescuer takes every job once its lease has run out, and finishes it.
+    cluster.wait_final(ids, alive=[cut_off, rescuer])
+    assert job_states(ids) == {"SUCCEEDED": 6}
+    # The cut-off cluster noticed that its connections were dead (no answer, no reset: only the
+    # keepalives and tcp_user_timeout say so) and said so, and keeps its running tasks.
+    cluster.wait_until(lambda: "Connection timed out" in cut_off.output(tail=10**7),
+                       lambda: f"the cut-off cluster to log its dead connection:\n{cut_off.output()}", alive=[cut_off])
+    lines = cut_off.output(tail=10**7).splitlines()
+    noticed = [line for line in lines if "Connection timed out" in line]
+    assert any("the connection failed or was lost: reconnecting" in line for line in noticed), noticed
+    assert "Traceback" not in cut_off.output(tail=10**7)
+    assert sum(1 for pid in cut_off.children() if pid) == 4, "its workers, pusher and monitor live on"
+
+    namespace.mend()
+    hold.touch()  # its tasks end now, long after their leases ran out: recording them must change nothing
+    cluster.wait_until(lambda: "finished after its lease was lost; not recorded" in cut_off.output(tail=10**7),
+                       lambda: f"the cut-off cluster to try to record its late outcomes:\n{cut_off.output()}",
+                       alive=[cut_off, rescuer])
+    rescuer.send(signal.SIGTERM)
+    assert rescuer.wait() == 0, rescuer.output()
+
+    # Served again without a restart: new work goes to the cut-off cluster (the only one left).
+    later = enqueue_many("tests.cluster.tasks_cluster.held_in", [("later",)] * 4)
+    cluster.wait_final(later, alive=[cut_off])
+    assert job_states(later) == {"SUCCEEDED": 4}
+    assert {job.cluster for job in jobs(later).values()} == {"cut-off"}
+    cluster.wait_until(lambda: "database is back after" in cut_off.output(tail=10**7),
+                       "the cut-off cluster to say the database is back", alive=[cut_off])
+
+    # Each first job ended once, as the rescuer recorded it: its result is a rescuer worker's pid.
+    first = jobs(ids)
+    assert {job.state for job in first.values()} == {"SUCCEEDED"}
+    assert {job.cluster for job in first.values()} == {"rescuer"}
+    assert {job.result for job in first.values()} <= rescuer_pids, (first, rescuer_pids)
+    # The cut-off cluster started nothing more once its leases were in doubt: only what it ran at
+    # the cut ran twice (at least once, as after a crash); what it held unstarted, it gave back.
+    executions = starts(cluster.log(), "first")
+    assert set(executions) == set(ids)
+    assert executions == {job_id: 2 if job_id in started_before else 1 for job_id in ids}
+    output = cut_off.output(tail=10**7)
+    assert "starting no waiting task and claiming nothing until the database answers" in output
+    assert f"giving back {6 - len(started_before)} unstarted task(s)" in output
+    assert output.count("finished after its lease was lost; not recorded") == len(started_before)
+    cut_off.send(signal.SIGTERM)
+    assert cut_off.wait() == 0, cut_off.output()
