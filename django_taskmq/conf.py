@@ -82,6 +82,8 @@ class Settings:
     cached: bool | float = False
     label: str | None = None
     prepared_statements: bool = True
+    stop_timeout: float | None = 25.0
+    cancel_grace: float = 5.0
 
     @property
     def effective_queue_limit(self) -> int:
@@ -239,6 +241,8 @@ _VALIDATORS = {
     "cached": _cached,
     "label": _label,
     "prepared_statements": _flag,
+    "stop_timeout": lambda k, v: _number(k, v, optional=True),
+    "cancel_grace": lambda k, v: _number(k, v),
 }
 assert set(_VALIDATORS) == {f.name for f in fields(Settings)}
 

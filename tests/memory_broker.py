@@ -294,6 +294,13 @@ class MemoryBroker(Broker):
                 returned += 1
         return returned
 
+    def return_interrupted(self, reservations: Sequence[Reservation], reason: str) -> int:
+        returned = [r for r in reservations if (job := self._jobs.get(r.job_id)) is not None
+                    and job.lease_token == r.token and job.state == JobState.RUNNING]
+        for r in returned:
+            self._jobs[r.job_id].error = reason
+        return self.defer_many(returned)
+
     def yield_reservation(self, reservation: Reservation, delay: float = 0) -> bool:
         job = self._held(reservation)
         if job is None or job.yields >= self.settings.max_yields:

@@ -185,6 +185,12 @@ class Broker(abc.ABC):
         """Put many unstarted reservations back at once (a graceful stop); return how many."""
 
     @abc.abstractmethod
+    def return_interrupted(self, reservations: Sequence[Reservation], reason: str) -> int:
+        """Put back reservations whose execution was interrupted from outside before it could end
+        (a stop's ``stop_timeout``), as :meth:`defer_many` does: QUEUED and visible at once, the
+        delivery given back, no execution counted; ``reason`` becomes the job's error. Return how many."""
+
+    @abc.abstractmethod
     def yield_reservation(self, reservation: Reservation, delay: float = 0) -> bool:
         """Give an unstarted message back so higher priority work runs first; not a delivery.
 

@@ -792,12 +792,19 @@ class OrmBroker(Broker):
 
     def defer_many(self, reservations: Sequence[Reservation]) -> int:
         """Put many unstarted reservations back at once (a graceful stop); return how many."""
+        return self._give_back_many(reservations, "", [])
+
+    def return_interrupted(self, reservations: Sequence[Reservation], reason: str) -> int:
+        """See :meth:`Broker.return_interrupted`: :meth:`defer_many` that also says why."""
+        return self._give_back_many(reservations, ", error = %s", [reason])
+
+    def _give_back_many(self, reservations: Sequence[Reservation], sets: str, params: list) -> int:
         if not reservations:
             return 0
         with transaction.atomic(using=self.alias), self.connection.cursor() as cursor:
             cursor.executemany(
-                f"UPDATE {JOB} SET {GIVE_BACK} WHERE id = %s AND lease_token = %s AND state IN {GIVE.sources}",
-                [(r.job_id, r.token) for r in reservations],
+                f"UPDATE {JOB} SET {GIVE_BACK}{sets} WHERE id = %s AND lease_token = %s AND state IN {GIVE.sources}",
+                [(*params, r.job_id, r.token) for r in reservations],
             )
             return cursor.rowcount
 

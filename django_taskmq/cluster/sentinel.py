@@ -50,6 +50,12 @@ OUTCOMES = ("succeeded", "failed", "timeouts", "crashes")
 #: Seconds a worker with several threads has to stop a task past its timeout once asked, before
 #: the task counts as stuck (blocked in C code) and its worker takes no more work.
 CANCEL_GRACE = 1.0
+#: Seconds the stop procedure gives the monitor (and the pusher) beyond ``stop_timeout`` before it
+#: kills them: whatever the tasks and the database do, the cluster exits within ``stop_timeout``
+#: plus this plus :data:`CANCEL_GRACE`.
+STOP_MARGIN = 4.0
+#: The error of a job the stop procedure interrupted and put back.
+INTERRUPTED_BY_STOP = "interrupted by shutdown (stop_timeout {}s); back in the queue, not counted"
 
 
 class Process(Protocol):
@@ -114,6 +120,7 @@ class Running:
     started: float  # monotonic, when it was sent: with threads > 1 it starts then (it is sent to a free thread)
     arrival: int = 0  # its place in the order the worker received its tasks, from 1
     cancelled: float | None = None  # monotonic, when the worker was asked to interrupt it (threads > 1)
+    halted: bool = False  # interrupted by the stop procedure (stop_timeout): it goes back uncounted
 
     def overdue(self, now: float) -> bool:
         """It runs past its timeout."""
@@ -139,6 +146,7 @@ class Slot:
     retiring: bool = False  # no more work: the poison pill follows
     stopped: bool = False  # the poison pill was sent
     stuck: bool = False  # a task of it did not stop at its timeout: no more work, then it is killed
+    halted: float | None = None  # monotonic, when the stop procedure interrupted its tasks (threads > 1)
 
     def accepting(self) -> bool:
         """It may be sent work (when it has room)."""
@@ -190,7 +198,7 @@ class Sentinel:
         self.signals = 0
         self.state = "starting"
         self.counts = {"succeeded": 0, "failed": 0, "timeouts": 0, "crashes": 0, "yields": 0, "reincarnations": 0,
-                       "steals": 0}
+                       "steals": 0, "interrupted": 0}
         self.by_queue: dict[str, dict[str, int]] = {}  # queue -> outcome -> count (see OUTCOMES)
         self._next_guard = 0.0  # monotonic time of the next timeout and liveness check
         self._next_urgent = 0.0  # monotonic time from which the pusher may be asked for urgent work again
@@ -378,6 +386,10 @@ class Sentinel:
         else:
             status, job_id, outcome = read_outcome_frame(frame)
             running = slot.running.pop(job_id, None)
+            if running is not None and running.halted and status == TIMED_OUT:
+                self._return_interrupted([running.ticket])  # the stop's interruption landed: not an outcome
+                slot.done += 1
+                return
             if not slot.running:
                 slot.stuck = False  # what did not stop in time has ended after all
             slot.done += 1
@@ -433,6 +445,8 @@ class Sentinel:
                 if slot in self.slots:
                     self._replace_worker(slot, crashed=bool(slot.running))
                 continue
+            if slot.halted is not None:
+                continue  # the stop procedure interrupted its tasks: see _halt_if_late
             if self.threads == 1:
                 self._enforce_timeout(slot, now)
             elif any(r.overdue(now) for r in slot.running.values()):
@@ -682,7 +696,10 @@ class Sentinel:
     def stop(self) -> None:
         """Stop the pusher, give back unstarted work, let workers finish, let the monitor drain."""
         self.state = "stopping"
-        logger.info("cluster %s stopping", self.owner)
+        timeout = self.settings.stop_timeout
+        deadline = None if timeout is None else time.monotonic() + timeout
+        logger.info("cluster %s stopping%s", self.owner,
+                    "" if timeout is None else f": running tasks have {timeout:g}s to finish")
         self.upkeep.publish()
         # 1. The pusher reserves nothing more; a batch it sends meanwhile joins the waiting list.
         if self.pusher_pipe is not None:
@@ -690,11 +707,14 @@ class Sentinel:
                 self.pusher_pipe.send(Stop())
             except (BrokenPipeError, OSError):
                 pass
-            while self.pusher.is_alive() and self.signals < 2:
+            while self.pusher.is_alive() and self.signals < 2 and not _past(deadline, STOP_MARGIN):
                 # Woken by its last batch or by its exit, whichever comes first.
                 if self.pusher_pipe in wait([self.pusher_pipe, self.pusher.sentinel], timeout=0.05):
                     self._from_pusher()
                 self.upkeep.give_up_if_away()
+            if self.pusher.is_alive():
+                logger.error("cluster %s: the pusher did not stop in time; killing it", self.owner)
+                _kill(self.pusher)  # what it had reserved and not handed over comes back with its lease
         self.pusher.join(timeout=1)
         # 2. Reservations that never started go back without counting a delivery: the waiting
         # list's, and (prefetch) what the workers hold behind their running task.
@@ -720,6 +740,8 @@ class Sentinel:
                 if finished is not None:
                     self._from_worker(finished)
             self._guard()
+            if _past(deadline):
+                self._halt_running()
             self._flush()
             self.upkeep.stopping()
         # 4. The monitor records what is left, then exits.
@@ -727,6 +749,11 @@ class Sentinel:
         if self.results is not None:
             self.results.put(END_OF_RESULTS)
         while self.monitor.is_alive() and self.signals < 2:
+            if _past(deadline, STOP_MARGIN + CANCEL_GRACE):
+                logger.error("cluster %s: the monitor did not record the last outcomes in time; killing it "
+                             "(their leases bring those jobs back)", self.owner)
+                _kill(self.monitor)
+                break
             if self.results is not None and self.results.pending:
                 self.results.drain(timeout=0.1)  # the monitor reads on: the rest fits in time
             else:
@@ -734,6 +761,46 @@ class Sentinel:
             self.upkeep.stopping()
         self.state = "stopped"
         logger.info("cluster %s stopped", self.owner)
+
+    def _halt_running(self) -> None:
+        """``stop_timeout`` is over: interrupt what still runs and put it back in the queue uncounted.
+
+        A worker with one thread is killed at once (as at a timeout). With several threads each task
+        is interrupted (:mod:`.interrupts`: its ``finally`` blocks run); what has not stopped
+        :data:`CANCEL_GRACE` seconds later (blocked in C code) goes with its worker, killed. Only a
+        task known to have stopped goes back: never two holders at once.
+        """
+        now = time.monotonic()
+        for slot in list(self.slots):
+            if not slot.running:
+                continue
+            if self.threads > 1 and slot.halted is None:
+                slot.halted = now
+                for job_id, running in slot.running.items():
+                    running.halted = True
+                    self._send(slot, cancel_frame(job_id))
+            elif self.threads == 1 or now - slot.halted > CANCEL_GRACE:  # type: ignore[operator]
+                if readable(slot.pipe):
+                    self._from_worker(slot)  # what ended meanwhile is recorded as it ended
+                    if slot not in self.slots or not slot.running:
+                        continue
+                _kill(slot.process)
+                self._take_back_unstarted(slot)  # (prefetch: given back in step 2 already)
+                tickets = [r.ticket for r in slot.running.values()]
+                slot.running.clear()
+                self._return_interrupted(tickets)
+                self._replace_worker(slot, crashed=False)
+
+    def _return_interrupted(self, tickets: list[Ticket]) -> None:
+        """Put tasks the stop procedure interrupted back in the queue: delivery and attempt given back."""
+        timeout = self.settings.stop_timeout
+        for ticket in tickets:
+            logger.warning("job %s still ran after stop_timeout (%ss): interrupted, back in the queue (not counted)",
+                           ticket.reservation.job_id, timeout)
+        self.counts["interrupted"] += len(tickets)
+        reservations = [t.reservation for t in tickets]
+        self.upkeep.attempt(f"returning {len(tickets)} interrupted task(s) (their leases bring them back)",
+                            lambda: self.broker.return_interrupted(reservations, INTERRUPTED_BY_STOP.format(timeout)))
 
     def _kill_all(self) -> None:
         for process in [self.pusher, self.monitor, *(s.process for s in self.slots)]:
@@ -754,6 +821,11 @@ def _round_robin(tickets: list[Ticket], rooms: list[int]) -> tuple[list[list[Tic
             if room > len(batch) and tickets:
                 batch.append(tickets.pop(0))
     return plan, tickets
+
+
+def _past(deadline: float | None, margin: float = 0.0) -> bool:
+    """The monotonic ``deadline`` (None: none) plus ``margin`` has passed."""
+    return deadline is not None and time.monotonic() >= deadline + margin
 
 
 def _urgency(ticket: Ticket) -> int:

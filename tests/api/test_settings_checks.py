@@ -35,6 +35,10 @@ BAD = {
     "threads 0": ({"threads": 0}, "threads"),
     "threads above 256": ({"threads": 257}, "threads"),
     "threads float": ({"threads": 4.5}, "threads"),
+    "negative stop_timeout": ({"stop_timeout": -1}, "stop_timeout"),
+    "stop_timeout string": ({"stop_timeout": "25s"}, "stop_timeout"),
+    "negative cancel_grace": ({"cancel_grace": -0.5}, "cancel_grace"),
+    "cancel_grace None": ({"cancel_grace": None}, "cancel_grace"),
 }
 
 

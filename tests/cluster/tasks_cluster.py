@@ -142,3 +142,13 @@ def ran_by() -> int:
     post_execute.connect(_log_recorded, dispatch_uid="tests.cluster.tasks_cluster.recorded_by")
     log(f"ran-by:{os.getpid()}")
     return os.getpid()
+
+
+def nap(gate: str, seconds: float) -> str:
+    """Log ``start:nap``; unless the file ``gate`` exists, sleep ``seconds`` in one C call (an
+    interruption of its thread lands only when it returns); log ``end:nap``."""
+    log(f"start:nap {os.getpid()}")
+    if not os.path.exists(gate):
+        time.sleep(seconds)
+    log("end:nap")
+    return "napped"
