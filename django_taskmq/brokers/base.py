@@ -243,6 +243,28 @@ class Broker(abc.ABC):
         """Cancel the jobs of ``job_ids`` that have not started; return how many."""
 
     @abc.abstractmethod
+    def request_cancel(self, job_ids: Sequence[str]) -> int:
+        """Ask whichever cluster runs the RUNNING jobs of ``job_ids`` to stop them; return how many.
+
+        Stored with the job (a repeated request keeps the first time): the holder finds it with
+        :meth:`cancel_requested` and records the end with :meth:`end_cancelled`.
+        """
+
+    @abc.abstractmethod
+    def cancel_requested(self, job_ids: Sequence[str]) -> list[str]:
+        """Return the ids among ``job_ids`` (held by the caller) whose cancellation was requested."""
+
+    @abc.abstractmethod
+    def end_cancelled(self, reservation: Reservation, error: str, traceback: str = "",
+                      started_at: datetime.datetime | None = None,
+                      finished_at: datetime.datetime | None = None) -> bool:
+        """Record that a held job stopped on a cancellation request: it ends CANCELLED, never retried.
+
+        With ``started_at`` it ran (an execution counts); without, it was cancelled before it started.
+        Raises LeaseLost.
+        """
+
+    @abc.abstractmethod
     def retry_jobs(self, job_ids: Sequence[str], queue: str | None = None, priority: int | None = None) -> int:
         """Requeue the jobs of ``job_ids`` that ended FAILED, DEAD, EXPIRED or CANCELLED; return how many.
 
