@@ -76,3 +76,26 @@ def test_cancel_stops_a_job_running_in_another_cluster(cluster, threads, kind):
     assert tags(cluster, job_id) == expected, "the cancelled job never ran again"
     assert jobs([job_id])[job_id].state == "CANCELLED"
     assert qc.running()
+
+
+@pytest.mark.parametrize("prefetch", [0, 4])  # 0: it waits in the sentinel; 4: unstarted in the worker
+def test_cancel_of_a_job_reserved_but_not_started_ends_it_without_running_it(cluster, prefetch):
+    cluster.configure(prefetch=prefetch)
+    gate = cluster.gate("first")
+    first = async_task("tests.cluster.tasks_cluster.gated", "first", gate, priority=9)
+    waiting = async_task("tests.cluster.tasks_cluster.slow", "waiting", 0, hook="tests.cluster.tasks_cluster.hook")
+    qc = cluster.start("-w", "1")
+    cluster.wait_until(lambda: tags(cluster, first) and jobs([waiting])[waiting].state == "RUNNING",
+                       "the first task running and the second reserved behind it", alive=[qc])
+
+    assert cancel(waiting) is True
+    cluster.wait_final([waiting], alive=[qc])
+    job = jobs([waiting])[waiting]
+    assert (job.state, job.attempt, job.started_at) == ("CANCELLED", 0, None)
+    assert "before it started" in job.error
+
+    cluster.open(gate)
+    cluster.wait_final([first], alive=[qc])
+    assert jobs([first])[first].state == "SUCCEEDED"
+    cluster.wait_until(lambda: tags(cluster, waiting) == ["hook:CANCELLED"],
+                       lambda: f"only the hook of the cancelled job; its log {tags(cluster, waiting)}", alive=[qc])
