@@ -54,7 +54,7 @@ CANCEL_GRACE = 1.0
 #: Seconds the stop procedure gives the monitor (and the pusher) beyond ``stop_timeout`` before it
 #: kills them: whatever the tasks and the database do, the cluster exits within ``stop_timeout``
 #: plus this plus :data:`CANCEL_GRACE`.
-STOP_MARGIN = 4.0
+STOP_MARGIN = 3.0
 #: Seconds between two looks for cancellation requests of the jobs the cluster holds (one primary-key
 #: read, only while it holds some): a cancelled job learns of it within about this.
 CANCEL_CHECK_EVERY = 1.0
