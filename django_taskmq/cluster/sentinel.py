@@ -869,13 +869,18 @@ class Sentinel:
                         continue
                 _kill(slot.process)
                 self._take_back_unstarted(slot)  # (prefetch: given back in step 2 already)
-                tickets = [r.ticket for r in slot.running.values()]
+                for running in slot.running.values():  # cancelled ones end as asked, not back in the queue
+                    if running.cancel_requested is not None:
+                        self._record_lost(running.ticket, ex.CANCELLED,
+                                          JobCancelled("cancelled; interrupted by the cluster's stop"), running.started)
+                self._return_interrupted([r.ticket for r in slot.running.values() if r.cancel_requested is None])
                 slot.running.clear()
-                self._return_interrupted(tickets)
                 self._replace_worker(slot, crashed=False)
 
     def _return_interrupted(self, tickets: list[Ticket]) -> None:
         """Put tasks the stop procedure interrupted back in the queue: delivery and attempt given back."""
+        if not tickets:
+            return
         timeout = self.settings.stop_timeout
         for ticket in tickets:
             logger.warning("job %s still ran after stop_timeout (%ss): interrupted, back in the queue (not counted)",

@@ -194,3 +194,20 @@ async def async_waits(seconds: float) -> str:
         raise
     log("end:async")
     return "awaited"
+
+
+def notices_cancel(seconds: float) -> str:
+    """Log ``start:notices``; loop ``seconds``, logging ``saw-cancel`` once when the job is cancelled,
+    without stopping for it."""
+    log(f"start:notices {os.getpid()}")
+    job = current_job()
+    assert job is not None
+    seen = False
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        if job.cancelled and not seen:
+            seen = True
+            log("saw-cancel")
+        time.sleep(0.02)
+    log("end:notices")
+    return "noticed"

@@ -65,3 +65,25 @@ def test_sigterm_interrupts_tasks_after_stop_timeout_and_gives_them_back_uncount
     job = jobs([job_id])[job_id]
     assert (job.state, job.deliveries, job.attempt) == ("SUCCEEDED", 1, 1), "the stop counted nothing"
     assert len(starts(cluster, job_id)) == 2
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_a_cancelled_task_the_stop_interrupts_ends_cancelled_not_back_in_the_queue(cluster, threads):
+    """A job cancelled while running (its cancel_grace not over) and then interrupted by the stop was
+    asked to stop: it ends CANCELLED instead of going back to run again."""
+    cluster.configure(stop_timeout=1, cancel_grace=600, lease=LEASE)
+    from django_taskmq import async_task, cancel
+
+    job_id = async_task("tests.cluster.tasks_cluster.notices_cancel", 120)
+    qc = cluster.start("-w", "1", "--threads", str(threads))
+    cluster.wait_until(lambda: starts(cluster, job_id), "the task to start", alive=[qc])
+    assert cancel(job_id)
+    cluster.wait_until(lambda: ("saw-cancel" in [tag for j, tag in cluster.log() if j == job_id]),
+                       "the task to see its cancellation", alive=[qc])
+
+    qc.send(signal.SIGTERM)
+    assert qc.wait(timeout=EXIT_BOUND) == 0, qc.output()
+
+    job = jobs([job_id])[job_id]
+    assert (job.state, job.deliveries, job.lease_owner) == ("CANCELLED", 1, None)
+    assert len(starts(cluster, job_id)) == 1
