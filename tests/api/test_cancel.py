@@ -139,3 +139,13 @@ def test_qcancel_cancels_waiting_jobs_asks_running_ones_and_names_the_rest(broke
     assert broker.cancel_requested([running]) == [running]
     with pytest.raises(CommandError, match="no such job: nope"):
         run("qcancel", "nope")
+
+
+def test_the_admin_job_page_shows_when_a_cancellation_was_requested(admin_client, broker):
+    job_id = async_task("tests.tasks.noop")
+    broker.reserve(["default"], limit=1, lease=60, owner="t")
+    page = admin_client.get(f"/admin/django_taskmq/job/{job_id}/change/").content.decode()
+    assert "cancel requested" not in page
+    cancel(job_id)
+    page = admin_client.get(f"/admin/django_taskmq/job/{job_id}/change/").content.decode()
+    assert "cancel requested" in page
