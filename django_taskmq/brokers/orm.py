@@ -913,7 +913,8 @@ class OrmBroker(Broker):
     def cancel(self, job_ids: Sequence[str]) -> int:
         """Cancel jobs that have not started (QUEUED or RETRYING); return how many.
 
-        A job already leased, running or finished is left as it is: cancelling never interrupts work.
+        A job already leased, running or finished is left as it is: :meth:`request_cancel` asks its
+        holder to stop one that runs.
         """
         cancelled = 0
         with transaction.atomic(using=self.alias), self.connection.cursor() as cursor:
