@@ -83,6 +83,7 @@ def run(index: int, conn: Connection, settings: Settings, threads: int = 1, shar
     # A hard stop or a timeout uses SIGKILL.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    signal.signal(CANCEL_SIGNAL, signal.SIG_IGN)  # until a worker with one thread listens for it (serve)
     from ..signals import post_spawn
 
     post_spawn.send(sender=run, proc_name=f"worker-{index}")
