@@ -11,11 +11,12 @@ __version__ = "0.2.0"  # the one place the version is written (pyproject.toml re
 
 _EXPORTS = {
     "async_task": "api", "enqueue_many": "api", "result": "api", "fetch": "api",
-    "result_group": "api", "count_group": "api",
+    "result_group": "api", "count_group": "api", "cancel": "api",
     "task": "tasks", "Task": "tasks",
     "Priority": "policy.priority", "Retry": "policy.backoff",
     "ConfigError": "exceptions", "TaskMQError": "exceptions", "LeaseLost": "exceptions",
     "BadPackage": "exceptions", "RetryLater": "exceptions", "Defer": "exceptions", "Reject": "exceptions",
+    "JobCancelled": "exceptions",
     "current_job": "execution",
     "schedule": "scheduler", "Chain": "chains", "async_chain": "chains",
     "pause_queue": "pausing", "resume_queue": "pausing", "paused_queues": "pausing",

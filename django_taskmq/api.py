@@ -1,4 +1,4 @@
-"""The public enqueue and result API: ``async_task``, ``enqueue_many``, ``result``, ``fetch``.
+"""The public enqueue and result API: ``async_task``, ``enqueue_many``, ``result``, ``fetch``, ``cancel``.
 
 The producer side. Option checks and the job template live in :mod:`.options`; running a job
 inline (sync mode) lives in :mod:`.sync`, which gets this module's ``async_task`` handed in for a
@@ -95,6 +95,25 @@ def enqueue_many(func: Callable | str, calls: Iterable[Any], **options: Any) -> 
         for job_id in ids:
             run_sync(job_id)
     return ids
+
+
+def cancel(job_id: str) -> bool:
+    """Cancel the job ``job_id``, whichever cluster runs it; return False when it has finished (or
+    does not exist).
+
+    A job that waits (queued, delayed or retrying) ends ``CANCELLED`` at once and never runs. A job
+    that runs is asked to stop: the request is stored with the job, and the cluster that holds it
+    sees it within about a second. The task then finds ``current_job().cancelled`` True (and
+    ``current_job().raise_if_cancelled()`` raises :class:`~django_taskmq.JobCancelled`); a coroutine
+    task gets :class:`asyncio.CancelledError`. A task still running ``TASKMQ['cancel_grace']``
+    seconds later is interrupted like a task past its timeout. The job ends ``CANCELLED`` (unless it
+    finished first) and is never retried; its hook runs and ``post_execute`` says ``cancelled``.
+    """
+    if not isinstance(job_id, str) or not job_id:
+        raise ConfigError(f"cancel() takes a job id (a non-empty string), got {job_id!r}")
+    broker = get_broker()
+    with broker.atomic(write=True):
+        return bool(broker.cancel([job_id]) or broker.request_cancel([job_id]))
 
 
 def run_sync(job_id: str) -> None:

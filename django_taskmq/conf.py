@@ -90,6 +90,8 @@ class Settings:
     prepared_statements: bool | str = True
     listen_database: str | None = None
     dead_connection_timeout: float | None = DEAD_CONNECTION_TIMEOUT
+    stop_timeout: float | None = 25.0
+    cancel_grace: float = 5.0
 
     @property
     def effective_queue_limit(self) -> int:
@@ -272,6 +274,8 @@ _VALIDATORS = {
     "listen_database": _label,
     # At least 6 s: keepalive probes count whole seconds (policy/connections.py keepalive_options).
     "dead_connection_timeout": lambda k, v: _number(k, v, minimum=6, optional=True),
+    "stop_timeout": lambda k, v: _number(k, v, optional=True),
+    "cancel_grace": lambda k, v: _number(k, v),
 }
 assert set(_VALIDATORS) == {f.name for f in fields(Settings)}
 

@@ -27,6 +27,15 @@ class TaskTimeout(TaskMQError):
     """Recorded as the error of a task that ran past its timeout."""
 
 
+class JobCancelled(TaskMQError):
+    """The running job's cancellation was requested (:func:`django_taskmq.cancel`).
+
+    Raised by ``current_job().raise_if_cancelled()`` at a point the task chooses, and into the task
+    itself once ``TASKMQ['cancel_grace']`` has passed. A task that raises it (or lets it through)
+    ends ``CANCELLED`` and is never retried.
+    """
+
+
 class WorkerDied(TaskMQError):
     """Recorded as the error of a task whose worker process died while running it."""
 

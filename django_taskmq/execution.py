@@ -18,7 +18,7 @@ from asgiref.sync import async_to_sync
 
 from .brokers.base import Reservation
 from .envelope import Envelope
-from .exceptions import Defer, Reject, RetryLater
+from .exceptions import Defer, JobCancelled, Reject, RetryLater
 from .loading import callable_for, is_django_task, resolve
 from .signals import pre_execute
 from .policy.storable import clip_head, clip_tail
@@ -35,9 +35,10 @@ class Status(str, enum.Enum):
     TIMEOUT = "timeout"  # the sentinel killed it at its timeout
     CRASH = "crash"  # the worker process died
     UNSTORABLE = "unstorable"  # the result cannot be stored; not retried: a re-run would return it again
+    CANCELLED = "cancelled"  # stopped on a cancellation request (django_taskmq.cancel); never retried
 
 
-SUCCESS, FAILURE, RETRY, DEFER, REJECT, TIMEOUT, CRASH, UNSTORABLE = Status
+SUCCESS, FAILURE, RETRY, DEFER, REJECT, TIMEOUT, CRASH, UNSTORABLE, CANCELLED = Status
 
 current_job_id: contextvars.ContextVar[str | None] = contextvars.ContextVar("taskmq_current_job", default=None)
 
@@ -48,9 +49,39 @@ coroutine_started: contextvars.ContextVar[Callable[[asyncio.AbstractEventLoop, a
     contextvars.ContextVar("taskmq_coroutine_started", default=None)
 
 
-def current_job() -> str | None:
-    """Return the id of the job the calling code runs in, or None outside a task."""
-    return current_job_id.get()
+#: Set by the worker around a task: answers whether the task's cancellation was requested.
+cancel_probe: contextvars.ContextVar[Callable[[], bool] | None] = contextvars.ContextVar("taskmq_cancel_probe",
+                                                                                       default=None)
+
+
+class CurrentJob(str):
+    """The id of the job the calling code runs in (a ``str``), and whether it was cancelled."""
+
+    __slots__ = ()
+
+    @property
+    def cancelled(self) -> bool:
+        """True once :func:`django_taskmq.cancel` asked for this job to stop and its cluster has seen
+        that (within about a second). A long task checks it at points where stopping is safe."""
+        return cancel_requested()
+
+    def raise_if_cancelled(self) -> None:
+        """Raise :class:`~django_taskmq.JobCancelled` if the job was cancelled (see :attr:`cancelled`):
+        the job then ends ``CANCELLED``."""
+        if self.cancelled:
+            raise JobCancelled(f"job {self} was cancelled")
+
+
+def current_job() -> CurrentJob | None:
+    """Return the id of the job the calling code runs in (a :class:`CurrentJob`), or None outside a task."""
+    job_id = current_job_id.get()
+    return None if job_id is None else CurrentJob(job_id)
+
+
+def cancel_requested() -> bool:
+    """True when the task the calling code runs in was asked to stop (see :attr:`CurrentJob.cancelled`)."""
+    probe = cancel_probe.get()
+    return probe is not None and probe()
 
 
 class TaskMessage(NamedTuple):
@@ -111,9 +142,13 @@ def execute(message: TaskMessage) -> Outcome:
         return Outcome(message.reservation, envelope, DEFER, started_at=started, finished_at=time.time(), delay=exc.delay)
     except Reject as exc:
         return _outcome(message, REJECT, started, exc)
-    # sys.exit() in a task is its failure; so is a CancelledError (a coroutine task cancelled).
+    except JobCancelled as exc:
+        return _outcome(message, CANCELLED, started, exc)
+    # sys.exit() in a task is its failure; so is a CancelledError (a coroutine task cancelled), unless
+    # the job's cancellation was requested: that is how a coroutine task learns of it.
     except (Exception, SystemExit, KeyboardInterrupt, asyncio.CancelledError) as exc:
-        return _outcome(message, FAILURE, started, exc)
+        cancelled = isinstance(exc, asyncio.CancelledError) and cancel_requested()
+        return _outcome(message, CANCELLED if cancelled else FAILURE, started, exc)
     finally:
         current_job_id.reset(token)
     return Outcome(message.reservation, envelope, SUCCESS, value, started_at=started, finished_at=time.time())

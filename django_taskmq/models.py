@@ -79,6 +79,7 @@ class Job(models.Model):
     error = models.TextField(blank=True, default="")
     traceback = models.TextField(blank=True, default="")
     # One entry per failed execution, the newest 20 (policy/attempts.py); NULL until one failed.
+    cancel_requested_at = models.DateTimeField(_("cancellation requested"), null=True, blank=True, editable=False)
     attempt_log = models.JSONField(_("failed executions"), null=True, blank=True, editable=False)
     group = models.CharField(max_length=100, null=True, blank=True)
     cluster = models.CharField(max_length=100, null=True, blank=True)

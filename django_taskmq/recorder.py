@@ -60,7 +60,7 @@ def record(outcomes: Sequence[ex.Outcome], broker: Broker, settings: Settings,
            outside_transaction: bool = False) -> list[tuple[ex.Outcome, str]]:
     """Record outcomes with the broker; return (outcome, final state) for those that ended.
 
-    Final states are "SUCCEEDED", "FAILED" and "DEAD"; a lost lease is logged and skipped (the
+    Final states are "SUCCEEDED", "FAILED", "DEAD" and "CANCELLED"; a lost lease is logged and skipped (the
     message belongs to another delivery now). ``enqueue`` (``async_task``) queues a chain's next
     link; it is handed in so that recording does not depend on the producer side. Each outcome is recorded in its own savepoint: one
     that cannot be stored fails its own job with the reason and leaves the others as they are.
@@ -223,6 +223,9 @@ def _record_other(o: ex.Outcome, broker: Broker, settings: Settings) -> str | No
     if o.status == ex.REJECT:
         broker.dead_letter(r, o.error or "rejected", o.error, o.traceback, started_at=started)
         return "DEAD"
+    if o.status == ex.CANCELLED:  # stopped on request: never retried, whatever its deliveries
+        ended = broker.end_cancelled(r, o.error, o.traceback, started, _dt(o.finished_at))
+        return "CANCELLED" if ended else None
     if o.status in (ex.FAILURE, ex.UNSTORABLE) and _acks_failure(o, settings):
         broker.fail(r, o.error, o.traceback, started, _dt(o.finished_at))
         return "FAILED"

@@ -53,6 +53,7 @@ class Job:
     started_at: Any = None
     finished_at: Any = None
     arrival: int = 0
+    cancel_requested: bool = False
 
 
 @dataclass
@@ -304,6 +305,13 @@ class MemoryBroker(Broker):
                 returned += 1
         return returned
 
+    def return_interrupted(self, reservations: Sequence[Reservation], reason: str) -> int:
+        returned = [r for r in reservations if (job := self._jobs.get(r.job_id)) is not None
+                    and job.lease_token == r.token and job.state == JobState.RUNNING]
+        for r in returned:
+            self._jobs[r.job_id].error = reason
+        return self.defer_many(returned)
+
     def yield_reservation(self, reservation: Reservation, delay: float = 0) -> bool:
         job = self._held(reservation)
         if job is None or job.yields >= self.settings.max_yields:
@@ -367,6 +375,30 @@ class MemoryBroker(Broker):
         for job in cancelled:
             self._move(job, Event.CANCEL)
         return len(cancelled)
+
+    def request_cancel(self, job_ids: Sequence[str]) -> int:
+        running = [j for i in job_ids if (j := self._jobs.get(i)) is not None and j.state == JobState.RUNNING]
+        for job in running:
+            job.cancel_requested = True
+        return len(running)
+
+    def cancel_requested(self, job_ids: Sequence[str]) -> list[str]:
+        return [i for i in job_ids if (j := self._jobs.get(i)) is not None and j.state == JobState.RUNNING
+                and j.cancel_requested]
+
+    def end_cancelled(self, reservation: Reservation, error: str, traceback: str = "", started_at: Any = None,
+                      finished_at: Any = None) -> bool:
+        job = self._held(reservation)
+        if job is None:
+            return False
+        if started_at is not None:
+            self._end(job, Event.CANCEL_RUNNING, error, traceback, started_at)
+        else:
+            self._move(job, Event.CANCEL_RUNNING)
+            job.lease_owner = job.lease_until = None
+            job.error = error
+        job.finished_at = finished_at
+        return True
 
     def retry_jobs(self, job_ids: Sequence[str], queue: str | None = None, priority: int | None = None) -> int:
         raise _unused("retry_jobs")

@@ -190,3 +190,19 @@ def blob(size: int) -> bytes:
 def import_customer(customer: Any, *rows: Any) -> Any:
     """One import per customer at a time: the key is computed from the call's first argument."""
     return customer
+
+
+def cancels_itself() -> None:
+    """Log a run (``record_run``), then raise JobCancelled: a task may cancel its own job."""
+    from django_taskmq import JobCancelled
+
+    record_run("cancels-itself")
+    raise JobCancelled("the task gave up")
+
+
+def hook_log(job: Any) -> None:
+    """A hook: log ``hook:<state>`` for the finished job to the run log."""
+    path = os.environ.get(RUN_LOG_ENV)
+    if path:
+        with open(path, "a") as f:
+            f.write(f"{job.id} hook:{job.state}\n")

@@ -90,9 +90,11 @@ def times(job: Job, now: datetime.datetime | None = None) -> SafeString:
     if job.started_at:
         rows.append(("started", when(job.started_at, now)))
         rows.append(("waited", duration(between(job.visible_time or job.enqueued_at, job.started_at))))
+    if job.cancel_requested_at:
+        rows.append(("cancel requested", when(job.cancel_requested_at, now)))
     if job.finished_at:
         rows.append(("finished", when(job.finished_at, now)))
-        if job.started_at and job.state in (State.SUCCEEDED, State.FAILED):
+        if job.started_at and job.state in (State.SUCCEEDED, State.FAILED, State.CANCELLED):
             rows.append(("run time", duration(between(job.started_at, job.finished_at))))
     if job.expires_time:
         rows.append(("expires", when(job.expires_time, now)))

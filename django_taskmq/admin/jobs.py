@@ -2,7 +2,8 @@
 
 * *Retry* (``change job``): selected jobs that ended FAILED, DEAD, EXPIRED or CANCELLED go back to
   their queue under the same id (``Broker.retry_jobs``), optionally into another queue or priority.
-* *Cancel* (``delete job``): selected QUEUED or RETRYING jobs are cancelled (``Broker.cancel``).
+* *Cancel* (``delete job``): selected QUEUED or RETRYING jobs are cancelled (``Broker.cancel``);
+  RUNNING ones are asked to stop (``Broker.request_cancel``, as :func:`django_taskmq.cancel`).
 
 Both first show a confirmation page; both write a ``LogEntry`` per job they changed. Django's
 "delete selected" is removed: deleting rows would bypass the broker (a running job's lease, the
@@ -28,7 +29,7 @@ from .window import newest
 
 HEAVY = ("payload", "result_package", "traceback", "attempt_log")  # never loaded by a list page
 RETRYABLE = (State.FAILED, State.DEAD, State.EXPIRED, State.CANCELLED)
-CANCELLABLE = (State.QUEUED, State.RETRYING)
+CANCELLABLE = (State.QUEUED, State.RETRYING, State.RUNNING)
 
 
 def without_delete_selected(self, request, action_location=None):
@@ -237,27 +238,39 @@ class JobAdmin(ReadOnlyMixin, admin.ModelAdmin):
                 messages.WARNING)
         return None
 
-    @admin.action(description=_("Cancel selected queued jobs"), permissions=["cancel"])
+    @admin.action(description=_("Cancel selected queued or running jobs"), permissions=["cancel"])
     def cancel_jobs(self, request, queryset: QuerySet):
         if not confirm.confirmed(request):
             cancellable = queryset.filter(state__in=CANCELLABLE).count()
             return confirm.page(
                 self, request, title=_("Cancel jobs"), verb=_("cancel"), action="cancel_jobs",
                 question=_("Cancel the selected jobs? Jobs that wait (queued or retrying) never run and no hook "
-                           "fires; jobs that have started or finished are left alone."),
+                           "fires. Running jobs are asked to stop, and interrupted if they have not after the "
+                           "cancel grace period; they end cancelled and their hooks run. Finished jobs are left "
+                           "alone."),
                 note=ngettext("%(n)d of them can be cancelled.", "%(n)d of them can be cancelled.", cancellable)
                 % {"n": cancellable},
                 objects=queryset.order_by("-id"), total=queryset.count())
         ids = list(queryset.filter(state__in=CANCELLABLE).values_list("pk", flat=True))
-        count = get_broker().cancel(ids)
+        broker = get_broker()
+        with broker.atomic(write=True):
+            count = broker.cancel(ids)
+            asked = broker.request_cancel(ids)
         confirm.log(request, Job.objects.filter(pk__in=ids, state=State.CANCELLED).only("id", "task_name"),
                     "Cancelled")
+        confirm.log(request, Job.objects.filter(pk__in=ids, state=State.RUNNING, cancel_requested_at__isnull=False)
+                    .only("id", "task_name"), "Cancellation requested (running)")
         self.message_user(request, ngettext("%d job cancelled.", "%d jobs cancelled.", count) % count, messages.SUCCESS)
-        skipped = queryset.count() - count
+        if asked:
+            self.message_user(request, ngettext(
+                "%d running job was asked to stop; it ends cancelled within seconds.",
+                "%d running jobs were asked to stop; they end cancelled within seconds.", asked) % asked,
+                messages.SUCCESS)
+        skipped = queryset.count() - count - asked
         if skipped:
             self.message_user(request, ngettext(
-                "%d job was not cancelled: it had started or finished.",
-                "%d jobs were not cancelled: they had started or finished.", skipped) % skipped, messages.WARNING)
+                "%d job was not cancelled: it had finished.",
+                "%d jobs were not cancelled: they had finished.", skipped) % skipped, messages.WARNING)
         return None
 
     def changelist_view(self, request, extra_context=None):

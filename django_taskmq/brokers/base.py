@@ -186,6 +186,12 @@ class Broker(abc.ABC):
         """Put many unstarted reservations back at once (a graceful stop); return how many."""
 
     @abc.abstractmethod
+    def return_interrupted(self, reservations: Sequence[Reservation], reason: str) -> int:
+        """Put back reservations whose execution was interrupted from outside before it could end
+        (a stop's ``stop_timeout``), as :meth:`defer_many` does: QUEUED and visible at once, the
+        delivery given back, no execution counted; ``reason`` becomes the job's error. Return how many."""
+
+    @abc.abstractmethod
     def yield_reservation(self, reservation: Reservation, delay: float = 0) -> bool:
         """Give an unstarted message back so higher priority work runs first; not a delivery.
 
@@ -236,6 +242,28 @@ class Broker(abc.ABC):
     @abc.abstractmethod
     def cancel(self, job_ids: Sequence[str]) -> int:
         """Cancel the jobs of ``job_ids`` that have not started; return how many."""
+
+    @abc.abstractmethod
+    def request_cancel(self, job_ids: Sequence[str]) -> int:
+        """Ask whichever cluster runs the RUNNING jobs of ``job_ids`` to stop them; return how many.
+
+        Stored with the job (a repeated request keeps the first time): the holder finds it with
+        :meth:`cancel_requested` and records the end with :meth:`end_cancelled`.
+        """
+
+    @abc.abstractmethod
+    def cancel_requested(self, job_ids: Sequence[str]) -> list[str]:
+        """Return the ids among ``job_ids`` (held by the caller) whose cancellation was requested."""
+
+    @abc.abstractmethod
+    def end_cancelled(self, reservation: Reservation, error: str, traceback: str = "",
+                      started_at: datetime.datetime | None = None,
+                      finished_at: datetime.datetime | None = None) -> bool:
+        """Record that a held job stopped on a cancellation request: it ends CANCELLED, never retried.
+
+        With ``started_at`` it ran (an execution counts); without, it was cancelled before it started.
+        Raises LeaseLost.
+        """
 
     @abc.abstractmethod
     def retry_jobs(self, job_ids: Sequence[str], queue: str | None = None, priority: int | None = None) -> int:

@@ -70,6 +70,8 @@ RESERVE, ACK, RETRY, FAIL, BURY, EXPIRE, CANCEL, GIVE, RECLAIM, REPLAY = (
     _move(e) for e in (Event.RESERVE, Event.ACK, Event.FAIL_RETRY, Event.FAIL_FINAL, Event.DEAD_LETTER,
                        Event.EXPIRE, Event.CANCEL, Event.DEFER, Event.RECLAIM, Event.REPLAY)
 )
+STOPPED = _move(Event.CANCEL_RUNNING)
+assert STOPPED.allowed == {JobState.RUNNING}  # "state = RUNNING" below (request_cancel, cancel_requested)
 assert _move(Event.YIELD) == GIVE  # defer and yield are the same move
 UNFINISHED = literal(JobState.RETRYING, JobState.RUNNING)  # a burst waits for these, and for...
 RESERVE_FIRST = f"'{JobState.QUEUED.value}'"  # ...queued jobs already visible (not those for later)
@@ -814,12 +816,19 @@ class OrmBroker(Broker):
 
     def defer_many(self, reservations: Sequence[Reservation]) -> int:
         """Put many unstarted reservations back at once (a graceful stop); return how many."""
+        return self._give_back_many(reservations, "", [])
+
+    def return_interrupted(self, reservations: Sequence[Reservation], reason: str) -> int:
+        """See :meth:`Broker.return_interrupted`: :meth:`defer_many` that also says why."""
+        return self._give_back_many(reservations, ", error = %s", [reason])
+
+    def _give_back_many(self, reservations: Sequence[Reservation], sets: str, params: list) -> int:
         if not reservations:
             return 0
         with transaction.atomic(using=self.alias), self.connection.cursor() as cursor:
             cursor.executemany(
-                f"UPDATE {JOB} SET {GIVE_BACK} WHERE id = %s AND lease_token = %s AND state IN {GIVE.sources}",
-                [(r.job_id, r.token) for r in reservations],
+                f"UPDATE {JOB} SET {GIVE_BACK}{sets} WHERE id = %s AND lease_token = %s AND state IN {GIVE.sources}",
+                [(*params, r.job_id, r.token) for r in reservations],
             )
             return cursor.rowcount
 
@@ -901,7 +910,7 @@ class OrmBroker(Broker):
     def _requeue_dead(self, job_ids: Sequence[str], queue: str | None, priority: int | None) -> int:
         changes: dict[str, Any] = dict(
             state=REPLAY.target, deliveries=0, yields=0, visible_at=time.time(), lease_owner=None,
-            lease_token=None, lease_until=None, finished_at=None,
+            lease_token=None, lease_until=None, finished_at=None, cancel_requested_at=None,
         )
         if queue is not None:
             changes["queue"] = queue
@@ -926,7 +935,8 @@ class OrmBroker(Broker):
     def cancel(self, job_ids: Sequence[str]) -> int:
         """Cancel jobs that have not started (QUEUED or RETRYING); return how many.
 
-        A job already leased, running or finished is left as it is: cancelling never interrupts work.
+        A job already leased, running or finished is left as it is: :meth:`request_cancel` asks its
+        holder to stop one that runs.
         """
         cancelled = 0
         with transaction.atomic(using=self.alias), self.connection.cursor() as cursor:
@@ -938,6 +948,43 @@ class OrmBroker(Broker):
                 )
                 cancelled += cursor.rowcount
         return cancelled
+
+    def request_cancel(self, job_ids: Sequence[str]) -> int:
+        """See :meth:`Broker.request_cancel`: one statement per 500 ids; a repeated request keeps the first time."""
+        requested = 0
+        with transaction.atomic(using=self.alias), self.connection.cursor() as cursor:
+            for part in _chunks(list(job_ids)):
+                cursor.execute(
+                    f"UPDATE {JOB} SET cancel_requested_at = COALESCE(cancel_requested_at, %s) "
+                    f"WHERE state = {RUNNING} AND id IN ({marks(len(part))})",
+                    [self._db_now(), *part],
+                )
+                requested += cursor.rowcount
+        return requested
+
+    def cancel_requested(self, job_ids: Sequence[str]) -> list[str]:
+        """See :meth:`Broker.cancel_requested`: a primary-key read, one statement per 500 ids."""
+        found: list[str] = []
+        with self.connection.cursor() as cursor:
+            for part in _chunks(list(job_ids)):
+                cursor.execute(
+                    f"SELECT id FROM {JOB} WHERE id IN ({marks(len(part))}) AND state = {RUNNING} "
+                    "AND cancel_requested_at IS NOT NULL",
+                    list(part),
+                )
+                found += [row[0] for row in cursor.fetchall()]
+        return found
+
+    def end_cancelled(self, reservation: Reservation, error: str, traceback: str = "",
+                      started_at: datetime.datetime | None = None,
+                      finished_at: datetime.datetime | None = None) -> bool:
+        """See :meth:`Broker.end_cancelled`."""
+        sets = f"state = {STOPPED.to}, error = %s, traceback = %s, finished_at = %s, lease_owner = NULL, lease_until = NULL"
+        params: list[Any] = [error, traceback, self._adapt(finished_at or timezone.now())]
+        if started_at is not None:  # it ran: an execution counts
+            sets += f", attempt = attempt + 1, started_at = %s, {FIRST_STARTED}"
+            params += [self._adapt(started_at), self._adapt(started_at)]
+        return self._fenced(reservation, sets, params)
 
     def retry_jobs(self, job_ids: Sequence[str], queue: str | None = None, priority: int | None = None) -> int:
         """See :meth:`Broker.retry_jobs`: the rows are locked, requeued and their pending letters marked."""

@@ -90,6 +90,14 @@ class Buffer:
         del self.waiting[:count]
         return taken
 
+    def remove(self, job_id: str) -> Ticket | None:
+        """Remove and return the waiting task of ``job_id`` (None when it does not wait here)."""
+        for i, waiting in enumerate(self.waiting):
+            if waiting.task.reservation.job_id == job_id:
+                del self.waiting[i]
+                return waiting.task
+        return None
+
     def put_back(self, tasks: Iterable[Ticket]) -> None:
         """Return tasks that could not be sent (or came back unstarted): they wait again, behind
         the others of their priority; no broker call."""

@@ -13,6 +13,11 @@ killed for it. What Python allows instead:
 
 A task that does not stop within the sentinel's grace period is *stuck*: the sentinel sends that
 worker no more work, lets its other tasks finish within their own timeouts, then kills it.
+
+A cancellation (:func:`django_taskmq.cancel`) first only *requests* the stop (:meth:`Interrupts.request`):
+the task sees ``current_job().cancelled``, a coroutine has its asyncio task cancelled at once; the
+interruption, if it comes (after ``cancel_grace``), raises :class:`~django_taskmq.JobCancelled`
+instead of :class:`~django_taskmq.exceptions.TaskTimeout`.
 """
 
 from __future__ import annotations
@@ -25,7 +30,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 from .. import execution as ex
-from ..exceptions import TaskTimeout
+from ..exceptions import JobCancelled, TaskTimeout
 
 
 @dataclass
@@ -37,13 +42,16 @@ class Running:
     loop: asyncio.AbstractEventLoop | None = None  # for a coroutine: its loop and task
     task: asyncio.Task | None = None
     interrupted: bool = False
+    cancel_requested: bool = False  # django_taskmq.cancel() asked for it to stop (current_job().cancelled)
 
 
 class Interrupts:
     """The tasks this worker's threads run now, and the means to interrupt each of them."""
 
     def __init__(self) -> None:
-        self._lock = threading.Lock()
+        # Reentrant: with one thread, a signal handler (see worker.OneAtATime) may call in while the
+        # task's own thread holds it.
+        self._lock = threading.RLock()
         self._running: dict[str, Running] = {}
 
     @contextlib.contextmanager
@@ -52,16 +60,37 @@ class Interrupts:
         with self._lock:
             self._running[entry.job_id] = entry
         token = ex.coroutine_started.set(lambda loop, task: self._coroutine(entry, loop, task))
+        probe = ex.cancel_probe.set(lambda: entry.cancel_requested)
         try:
             yield
         finally:
             with self._lock:
                 self._running.pop(entry.job_id, None)
+            ex.cancel_probe.reset(probe)
             ex.coroutine_started.reset(token)
 
     def _coroutine(self, entry: Running, loop: asyncio.AbstractEventLoop, task: asyncio.Task) -> None:
         with self._lock:
             entry.loop, entry.task = loop, task
+            if entry.cancel_requested:  # requested before the coroutine started
+                loop.call_soon_threadsafe(task.cancel)
+
+    def request(self, job_id: str) -> bool:
+        """Ask the task of ``job_id`` to stop (a cancellation): its ``current_job().cancelled``
+        becomes True and a coroutine is cancelled at once. False when no thread runs it."""
+        with self._lock:
+            entry = self._running.get(job_id)
+            if entry is None:
+                return False
+            entry.cancel_requested = True
+            if entry.loop is not None and entry.task is not None:
+                entry.loop.call_soon_threadsafe(entry.task.cancel)
+            return True
+
+    def holds(self, job_id: str) -> Running | None:
+        """The entry of ``job_id`` while a thread runs it."""
+        with self._lock:
+            return self._running.get(job_id)
 
     def interrupt(self, job_id: str) -> bool:
         """Interrupt the task of ``job_id``; False when no thread runs it (it has just ended)."""
@@ -74,5 +103,6 @@ class Interrupts:
                 entry.loop.call_soon_threadsafe(entry.task.cancel)
                 return True
             # Under the lock: the thread cannot leave this task (and start another) meanwhile.
+            error = JobCancelled if entry.cancel_requested else TaskTimeout
             return ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(entry.thread),
-                                                              ctypes.py_object(TaskTimeout)) == 1
+                                                              ctypes.py_object(error)) == 1

@@ -12,7 +12,8 @@ Sentinel and each worker, over the worker's own pipe (raw bytes, never unpickled
   and :func:`load_task`; marked :data:`ALONE` when its one task met an idle cluster);
   :data:`STOP`, the poison pill (the worker finishes what it runs, returns what it has not
   started, then exits); or :func:`cancel_frame`, asking a worker with several
-  threads to interrupt one task past its timeout;
+  threads to interrupt one task (past its timeout, or cancelled and past ``cancel_grace``); or
+  :func:`cancel_request_frame`, asking it to tell one task that it was cancelled;
 * worker -> sentinel: :data:`READY` once, when the worker can take work; :data:`RETIRING` when
   it wants to stop (``max_rss``); :func:`unstarted_frame`, the job ids of the prefetched tasks it
   hands back at the poison pill; and an outcome frame per task, one status
@@ -109,6 +110,7 @@ STOP = b"stop"  # sentinel -> worker, the poison pill
 TASKS = b"T"  # sentinel -> worker, first byte of a tasks frame (see tasks_frame)
 ALONE = b"A"  # ... of a tasks frame whose one task met an idle cluster: its worker may record it
 CANCEL = b"cancel:"  # sentinel -> worker, followed by a job id: interrupt that task (see cancel_frame)
+CANCEL_REQUEST = b"cancel?"  # sentinel -> worker, then a job id: that task was cancelled (see cancel_request_frame)
 READY = b"R"  # worker -> sentinel: spawned and ready for work
 RETIRING = b"Q"  # worker -> sentinel: send no more work; the worker exits once its tasks are done
 UNSTARTED = b"U"  # worker -> sentinel, then job ids: prefetched tasks handed back unstarted
@@ -167,6 +169,11 @@ def read_unstarted_frame(frame: bytes) -> list[str]:
 def cancel_frame(job_id: str) -> bytes:
     """Sentinel -> worker: interrupt the task of ``job_id``, which ran past its timeout."""
     return CANCEL + job_id.encode()
+
+
+def cancel_request_frame(job_id: str) -> bytes:
+    """Sentinel -> worker (several threads): the job of ``job_id`` was cancelled; its task may stop."""
+    return CANCEL_REQUEST + job_id.encode()
 
 
 def outcome_frame(outcome: Outcome) -> bytes:

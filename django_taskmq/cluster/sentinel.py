@@ -28,12 +28,13 @@ from django.db import connections
 from .. import execution as ex
 from ..brokers.base import Broker
 from ..conf import Settings
-from ..exceptions import TaskMQError, TaskTimeout, WorkerDied
+from ..exceptions import JobCancelled, TaskMQError, TaskTimeout, WorkerDied
 from ..policy import lease
 from . import monitor, outage, pusher, worker
 from .buffer import Buffer
 from .messages import (END_OF_RESULTS, IDLE, READY, RECORDED, RETIRING, STOP, SUCCEEDED, TIMED_OUT, UNSTARTED, Batch, Stop,
-                       Ticket, cancel_frame, dump_outcome, read_outcome_frame, read_unstarted_frame, tasks_frame)
+                       Ticket, cancel_frame, cancel_request_frame, dump_outcome, read_outcome_frame,
+                       read_unstarted_frame, tasks_frame)
 from .poller import Poller, readable
 from .result_pipe import ResultPipe
 from .upkeep import DatabaseAway, Report, Upkeep
@@ -51,6 +52,15 @@ OUTCOMES = ("succeeded", "failed", "timeouts", "crashes")
 #: Seconds a worker with several threads has to stop a task past its timeout once asked, before
 #: the task counts as stuck (blocked in C code) and its worker takes no more work.
 CANCEL_GRACE = 1.0
+#: Seconds the stop procedure gives the monitor (and the pusher) beyond ``stop_timeout`` before it
+#: kills them: whatever the tasks and the database do, the cluster exits within ``stop_timeout``
+#: plus this plus :data:`CANCEL_GRACE`.
+STOP_MARGIN = 3.0
+#: Seconds between two looks for cancellation requests of the jobs the cluster holds (one primary-key
+#: read, only while it holds some): a cancelled job learns of it within about this.
+CANCEL_CHECK_EVERY = 1.0
+#: The error of a job the stop procedure interrupted and put back.
+INTERRUPTED_BY_STOP = "interrupted by shutdown (stop_timeout {}s); back in the queue, not counted"
 
 
 class Process(Protocol):
@@ -115,11 +125,17 @@ class Running:
     started: float  # monotonic, when it was sent: with threads > 1 it starts then (it is sent to a free thread)
     arrival: int = 0  # its place in the order the worker received its tasks, from 1
     cancelled: float | None = None  # monotonic, when the worker was asked to interrupt it (threads > 1)
+    halted: bool = False  # interrupted by the stop procedure (stop_timeout): it goes back uncounted
+    cancel_requested: float | None = None  # monotonic, when the sentinel saw its cancellation requested
 
     def overdue(self, now: float) -> bool:
         """It runs past its timeout."""
         timeout = self.ticket.timeout
         return bool(timeout) and now - self.started > timeout  # type: ignore[operator]
+
+    def cancel_due(self, now: float, grace: float) -> bool:
+        """Its cancellation was requested more than ``grace`` seconds ago: interrupt it."""
+        return self.cancel_requested is not None and now - self.cancel_requested > grace
 
     def stuck(self, now: float) -> bool:
         """It was asked to stop more than :data:`CANCEL_GRACE` seconds ago and still runs."""
@@ -140,6 +156,7 @@ class Slot:
     retiring: bool = False  # no more work: the poison pill follows
     stopped: bool = False  # the poison pill was sent
     stuck: bool = False  # a task of it did not stop at its timeout: no more work, then it is killed
+    halted: float | None = None  # monotonic, when the stop procedure interrupted its tasks (threads > 1)
 
     def accepting(self) -> bool:
         """It may be sent work (when it has room)."""
@@ -178,6 +195,10 @@ class Sentinel:
         # (the sentinel took them back); ``locks[index]`` makes that check and the start one step.
         self.revoked = self.ctx.RawArray("q", self.workers)
         self.locks = [self.ctx.Lock() for _ in range(self.workers)]
+        # Per worker (one thread): the arrival number of a task whose cancellation was requested, and
+        # of one to interrupt for it (see worker.OneAtATime._on_cancel).
+        self.cancel_marks = self.ctx.RawArray("q", self.workers)
+        self.halt_marks = self.ctx.RawArray("q", self.workers)
         # The children, spawned by start() (tests put stand-ins here).
         self.slots: list[Slot] = []
         self.pusher: Process = NOT_STARTED
@@ -191,12 +212,13 @@ class Sentinel:
         self.signals = 0
         self.state = "starting"
         self.counts = {"succeeded": 0, "failed": 0, "timeouts": 0, "crashes": 0, "yields": 0, "reincarnations": 0,
-                       "steals": 0}
+                       "steals": 0, "interrupted": 0}
         self.by_queue: dict[str, dict[str, int]] = {}  # queue -> outcome -> count (see OUTCOMES)
         self._next_guard = 0.0  # monotonic time of the next timeout and liveness check
         self._next_urgent = 0.0  # monotonic time from which the pusher may be asked for urgent work again
         self.paused = False  # leases in doubt: start and claim nothing (see _mind_leases)
         self.leases_lost = False  # ... for a whole lease: give back what waits once the database answers
+        self._next_cancel_check = 0.0  # monotonic time of the next look for cancellation requests
         self.upkeep = Upkeep(settings, broker, owner=self.owner, name=self.name, host=self.host, queues=self.queues,
                              burst=burst, held=self._held, report=self._report)
         self.buffer = Buffer(broker, self.limit, self.capacity, failed=self.upkeep.failed)
@@ -292,11 +314,12 @@ class Sentinel:
 
     def _spawn_worker(self, index: int) -> Slot:
         connections.close_all()
-        self.current[index] = self.revoked[index] = 0
+        self.current[index] = self.revoked[index] = self.cancel_marks[index] = self.halt_marks[index] = 0
         # A new lock: a killed worker may have died holding the old one.
         self.locks[index] = lock = self.ctx.Lock()
-        shared = worker.Shared(self.current, self.since, self.revoked, lock) if self.depth > self.threads else \
-            worker.Shared(self.current, self.since)
+        prefetch = self.depth > self.threads
+        shared = worker.Shared(self.current, self.since, self.revoked if prefetch else None, lock if prefetch else None,
+                               cancel=self.cancel_marks, halt=self.halt_marks)
         parent, child = self.ctx.Pipe()
         process = self._spawn(worker.run, (index, child, self.settings, self.threads, shared),
                               f"taskmq-worker-{index}", own_parent_end=parent)
@@ -332,6 +355,7 @@ class Sentinel:
         self._steal()
         self._mind_leases()
         self._dispatch()
+        self._check_cancels()
         self._flush()
         self._ask_pusher()
         self.upkeep.run()
@@ -388,6 +412,10 @@ class Sentinel:
         else:
             status, job_id, outcome = read_outcome_frame(frame)
             running = slot.running.pop(job_id, None)
+            if running is not None and running.halted and status == TIMED_OUT:
+                self._return_interrupted([running.ticket])  # the stop's interruption landed: not an outcome
+                slot.done += 1
+                return
             if not slot.running:
                 slot.stuck = False  # what did not stop in time has ended after all
             slot.done += 1
@@ -443,9 +471,11 @@ class Sentinel:
                 if slot in self.slots:
                     self._replace_worker(slot, crashed=bool(slot.running))
                 continue
+            if slot.halted is not None:
+                continue  # the stop procedure interrupted its tasks: see _halt_if_late
             if self.threads == 1:
                 self._enforce_timeout(slot, now)
-            elif any(r.overdue(now) for r in slot.running.values()):
+            elif any(r.overdue(now) or r.cancel_due(now, self.settings.cancel_grace) for r in slot.running.values()):
                 self._enforce_timeouts(slot, now)
         if not self.pusher.is_alive() and self.state == "running":
             logger.error("pusher died (exit code %s): reincarnating", self.pusher.exitcode)
@@ -464,14 +494,26 @@ class Sentinel:
         if not started:
             return
         running = slot.running[started[0]]
+        if running.cancel_due(now, self.settings.cancel_grace) and running.cancelled is None:
+            # Interrupt it in its worker (the signal raises JobCancelled there); the worker carries on.
+            running.cancelled = now
+            self.halt_marks[slot.index] = running.arrival
+            _signal(slot.process)
+            return
         timeout = running.ticket.timeout
-        if not timeout or now - self.since[slot.index] <= timeout:
+        if running.stuck(now):
+            timeout = 0.0  # cancelled, interrupted, and still running: blocked in C code; killed below
+        elif not timeout or now - self.since[slot.index] <= timeout:
             return
         if readable(slot.pipe):
             self._from_worker(slot)  # it may have just ended: read that first
             return
-        logger.warning("job %s ran past its timeout of %ss: killing worker %s",
-                       started[0], timeout, slot.process.pid)
+        if running.cancel_requested is not None:
+            logger.warning("job %s was cancelled and did not stop when interrupted: killing worker %s",
+                           started[0], slot.process.pid)
+        else:
+            logger.warning("job %s ran past its timeout of %ss: killing worker %s",
+                           started[0], timeout, slot.process.pid)
         self._kill_timed_out(slot)
 
     def _enforce_timeouts(self, slot: Slot, now: float) -> None:
@@ -483,14 +525,16 @@ class Sentinel:
         timeouts, first).
         """
         for job_id, running in slot.running.items():
-            if running.cancelled is None and running.overdue(now):
+            if running.cancelled is None and (running.overdue(now) or running.cancel_due(now, self.settings.cancel_grace)):
                 running.cancelled = now
                 self._send(slot, cancel_frame(job_id))
             elif running.stuck(now) and not slot.stuck:
                 slot.stuck = True
-                logger.warning("job %s ran past its timeout of %ss and did not stop when interrupted: worker %s "
+                why = "was cancelled" if running.cancel_requested is not None else \
+                    f"ran past its timeout of {running.ticket.timeout}s"
+                logger.warning("job %s %s and did not stop when interrupted: worker %s "
                                "takes no more work and is killed once its other tasks are done",
-                               job_id, running.ticket.timeout, slot.process.pid)
+                               job_id, why, slot.process.pid)
         if slot.stuck and all(r.stuck(now) for r in slot.running.values()):
             self._kill_timed_out(slot)
 
@@ -499,6 +543,13 @@ class Sentinel:
         unstarted waits here again), then it is replaced."""
         self._take_back_unstarted(slot)
         for running in slot.running.values():
+            if running.cancel_requested is not None:  # a cancelled task that did not stop: it ends CANCELLED
+                self.counts["failed"] += 1
+                self._count(running.ticket.reservation.queue, "failed")
+                self._record_lost(running.ticket, ex.CANCELLED,
+                                  JobCancelled("cancelled; did not stop when interrupted: its worker was killed"),
+                                  running.started)
+                continue
             self.counts["timeouts"] += 1
             self._count(running.ticket.reservation.queue, "timeouts")
             self._record_lost(running.ticket, ex.TIMEOUT,
@@ -526,6 +577,51 @@ class Sentinel:
             self.slots[index] = self._spawn_worker(slot.index)
         else:
             del self.slots[index]
+
+    def _check_cancels(self) -> None:
+        """Every :data:`CANCEL_CHECK_EVERY` seconds while the cluster holds tasks, ask the broker which
+        of them were cancelled (:func:`django_taskmq.cancel`), and stop those."""
+        now = time.monotonic()
+        if now < self._next_cancel_check or not self._holding():
+            return
+        self._next_cancel_check = now + CANCEL_CHECK_EVERY
+        held = self._held()
+        found: list[str] = []
+        if self.upkeep.attempt("cancel check", lambda: found.extend(self.broker.cancel_requested(held))):
+            for job_id in found:
+                self._cancel(job_id, now)
+
+    def _cancel(self, job_id: str, now: float) -> None:
+        """Stop the task of ``job_id``, whose cancellation was requested.
+
+        Waiting here (or, with prefetch, unstarted in a worker, taken back first): it ends
+        ``CANCELLED`` without running. Running: it is asked to stop (``current_job().cancelled``; a
+        coroutine is cancelled) and, still running ``cancel_grace`` seconds later, interrupted like
+        a task past its timeout (see :meth:`_guard`).
+        """
+        slot = next((s for s in self.slots if job_id in s.running), None)
+        if slot is not None and job_id not in self._started(slot):
+            self._revoke(slot)  # unstarted in a worker (prefetch): it waits here again
+            slot = None if job_id not in slot.running else slot  # (else it started meanwhile)
+        if slot is None:
+            ticket = self.buffer.remove(job_id)
+            if ticket is not None:
+                logger.info("job %s cancelled before it started", job_id)
+                self.outbox.append(dump_outcome(ex.Outcome(
+                    ticket.reservation, ticket.message().envelope, ex.CANCELLED,
+                    error="JobCancelled: cancelled before it started", finished_at=time.time())))
+            return  # (or it ended meanwhile)
+        running = slot.running[job_id]
+        if running.cancel_requested is not None:
+            return  # asked already
+        running.cancel_requested = now
+        logger.info("job %s cancelled while running on worker %s: asking it to stop (interrupted after %ss)",
+                    job_id, slot.process.pid, self.settings.cancel_grace)
+        if self.threads > 1:
+            self._send(slot, cancel_request_frame(job_id))
+        else:
+            self.cancel_marks[slot.index] = running.arrival
+            _signal(slot.process)
 
     def _count(self, queue: str, outcome: str) -> None:
         """Count one finished task of ``queue`` by outcome (a dict increment; the heartbeat publishes it)."""
@@ -726,7 +822,10 @@ class Sentinel:
     def stop(self) -> None:
         """Stop the pusher, give back unstarted work, let workers finish, let the monitor drain."""
         self.state = "stopping"
-        logger.info("cluster %s stopping", self.owner)
+        timeout = self.settings.stop_timeout
+        deadline = None if timeout is None else time.monotonic() + timeout
+        logger.info("cluster %s stopping%s", self.owner,
+                    "" if timeout is None else f": running tasks have {timeout:g}s to finish")
         self.upkeep.publish()
         # 1. The pusher reserves nothing more; a batch it sends meanwhile joins the waiting list.
         if self.pusher_pipe is not None:
@@ -734,11 +833,14 @@ class Sentinel:
                 self.pusher_pipe.send(Stop())
             except (BrokenPipeError, OSError):
                 pass
-            while self.pusher.is_alive() and self.signals < 2:
+            while self.pusher.is_alive() and self.signals < 2 and not _past(deadline, STOP_MARGIN):
                 # Woken by its last batch or by its exit, whichever comes first.
                 if self.pusher_pipe in wait([self.pusher_pipe, self.pusher.sentinel], timeout=0.05):
                     self._from_pusher()
                 self.upkeep.give_up_if_away()
+            if self.pusher.is_alive():
+                logger.error("cluster %s: the pusher did not stop in time; killing it", self.owner)
+                _kill(self.pusher)  # what it had reserved and not handed over comes back with its lease
         self.pusher.join(timeout=1)
         # 2. Reservations that never started go back without counting a delivery: the waiting
         # list's, and (prefetch) what the workers hold behind their running task.
@@ -764,6 +866,9 @@ class Sentinel:
                 if finished is not None:
                     self._from_worker(finished)
             self._guard()
+            self._check_cancels()
+            if _past(deadline):
+                self._halt_running()
             self._flush()
             self.upkeep.stopping()
         # 4. The monitor records what is left, then exits.
@@ -771,6 +876,11 @@ class Sentinel:
         if self.results is not None:
             self.results.put(END_OF_RESULTS)
         while self.monitor.is_alive() and self.signals < 2:
+            if _past(deadline, STOP_MARGIN + CANCEL_GRACE):
+                logger.error("cluster %s: the monitor did not record the last outcomes in time; killing it "
+                             "(their leases bring those jobs back)", self.owner)
+                _kill(self.monitor)
+                break
             if self.results is not None and self.results.pending:
                 self.results.drain(timeout=0.1)  # the monitor reads on: the rest fits in time
             else:
@@ -778,6 +888,51 @@ class Sentinel:
             self.upkeep.stopping()
         self.state = "stopped"
         logger.info("cluster %s stopped", self.owner)
+
+    def _halt_running(self) -> None:
+        """``stop_timeout`` is over: interrupt what still runs and put it back in the queue uncounted.
+
+        A worker with one thread is killed at once (as at a timeout). With several threads each task
+        is interrupted (:mod:`.interrupts`: its ``finally`` blocks run); what has not stopped
+        :data:`CANCEL_GRACE` seconds later (blocked in C code) goes with its worker, killed. Only a
+        task known to have stopped goes back: never two holders at once.
+        """
+        now = time.monotonic()
+        for slot in list(self.slots):
+            if not slot.running:
+                continue
+            if self.threads > 1 and slot.halted is None:
+                slot.halted = now
+                for job_id, running in slot.running.items():
+                    running.halted = True
+                    self._send(slot, cancel_frame(job_id))
+            elif self.threads == 1 or now - slot.halted > CANCEL_GRACE:  # type: ignore[operator]
+                if readable(slot.pipe):
+                    self._from_worker(slot)  # what ended meanwhile is recorded as it ended
+                    if slot not in self.slots or not slot.running:
+                        continue
+                _kill(slot.process)
+                self._take_back_unstarted(slot)  # (prefetch: given back in step 2 already)
+                for running in slot.running.values():  # cancelled ones end as asked, not back in the queue
+                    if running.cancel_requested is not None:
+                        self._record_lost(running.ticket, ex.CANCELLED,
+                                          JobCancelled("cancelled; interrupted by the cluster's stop"), running.started)
+                self._return_interrupted([r.ticket for r in slot.running.values() if r.cancel_requested is None])
+                slot.running.clear()
+                self._replace_worker(slot, crashed=False)
+
+    def _return_interrupted(self, tickets: list[Ticket]) -> None:
+        """Put tasks the stop procedure interrupted back in the queue: delivery and attempt given back."""
+        if not tickets:
+            return
+        timeout = self.settings.stop_timeout
+        for ticket in tickets:
+            logger.warning("job %s still ran after stop_timeout (%ss): interrupted, back in the queue (not counted)",
+                           ticket.reservation.job_id, timeout)
+        self.counts["interrupted"] += len(tickets)
+        reservations = [t.reservation for t in tickets]
+        self.upkeep.attempt(f"returning {len(tickets)} interrupted task(s) (their leases bring them back)",
+                            lambda: self.broker.return_interrupted(reservations, INTERRUPTED_BY_STOP.format(timeout)))
 
     def _kill_all(self) -> None:
         for process in [self.pusher, self.monitor, *(s.process for s in self.slots)]:
@@ -800,8 +955,22 @@ def _round_robin(tickets: list[Ticket], rooms: list[int]) -> tuple[list[list[Tic
     return plan, tickets
 
 
+def _past(deadline: float | None, margin: float = 0.0) -> bool:
+    """The monotonic ``deadline`` (None: none) plus ``margin`` has passed."""
+    return deadline is not None and time.monotonic() >= deadline + margin
+
+
 def _urgency(ticket: Ticket) -> int:
     return -ticket.reservation.priority
+
+
+def _signal(process: Process) -> None:
+    """Tell a worker with one thread to look at its cancellation marks (see worker.CANCEL_SIGNAL)."""
+    if process.pid is not None:
+        try:
+            os.kill(process.pid, worker.CANCEL_SIGNAL)
+        except ProcessLookupError:
+            pass  # it died: the guard sees it
 
 
 def _kill(process: Process) -> None:

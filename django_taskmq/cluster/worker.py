@@ -27,11 +27,11 @@ from django.db import close_old_connections, connections
 from .. import execution as ex
 from ..brokers.base import Broker
 from ..conf import Settings
-from ..exceptions import TaskTimeout
+from ..exceptions import JobCancelled, TaskTimeout
 from .interrupts import Interrupts, Running
 from .poller import readable
-from .messages import (ALONE, CANCEL, READY, RETIRING, STOP, is_tasks_frame, load_task, outcome_frame,
-                       read_tasks_frame, recorded_frame, unstarted_frame)
+from .messages import (ALONE, CANCEL, CANCEL_REQUEST, READY, RETIRING, STOP, is_tasks_frame, load_task,
+                       outcome_frame, read_tasks_frame, recorded_frame, unstarted_frame)
 
 logger = logging.getLogger(__name__)
 
@@ -44,13 +44,22 @@ class Shared(NamedTuple):
     ``current``: the arrival number (from 1, in the order its tasks reached it) of the task it
     runs; ``since``: the monotonic time that task started. With prefetch also ``revoked``: tasks
     that arrived up to that number and have not started must not start (the sentinel took them
-    back), and ``lock``, held while the worker checks that and starts a task.
+    back), and ``lock``, held while the worker checks that and starts a task. ``cancel`` and
+    ``halt``: the arrival number of a task whose cancellation was requested, and of one to interrupt
+    at once; the sentinel writes them, then sends :data:`CANCEL_SIGNAL` (see :meth:`OneAtATime._on_cancel`).
     """
 
     current: Any
     since: Any
     revoked: Any = None
     lock: Any = None
+    cancel: Any = None
+    halt: Any = None
+
+
+#: The signal by which the sentinel tells a worker with one thread to look at ``Shared.cancel`` and
+#: ``Shared.halt``: that worker's only thread runs the task, so nothing else could.
+CANCEL_SIGNAL = signal.SIGUSR1
 
 
 def run(index: int, conn: Connection, settings: Settings, threads: int = 1, shared: Shared | None = None) -> None:
@@ -74,6 +83,7 @@ def run(index: int, conn: Connection, settings: Settings, threads: int = 1, shar
     # A hard stop or a timeout uses SIGKILL.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    signal.signal(CANCEL_SIGNAL, signal.SIG_IGN)  # until a worker with one thread listens for it (serve)
     from ..signals import post_spawn
 
     post_spawn.send(sender=run, proc_name=f"worker-{index}")
@@ -98,6 +108,9 @@ class OneAtATime:
         self.retiring = False
         self.broker: Broker | None = None  # for the outcomes this worker records itself, made on first use
         self.alone = False  # the task at hand met an idle cluster (the sentinel said so: ALONE)
+        self.interrupts = Interrupts()  # the task at hand, for a cancellation (see _on_cancel)
+        self.arrival = 0  # the arrival number of the task at hand; 0 between tasks
+        self.job_id = ""
 
     def _take(self, frame: bytes) -> None:
         if frame == STOP:
@@ -112,6 +125,8 @@ class OneAtATime:
 
     def serve(self) -> None:
         conn = self.conn
+        if threading.current_thread() is threading.main_thread():  # (always, in a worker process)
+            signal.signal(CANCEL_SIGNAL, self._on_cancel)
         while True:
             try:
                 if not self.waiting and not self.stopping:
@@ -130,7 +145,7 @@ class OneAtATime:
             _, arrival, message = heapq.heappop(self.waiting)
             if not self._start(arrival):
                 continue  # the sentinel took it back: it runs elsewhere
-            outcome = ex.seal(ex.execute(message), self.settings)
+            outcome = ex.seal(self._execute(message, arrival), self.settings)
             if outcome.status != ex.SUCCESS:  # (a broken connection fails the task that meets it)
                 drop_failed_connections()
             # The cluster was idle around this task (the sentinel held nothing else when it sent it)
@@ -144,6 +159,41 @@ class OneAtATime:
             if not self.retiring and _above_max_rss(self.index, self.settings):
                 self.retiring = True
                 conn.send_bytes(RETIRING)
+
+    def _execute(self, message: ex.TaskMessage, arrival: int) -> ex.Outcome:
+        """Run the task; a cancellation's interruption (see :meth:`_on_cancel`) makes it CANCELLED."""
+        entry = Running(message.reservation.job_id, threading.get_ident())
+        self.job_id, self.arrival = entry.job_id, arrival
+        try:
+            with self.interrupts.running(entry):
+                outcome = ex.execute(message)
+        except JobCancelled as exc:  # landed outside the task's own code (execute's bookkeeping)
+            outcome = ex.lost(message.reservation, message.envelope, ex.CANCELLED, exc)
+        finally:
+            self.arrival = 0
+        if entry.interrupted:
+            connections.close_all()  # the exception may have landed in the middle of a query
+        return outcome
+
+    def _on_cancel(self, signum, frame) -> None:
+        """:data:`CANCEL_SIGNAL`: the sentinel asks the task at hand to stop (``Shared.cancel``), or
+        interrupts it (``Shared.halt``, after ``cancel_grace``). The interruption raises
+        :class:`~django_taskmq.JobCancelled` right here, in the task's code (a ``time.sleep`` or a
+        socket wait returns early for it); a coroutine is cancelled again instead. A signal about a
+        task that has ended meanwhile changes nothing."""
+        shared, arrival = self.shared, self.arrival
+        if shared is None or shared.cancel is None or not arrival or shared.cancel[self.index] != arrival:
+            return
+        entry = self.interrupts.holds(self.job_id)
+        if entry is None:
+            return
+        if shared.halt[self.index] != arrival:
+            self.interrupts.request(self.job_id)
+        elif entry.loop is not None:
+            self.interrupts.interrupt(self.job_id)
+        elif not entry.interrupted:
+            entry.interrupted = True
+            raise JobCancelled(f"job {self.job_id} was cancelled and did not stop within cancel_grace")
 
     def _record(self, outcome: ex.Outcome) -> bool:
         """Record ``outcome`` if it is a plain success (see :func:`recorder.plain_success`); False
@@ -268,6 +318,8 @@ class Pool:
                 break
             if blob.startswith(CANCEL):
                 self.interrupts.interrupt(blob[len(CANCEL):].decode())
+            elif blob.startswith(CANCEL_REQUEST):
+                self.interrupts.request(blob[len(CANCEL_REQUEST):].decode())
             elif is_tasks_frame(blob):
                 for task in read_tasks_frame(blob):
                     self.work.put(task)
@@ -303,7 +355,7 @@ class Pool:
             with self.interrupts.running(entry):
                 outcome = ex.execute(message)
             _settle()
-        except TaskTimeout:
+        except (TaskTimeout, JobCancelled):
             pass  # the interruption landed after the task's own code: entry.interrupted says so
         except BaseException as exc:  # what execute lets through (GeneratorExit, ...): this task's failure only
             outcome = ex.lost(message.reservation, message.envelope, ex.FAILURE, exc, traceback=format_exc())
@@ -318,8 +370,9 @@ class Pool:
         if outcome is not None and outcome.status == ex.SUCCESS:
             return outcome  # it finished as the interruption was sent
         timeout = message.envelope.options.get("timeout")
-        return ex.lost(message.reservation, message.envelope, ex.TIMEOUT,
-                       TaskTimeout(f"ran past its timeout of {timeout}s"),
+        status, error = (ex.CANCELLED, JobCancelled("cancelled, and interrupted after cancel_grace")) \
+            if entry.cancel_requested else (ex.TIMEOUT, TaskTimeout(f"ran past its timeout of {timeout}s"))
+        return ex.lost(message.reservation, message.envelope, status, error,
                        started_at=outcome.started_at if outcome is not None else None,
                        traceback=outcome.traceback if outcome is not None else "")
 

@@ -58,7 +58,8 @@ class Event(str, enum.Enum):
     FAIL_FINAL = "FAIL_FINAL"  # Failed delivery acknowledged (ack_failures).
     DEAD_LETTER = "DEAD_LETTER"
     EXPIRE = "EXPIRE"
-    CANCEL = "CANCEL"
+    CANCEL = "CANCEL"  # A waiting job cancelled: it never runs.
+    CANCEL_RUNNING = "CANCEL_RUNNING"  # A running job stopped on request (cancel): it ends, never retried.
     DEFER = "DEFER"
     YIELD = "YIELD"
     RECLAIM = "RECLAIM"  # The lease ran out.
@@ -87,6 +88,7 @@ def _table() -> Mapping[tuple[JobState, Event], JobState]:
             (s.RUNNING, e.YIELD): s.QUEUED,
             (s.RUNNING, e.RECLAIM): s.RETRYING,
             (s.RUNNING, e.EXPIRE): s.EXPIRED,
+            (s.RUNNING, e.CANCEL_RUNNING): s.CANCELLED,
             (s.DEAD, e.REPLAY): s.QUEUED,
             (s.FAILED, e.REPLAY): s.QUEUED,
             (s.EXPIRED, e.REPLAY): s.QUEUED,

@@ -101,22 +101,31 @@ def test_jobs_offer_no_delete_selected(admin_client, broker):
     assert action_names(admin_client.get(JOBS)) == {"retry_jobs", "cancel_jobs"}  # retry: through the broker too
 
 
-def test_cancel_goes_through_the_broker_and_spares_started_jobs(admin_client, broker):
+def test_cancel_goes_through_the_broker_and_asks_running_jobs_to_stop(admin_client, broker):
     queued = async_task("tests.tasks.noop")
     running = async_task("tests.tasks.noop", priority=9)
+    finished = async_task("tests.tasks.noop", priority=8)
     (r,) = broker.reserve(["default"], limit=1, lease=300, owner="t")
     assert r.job_id == running
+    (f,) = broker.reserve(["default"], limit=1, lease=300, owner="t")
+    broker.ack(f)
+    selected = [queued, running, finished]
     # The action's first POST shows its confirmation page and changes nothing.
-    page = admin_client.post(JOBS, {"action": "cancel_jobs", "_selected_action": [queued, running]})
+    page = admin_client.post(JOBS, {"action": "cancel_jobs", "_selected_action": selected})
     assert page.status_code == 200 and "Yes, cancel" in page.content.decode()
     assert Job.objects.get(pk=queued).state == State.QUEUED
-    response = admin_client.post(JOBS, {"action": "cancel_jobs", "_selected_action": [queued, running], "post": "yes"},
+    response = admin_client.post(JOBS, {"action": "cancel_jobs", "_selected_action": selected, "post": "yes"},
                                  follow=True)
     text = [str(m) for m in response.context["messages"]]
     assert "1 job cancelled." in text
-    assert any("not cancelled" in m for m in text)
+    assert any("1 running job was asked to stop" in m for m in text)
+    assert any("1 job was not cancelled: it had finished." in m for m in text)
     assert Job.objects.get(pk=queued).state == State.CANCELLED
-    assert Job.objects.get(pk=running).state == State.RUNNING
+    # The running job runs on until its cluster sees the request (tests/cluster/test_cancel.py).
+    job = Job.objects.get(pk=running)
+    assert (job.state, job.cancel_requested_at is not None) == (State.RUNNING, True)
+    assert broker.cancel_requested([running, queued, finished]) == [running]
+    assert Job.objects.get(pk=finished).state == State.SUCCEEDED
 
 
 def test_purge_needs_the_delete_permission_on_jobs(client, broker):

@@ -38,6 +38,10 @@ BAD = {
     "prepared_statements another string": ({"prepared_statements": "yes"}, "prepared_statements"),
     "listen_database empty": ({"listen_database": ""}, "listen_database"),
     "listen_database not a string": ({"listen_database": 5}, "listen_database"),
+    "negative stop_timeout": ({"stop_timeout": -1}, "stop_timeout"),
+    "stop_timeout string": ({"stop_timeout": "25s"}, "stop_timeout"),
+    "negative cancel_grace": ({"cancel_grace": -0.5}, "cancel_grace"),
+    "cancel_grace None": ({"cancel_grace": None}, "cancel_grace"),
 }
 
 

@@ -163,3 +163,72 @@ def ran_by() -> int:
     post_execute.connect(_log_recorded, dispatch_uid="tests.cluster.tasks_cluster.recorded_by")
     log(f"ran-by:{os.getpid()}")
     return os.getpid()
+
+
+def nap(gate: str, seconds: float) -> str:
+    """Log ``start:nap``; unless the file ``gate`` exists, sleep ``seconds`` in one C call (an
+    interruption of its thread lands only when it returns); log ``end:nap``."""
+    log(f"start:nap {os.getpid()}")
+    if not os.path.exists(gate):
+        time.sleep(seconds)
+    log("end:nap")
+    return "napped"
+
+
+def ignores_cancel(seconds: float) -> str:
+    """Log ``start:ignores``; run ``seconds`` in short sleeps without looking at a cancellation (it is
+    stopped only by the interruption after ``cancel_grace``); log ``end:ignores``."""
+    log(f"start:ignores {os.getpid()}")
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        time.sleep(0.05)
+    log("end:ignores")
+    return "ignored"
+
+
+def cooperative(seconds: float) -> str:
+    """Log ``start:cooperative``; loop until ``current_job().cancelled`` (at most ``seconds``), then log
+    ``saw-cancel`` and raise JobCancelled through ``raise_if_cancelled()``."""
+    log(f"start:cooperative {os.getpid()}")
+    job = current_job()
+    assert job is not None
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        if job.cancelled:
+            log("saw-cancel")
+            job.raise_if_cancelled()
+        time.sleep(0.02)
+    log("end:cooperative")
+    return "not cancelled"
+
+
+async def async_waits(seconds: float) -> str:
+    """A coroutine task: log ``start:async``, ``await asyncio.sleep(seconds)``; log ``cancelled-error``
+    when that raises CancelledError (and let it through)."""
+    import asyncio
+
+    log(f"start:async {os.getpid()}")
+    try:
+        await asyncio.sleep(seconds)
+    except asyncio.CancelledError:
+        log("cancelled-error")
+        raise
+    log("end:async")
+    return "awaited"
+
+
+def notices_cancel(seconds: float) -> str:
+    """Log ``start:notices``; loop ``seconds``, logging ``saw-cancel`` once when the job is cancelled,
+    without stopping for it."""
+    log(f"start:notices {os.getpid()}")
+    job = current_job()
+    assert job is not None
+    seen = False
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        if job.cancelled and not seen:
+            seen = True
+            log("saw-cancel")
+        time.sleep(0.02)
+    log("end:notices")
+    return "noticed"

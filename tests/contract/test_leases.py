@@ -224,13 +224,33 @@ def test_extend_leases_renews_only_the_named_jobs_of_one_owner(broker):
     assert all(broker.ack(r) for r in got_mine if r.job_id in mine[:2])
 
 
-def test_defer_many_puts_unstarted_reservations_back_without_a_delivery(broker):
-    """defer_many (a graceful stop) hands back held reservations uncounted and skips lost ones."""
+def held_and_lost(broker):
+    """Three jobs: two reserved and held, one whose lease ran out and was reclaimed."""
     ids = [async_task("tests.tasks.noop", i) for i in range(3)]
     held = broker.reserve(["default"], limit=2, lease=LONG, owner="t")
     lost = broker.reserve(["default"], limit=1, lease=SHORT, owner="t")
     expire_leases()
     broker.reclaim_expired()
+    return ids, held, lost
+
+
+def test_defer_many_puts_unstarted_reservations_back_without_a_delivery(broker):
+    """defer_many (a graceful stop) hands back held reservations uncounted and skips lost ones."""
+    ids, held, lost = held_and_lost(broker)
     assert broker.defer_many(held + lost) == 2
     assert {(job(i).state, job(i).deliveries) for i in ids[:2]} == {(State.QUEUED, 0)}
     assert job(ids[2]).deliveries == 1  # the reclaimed one keeps its counted delivery
+
+
+def test_return_interrupted_gives_back_delivery_and_attempt_visible_at_once_and_skips_lost_ones(broker):
+    """return_interrupted (a stop's stop_timeout) is defer_many that says why: QUEUED, visible now, uncounted."""
+    ids, held, lost = held_and_lost(broker)
+    assert broker.return_interrupted(held + lost, "interrupted by shutdown") == 2
+    for i in ids[:2]:
+        j = job(i)
+        assert (j.state, j.deliveries, j.attempt, j.lease_owner, j.lease_token, j.error) == (
+            State.QUEUED, 0, 0, None, None, "interrupted by shutdown")
+        assert j.visible_at <= time.time()
+    assert (job(ids[2]).deliveries, job(ids[2]).error) == (1, "lease expired")  # the lost one is left alone
+    again = broker.reserve(["default"], limit=3, lease=LONG, owner="u")
+    assert sorted(r.job_id for r in again) == sorted(ids) and {r.deliveries for r in again if r.job_id in ids[:2]} == {1}

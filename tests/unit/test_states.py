@@ -31,6 +31,7 @@ LEGAL = {
     (S.RUNNING, E.YIELD): S.QUEUED,
     (S.RUNNING, E.RECLAIM): S.RETRYING,
     (S.RUNNING, E.EXPIRE): S.EXPIRED,
+    (S.RUNNING, E.CANCEL_RUNNING): S.CANCELLED,
     (S.DEAD, E.REPLAY): S.QUEUED,
     (S.FAILED, E.REPLAY): S.QUEUED,
     (S.EXPIRED, E.REPLAY): S.QUEUED,
@@ -44,7 +45,7 @@ def test_values_are_the_names():
         "QUEUED", "RUNNING", "RETRYING", "SUCCEEDED", "FAILED", "DEAD", "EXPIRED", "CANCELLED",
     ]
     assert [e.value for e in Event] == [
-        "RESERVE", "ACK", "FAIL_RETRY", "FAIL_FINAL", "DEAD_LETTER", "EXPIRE", "CANCEL",
+        "RESERVE", "ACK", "FAIL_RETRY", "FAIL_FINAL", "DEAD_LETTER", "EXPIRE", "CANCEL", "CANCEL_RUNNING",
         "DEFER", "YIELD", "RECLAIM", "REPLAY",
     ]
     assert all(s == s.name and str(s) == s.name for s in JobState)
@@ -119,3 +120,36 @@ def test_random_walks(events):
         if state in JobState.FINAL:
             assert event is E.REPLAY and new is S.QUEUED
         state = new
+
+
+CANCELS = (E.CANCEL, E.CANCEL_RUNNING)
+
+
+@given(st.sampled_from([s for s in JobState if s not in JobState.FINAL]))
+def test_every_unfinished_job_can_be_cancelled_and_a_cancel_ends_cancelled(state):
+    """cancel() works in every state a job has before it finishes: waiting (CANCEL) or running
+    (CANCEL_RUNNING); either way the job ends CANCELLED."""
+    legal = [event for event in CANCELS if (state, event) in TRANSITIONS]
+    assert len(legal) == 1
+    assert transition(state, legal[0]) is S.CANCELLED
+
+
+@given(st.lists(st.sampled_from(list(Event)), max_size=30))
+def test_a_cancelled_job_is_never_retried_or_run_again_without_an_operator(events):
+    """Follow any event sequence from QUEUED: once a cancel lands, the job stays CANCELLED for every
+    later event except an operator's REPLAY (retry_jobs); no reservation, retry or reclaim moves it."""
+    state = S.QUEUED
+    cancelled = False
+    for event in events:
+        try:
+            new = transition(state, event)
+        except InvalidTransition:
+            continue
+        if cancelled:
+            assert event is E.REPLAY and new is S.QUEUED
+            cancelled = False
+        elif event in CANCELS:
+            assert new is S.CANCELLED
+            cancelled = True
+        state = new
+    assert cancelled == (state is S.CANCELLED)
