@@ -5,6 +5,7 @@ The public names are imported lazily so that ``django_taskmq.policy`` stays usab
 
 from __future__ import annotations
 
+import gc
 from typing import Any
 
 __version__ = "0.2.0"  # the one place the version is written (pyproject.toml reads it)
@@ -23,6 +24,10 @@ _EXPORTS = {
 }
 
 __all__ = sorted(_EXPORTS)
+
+# Objects frozen for the garbage collector before the project could freeze any (CPython 3.12.1
+# freezes a few hundred of its own at start-up): the sentinel tells the project's freeze from these.
+FROZEN_AT_IMPORT = gc.get_freeze_count()
 
 
 def __getattr__(name: str) -> Any:

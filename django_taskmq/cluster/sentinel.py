@@ -25,6 +25,7 @@ from typing import Any, Protocol
 
 from django.db import connections
 
+from .. import FROZEN_AT_IMPORT
 from .. import execution as ex
 from ..brokers.base import Broker
 from ..conf import Settings
@@ -286,7 +287,8 @@ class Sentinel:
         process = self.ctx.Process(target=_child, args=(target, args, foreign), name=name, daemon=False)
         # Frozen, the objects the child inherits are left out of its garbage collections: a full
         # collection would otherwise write to every one of them, copying the whole inherited heap.
-        frozen_by_the_project = gc.get_freeze_count() > 0  # gc.unfreeze() would thaw those too
+        # gc.unfreeze() would thaw what the project froze too (more than the interpreter's own).
+        frozen_by_the_project = gc.get_freeze_count() > FROZEN_AT_IMPORT
         gc.freeze()
         try:
             process.start()
