@@ -271,9 +271,10 @@ def test_tasks_get_a_new_connection_after_theirs_was_ended(cluster):
                            "WHERE datname = %s AND pid <> pg_backend_pid()", [name])
     cluster.wait_final(ids, alive=[qc])
     assert job_states(ids) == {"SUCCEEDED": 400}, qc.output()
-    # Only the tasks that met an ended connection ran again: at most one per worker and wave.
+    # Only the tasks that met an ended connection ran again: each worker's ended connection fails one
+    # task per wave (a retry may meet the other worker's, not yet replaced, so a job can run 3 times).
     runs = executions(cluster.log(), "query")
     again = {job_id: n for job_id, n in runs.items() if n > 1}
-    assert len(again) <= 2 * 2 and all(n == 2 for n in again.values()), again
+    assert sum(n - 1 for n in again.values()) <= 2 * 2, again
     qc.send(signal.SIGTERM)
     assert qc.wait() == 0, qc.output()
