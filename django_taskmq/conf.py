@@ -82,6 +82,7 @@ class Settings:
     cached: bool | float = False
     label: str | None = None
     prepared_statements: bool = True
+    clock_skew_warning: float = 5.0
 
     @property
     def effective_queue_limit(self) -> int:
@@ -239,6 +240,7 @@ _VALIDATORS = {
     "cached": _cached,
     "label": _label,
     "prepared_statements": _flag,
+    "clock_skew_warning": lambda k, v: _number(k, v, strict=True),
 }
 assert set(_VALIDATORS) == {f.name for f in fields(Settings)}
 

@@ -11,6 +11,7 @@ import math
 import time
 from typing import Any
 
+from .brokers.clock import FromNow
 from .conf import COUNTER_MAX, Settings
 from .envelope import Envelope
 from .exceptions import ConfigError
@@ -254,5 +255,7 @@ class JobTemplate:
             id=new_id(),
             payload=sign(envelope, self.settings.name, self.settings.compress, self.settings.max_package_size),
             state=JobState.EXPIRED.value if expired else JobState.QUEUED.value,
-            visible_at=self.options.get("eta") or now + (self.options.get("delay") or 0),
+            # A delay counts from the broker's clock at the INSERT (the database's on a server
+            # engine); an eta is the caller's absolute time.
+            visible_at=self.options.get("eta") or FromNow(self.options.get("delay") or 0),
         )
