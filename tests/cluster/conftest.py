@@ -163,9 +163,11 @@ class Harness:
         self.settings.TASKMQ = {**self.settings.TASKMQ, **overrides}
         return self.settings.TASKMQ
 
-    def start(self, *args: str) -> QCluster:
-        """Start ``manage.py qcluster *args``; return it (it is killed at the end of the test)."""
-        env = db_env({"TASKMQ_OVERRIDES": json.dumps(self.overrides), "PYTHONUNBUFFERED": "1"})
+    def start(self, *args: str, env: dict[str, str] | None = None) -> QCluster:
+        """Start ``manage.py qcluster *args``; return it (it is killed at the end of the test).
+
+        ``env`` adds environment variables (a faked clock, say)."""
+        env = db_env({"TASKMQ_OVERRIDES": json.dumps(self.overrides), "PYTHONUNBUFFERED": "1", **(env or {})})
         qc = QCluster(list(args), env, self.tmp_path / f"qcluster-{len(self.clusters)}.log")
         self.clusters.append(qc)
         return qc
