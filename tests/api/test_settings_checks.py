@@ -35,6 +35,8 @@ BAD = {
     "threads 0": ({"threads": 0}, "threads"),
     "threads above 256": ({"threads": 257}, "threads"),
     "threads float": ({"threads": 4.5}, "threads"),
+    "clock_skew_warning 0": ({"clock_skew_warning": 0}, "clock_skew_warning"),
+    "clock_skew_warning string": ({"clock_skew_warning": "5s"}, "clock_skew_warning"),
 }
 
 
