@@ -11,7 +11,6 @@ import math
 import time
 from typing import Any
 
-from .brokers.clock import FromNow
 from .conf import COUNTER_MAX, Settings
 from .envelope import Envelope
 from .exceptions import ConfigError
@@ -21,6 +20,7 @@ from .policy.backoff import Retry
 from .policy.flow import check_key, check_limit, parse_rate
 from .policy.priority import validate_priority
 from .policy.states import JobState
+from .policy.times import FromNow
 from .signing import sign
 
 DELAY_MAX = 10 * 366 * 86400.0  # ten years: a longer delay is a mistake, not a plan
