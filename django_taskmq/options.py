@@ -85,6 +85,18 @@ def _epoch(name: str, value: Any) -> float:
     return float(value)
 
 
+def _expiry(value: Any) -> float:
+    """``expires_at`` as stored: an absolute time as the caller gave it, or a duration (a
+    :class:`~datetime.timedelta`) counted from the broker's clock when the job is stored."""
+    if isinstance(value, datetime.timedelta):
+        seconds = value.total_seconds()
+        _finite("expires_at", seconds)
+        if seconds <= 0:
+            raise ConfigError(f"expires_at given as a duration must be positive, got {value!r}")
+        return FromNow(seconds)
+    return _epoch("expires_at", value)
+
+
 def _positive(name: str, value: Any, integer: bool = False, allow_zero: bool = False,
               maximum: float | None = None) -> Any:
     kinds = (int,) if integer else (int, float)
@@ -128,7 +140,7 @@ def validate_options(options: dict[str, Any], settings: Settings | None = None) 
             raise ConfigError("pass either delay or eta, not both")
         out["eta"] = _epoch("eta", out["eta"])
     if out.get("expires_at") is not None:
-        out["expires_at"] = _epoch("expires_at", out["expires_at"])
+        out["expires_at"] = _expiry(out["expires_at"])
         if out.get("eta") is not None and out["expires_at"] <= out["eta"]:
             raise ConfigError(f"expires_at ({out['expires_at']}) must be after eta ({out['eta']}): "
                               f"the job would expire before it could run")

@@ -62,6 +62,9 @@ def problems() -> list[str]:
     ready = bracket("async_task().visible_at", lambda: async_task("tests.tasks.noop"), visible, 0)
     bracket("enqueue_many(delay=15).visible_at",
             lambda: enqueue_many("tests.tasks.noop", [(1,), (2,)], delay=15, queue="b")[0], visible, 15)
+    bracket("async_task(expires_at=timedelta(90)).expires_at",
+            lambda: async_task("tests.tasks.noop", queue="b", expires_at=datetime.timedelta(seconds=90)),
+            lambda job_id: Job.objects.get(pk=job_id).expires_at, 90)
     bracket("async_task(key=...) key expiry", lambda: async_task("tests.tasks.noop", key="probe", queue="b"),
             lambda _: IdempotencyKey.objects.get(key="probe").expires_at, broker.settings.idempotency_ttl)
 
