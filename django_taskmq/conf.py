@@ -92,6 +92,7 @@ class Settings:
     dead_connection_timeout: float | None = DEAD_CONNECTION_TIMEOUT
     stop_timeout: float | None = 25.0
     cancel_grace: float = 5.0
+    clock_skew_warning: float = 5.0
 
     @property
     def effective_queue_limit(self) -> int:
@@ -276,6 +277,7 @@ _VALIDATORS = {
     "dead_connection_timeout": lambda k, v: _number(k, v, minimum=6, optional=True),
     "stop_timeout": lambda k, v: _number(k, v, optional=True),
     "cancel_grace": lambda k, v: _number(k, v),
+    "clock_skew_warning": lambda k, v: _number(k, v, strict=True),
 }
 assert set(_VALIDATORS) == {f.name for f in fields(Settings)}
 

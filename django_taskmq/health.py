@@ -14,10 +14,10 @@ import socket
 from dataclasses import dataclass
 
 from django.db import connections
-from django.utils import timezone
 
 from .conf import get_settings
 from .models import Cluster
+from .monitoring import database_now
 
 #: A heartbeat older than this (seconds) means the cluster is stuck or cannot reach the database.
 FRESH_WITHIN = 10.0
@@ -47,13 +47,14 @@ def check(*, name: str | None = None, host: str | None = None, pid: int | None =
         if pid is not None:
             rows = rows.filter(pid=pid)
         row = rows.order_by("-beat_at").first()
+        now = now or database_now(alias)  # beats are in the database's time
     except Exception as exc:  # any database error is the answer, not a crash of the probe
         connections[alias].close()
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         return Health(False, f"the database {alias!r} does not answer: {first}")
     if row is None:
         return Health(False, f"no {which} has a heartbeat (not started, or stopped)")
-    age = ((now or timezone.now()) - row.beat_at).total_seconds()
+    age = (now - row.beat_at).total_seconds()
     label = f"cluster {row.name!r} ({row.host}, pid {row.pid})"
     if host == socket.gethostname() and not _running(row.pid):
         return Health(False, f"{label} is gone: its sentinel process no longer runs")

@@ -13,6 +13,9 @@ Gauges, read from the database at each scrape (:mod:`.monitoring`):
     how long the oldest ready job has been waiting (0 when none is)
 ``taskmq_clusters_alive``, ``taskmq_workers_alive``
     clusters with a fresh heartbeat, and their worker processes
+``taskmq_clock_skew_seconds{cluster, host}``
+    each cluster's host clock minus the database's at its last heartbeat (server engines only;
+    the queue uses the database's clock, so this is for alerting on hosts that drift)
 
 Counters, summed over the clusters' heartbeats (``counts["queues"]``):
 
@@ -81,6 +84,12 @@ class TaskMQCollector(Collector):
                                 value=len(clusters))
         yield GaugeMetricFamily("taskmq_workers_alive", "Worker processes of the clusters alive.",
                                 value=sum(c.workers for c in clusters))
+        skew = GaugeMetricFamily("taskmq_clock_skew_seconds", "Each cluster's host clock minus the database's "
+                                 "at its last heartbeat (positive: the host is ahead).", labels=["cluster", "host"])
+        for c in clusters:
+            if c.clock_skew is not None:
+                skew.add_metric([c.id, c.host], c.clock_skew)
+        yield skew
 
         finished = CounterMetricFamily("taskmq_jobs_finished", "Tasks finished by the workers, per queue and "
                                        "outcome, from the clusters' heartbeats.", labels=["queue", "outcome"])

@@ -1,6 +1,8 @@
 """Read-only numbers about the queues and the clusters, for people and scrapers.
 
 The admin's dashboard, ``qmonitor``, ``qinfo --json`` and the metrics endpoint all read them here.
+Times are the database's (its clock decides what is ready and which clusters are alive, see
+:mod:`.brokers.clock`), read once per snapshot.
 Reads need no broker: the models are queried directly on ``TASKMQ['database']``, and every query
 is shaped to use a partial index of the job table, so millions of finished rows do not slow it
 down: ready rows through ``taskmq_job_ready``, running and failed ones through
@@ -11,16 +13,17 @@ letters through ``taskmq_dead_pending``.
 from __future__ import annotations
 
 import datetime
-import time
 from collections import defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+from django.db import connections
 from django.db.models import CharField, Count, Min, Q
 from django.db.models.functions import Cast, Substr
 from django.utils import timezone
 
+from .brokers.clock import as_datetime, clock_for
 from .conf import get_settings
 from .models import READY_STATES, Cluster, DeadLetter, Job, QueuePause
 from .policy import retention as retention_policy
@@ -88,6 +91,13 @@ class ClusterInfo:
         value = self.counts.get(name, 0)
         return value if isinstance(value, int) else 0
 
+    @property
+    def clock_skew(self) -> float | None:
+        """Seconds this cluster's host clock was ahead of the database's at its last heartbeat
+        (negative: behind); None on SQLite (one host) or before the first measurement."""
+        value = self.counts.get("clock_skew")
+        return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+
 
 @dataclass
 class Throughput:
@@ -119,9 +129,16 @@ def _alias(alias: str | None) -> str:
     return alias or get_settings().database
 
 
+def database_now(alias: str | None = None) -> datetime.datetime:
+    """Return the queue's time now: the database's clock (one query) on a server engine, this
+    host's on SQLite."""
+    connection = connections[_alias(alias)]
+    return as_datetime(clock_for(connection).now(connection))
+
+
 def queue_stats(alias: str | None = None, now: float | None = None) -> list[QueueStats]:
     """Return every configured queue (and any other one holding work) with its numbers now."""
-    alias, now = _alias(alias), time.time() if now is None else now
+    alias, now = _alias(alias), database_now(alias).timestamp() if now is None else now
     jobs = Job.objects.using(alias).order_by()
     stats: dict[str, QueueStats] = {name: QueueStats(name) for name in get_settings().queues}
 
@@ -163,7 +180,7 @@ def pruning(alias: str | None = None) -> dict[str, Any]:
 
     alias = _alias(alias)
     row = Chore.objects.using(alias).filter(name=retention_policy.CHORE).first()
-    held = row is not None and row.until >= time.time()
+    held = row is not None and row.until >= database_now(alias).timestamp()
     return {
         "retention": dict(get_settings().retention),
         "save_limit": get_settings().save_limit,
@@ -179,7 +196,7 @@ def clusters_alive(alias: str | None = None, now: datetime.datetime | None = Non
 
     With ``with_task_names`` the task name of each job a worker runs is looked up (one query).
     """
-    alias, now = _alias(alias), now or timezone.now()
+    alias, now = _alias(alias), now or database_now(alias)
     rows = (Cluster.objects.using(alias).filter(beat_at__gte=now - datetime.timedelta(seconds=ALIVE_WITHIN))
             .exclude(state="stopped").order_by("name", "host", "pid"))
     clusters = []
@@ -207,7 +224,7 @@ def _name_tasks(alias: str, tasks: list[WorkerTask]) -> None:
 
 def throughput(alias: str | None = None, now: datetime.datetime | None = None) -> Throughput:
     """Return the jobs that succeeded and failed (FAILED or DEAD) in the last minute and hour."""
-    alias, now = _alias(alias), now or timezone.now()
+    alias, now = _alias(alias), now or database_now(alias)
     hour_ago, minute_ago = now - datetime.timedelta(hours=1), now - datetime.timedelta(minutes=1)
     jobs = Job.objects.using(alias).order_by()
     start = (now - datetime.timedelta(minutes=CHART_MINUTES - 1)).replace(second=0, microsecond=0)
@@ -247,7 +264,7 @@ def _minute(text: str, now: datetime.datetime) -> datetime.datetime | None:
 
 def snapshot(alias: str | None = None) -> Snapshot:
     """Return the queues, the clusters alive and the recent throughput, read now."""
-    now = timezone.now()
+    now = database_now(alias)
     return Snapshot(taken_at=now, queues=queue_stats(alias, now.timestamp()), clusters=clusters_alive(alias, now),
                     throughput=throughput(alias, now))
 
@@ -294,6 +311,7 @@ def as_json(snap: Snapshot, stats: Iterable[dict[str, Any]] = ()) -> dict[str, A
         "clusters": [
             {"id": c.id, "name": c.name, "host": c.host, "pid": c.pid, "state": c.state, "workers": c.workers,
              "queues": c.queues, "started_at": when(c.started_at), "heartbeat_age": round(c.heartbeat_age, 1),
+             "clock_skew": c.clock_skew,
              "counts": {k: v for k, v in c.counts.items() if k != "tasks"},
              "tasks": [{"worker": t.worker, "job": t.job_id, "queue": t.queue, "task": t.task_name,
                         "seconds": t.seconds} for t in c.tasks]}

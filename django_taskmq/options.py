@@ -20,6 +20,7 @@ from .policy.backoff import Retry
 from .policy.flow import check_key, check_limit, parse_rate
 from .policy.priority import validate_priority
 from .policy.states import JobState
+from .policy.times import FromNow
 from .signing import sign
 
 DELAY_MAX = 10 * 366 * 86400.0  # ten years: a longer delay is a mistake, not a plan
@@ -84,6 +85,18 @@ def _epoch(name: str, value: Any) -> float:
     return float(value)
 
 
+def _expiry(value: Any) -> float:
+    """``expires_at`` as stored: an absolute time as the caller gave it, or a duration (a
+    :class:`~datetime.timedelta`) counted from the broker's clock when the job is stored."""
+    if isinstance(value, datetime.timedelta):
+        seconds = value.total_seconds()
+        _finite("expires_at", seconds)
+        if seconds <= 0:
+            raise ConfigError(f"expires_at given as a duration must be positive, got {value!r}")
+        return FromNow(seconds)
+    return _epoch("expires_at", value)
+
+
 def _positive(name: str, value: Any, integer: bool = False, allow_zero: bool = False,
               maximum: float | None = None) -> Any:
     kinds = (int,) if integer else (int, float)
@@ -127,7 +140,7 @@ def validate_options(options: dict[str, Any], settings: Settings | None = None) 
             raise ConfigError("pass either delay or eta, not both")
         out["eta"] = _epoch("eta", out["eta"])
     if out.get("expires_at") is not None:
-        out["expires_at"] = _epoch("expires_at", out["expires_at"])
+        out["expires_at"] = _expiry(out["expires_at"])
         if out.get("eta") is not None and out["expires_at"] <= out["eta"]:
             raise ConfigError(f"expires_at ({out['expires_at']}) must be after eta ({out['eta']}): "
                               f"the job would expire before it could run")
@@ -254,5 +267,7 @@ class JobTemplate:
             id=new_id(),
             payload=sign(envelope, self.settings.name, self.settings.compress, self.settings.max_package_size),
             state=JobState.EXPIRED.value if expired else JobState.QUEUED.value,
-            visible_at=self.options.get("eta") or now + (self.options.get("delay") or 0),
+            # A delay counts from the broker's clock at the INSERT (the database's on a server
+            # engine); an eta is the caller's absolute time.
+            visible_at=self.options.get("eta") or FromNow(self.options.get("delay") or 0),
         )

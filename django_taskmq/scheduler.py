@@ -19,6 +19,7 @@ from django.utils import timezone
 from .allowed_tasks import check_allowed
 from .api import async_task
 from .brokers import Broker, get_broker
+from .brokers.clock import as_datetime
 from .conf import Settings, get_settings
 from .exceptions import ConfigError
 from .models import Schedule
@@ -88,11 +89,17 @@ def save_schedule(func: Any, args: Sequence[Any] = (), kwargs: dict[str, Any] | 
         obj, _ = Schedule.objects.using(settings.database).update_or_create(
             name=name,
             defaults=dict(func=path, args=list(args), kwargs=kwargs, schedule_type=kind.value, minutes=minutes,
-                          cron=cron, repeats=repeats, next_run=next_run or timezone.now(), queue=queue,
+                          cron=cron, repeats=repeats, next_run=next_run or broker_now(), queue=queue,
                           priority=priority, catch_up=catch_up, hook=hook, intended_date_kwarg=intended_date_kwarg,
                           options=options, tz=tz or ""),
         )
     return obj
+
+
+def broker_now() -> datetime.datetime:
+    """Return the broker's time now (the database's on a server engine): a schedule created to run
+    "now" is due at once for every cluster, whatever this host's clock says."""
+    return as_datetime(get_broker().now())
 
 
 def tick(settings: Settings | None = None, now: datetime.datetime | None = None, *,
@@ -102,8 +109,10 @@ def tick(settings: Settings | None = None, now: datetime.datetime | None = None,
     A cluster passes its own ``settings`` and ``broker``; without them the project's are used.
     """
     settings = settings or get_settings()
-    now = now or timezone.now()
     broker = broker or get_broker()
+    # Due by the broker's clock (the database's): every cluster agrees on what is due, whatever
+    # its host's clock says. The next due time is computed from it too.
+    now = now or as_datetime(broker.now())
     fired = []
     with broker.atomic(write=True):
         for item in broker.due_schedules(now):

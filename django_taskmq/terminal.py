@@ -32,6 +32,11 @@ def sparkline(values: Sequence[int]) -> str:
     return "".join(SPARK[min(int(v / peak * (len(SPARK) - 1) + 0.5), len(SPARK) - 1)] for v in values)
 
 
+def skew(value: float | None) -> str:
+    """A cluster's clock skew (host minus database) for the table: ``+120.003s``, ``-`` when unknown."""
+    return "-" if value is None else f"{value:+.3f}s"
+
+
 def clusters_table(clusters: Sequence[monitoring.ClusterInfo]) -> Table:
     """The clusters alive: where, since when, how busy, and their counts."""
     workers = sum(c.workers for c in clusters)
@@ -42,13 +47,13 @@ def clusters_table(clusters: Sequence[monitoring.ClusterInfo]) -> Table:
     for name in ("workers", "busy"):
         table.add_column(name, justify="right")
     table.add_column("queues")
-    for name in ("beat", "succeeded", "failed", "timeouts", "crashes", "up"):
+    for name in ("beat", "skew", "succeeded", "failed", "timeouts", "crashes", "up"):
         table.add_column(name, justify="right")
     if not clusters:
         table.add_row(Text("none: nothing runs the queues", style="bold red"))
     for c in clusters:
         table.add_row(c.name, f"{c.host}:{c.pid}", c.state, str(c.workers), str(len(c.tasks)), ",".join(c.queues),
-                      seconds(c.heartbeat_age), str(c.count("succeeded")), str(c.count("failed")),
+                      seconds(c.heartbeat_age), skew(c.clock_skew), str(c.count("succeeded")), str(c.count("failed")),
                       str(c.count("timeouts")), str(c.count("crashes")), seconds(c.counts.get("uptime")))
     return table
 

@@ -460,13 +460,20 @@ class MemoryBroker(Broker):
     def analyze(self) -> None:
         return None
 
-    def unfinished(self, queues: Sequence[str], now: float) -> bool:
+    def unfinished(self, queues: Sequence[str]) -> bool:
+        now = time.time()
         return any(j.queue in queues and (j.state in (JobState.RUNNING, JobState.RETRYING)
                                           or (j.state == JobState.QUEUED and j.visible_at <= now))
                    for j in self._jobs.values())
 
     def publish_heartbeat(self, cluster_id: str, **fields: Any) -> None:
-        self.heartbeats[cluster_id] = {**self.heartbeats.get(cluster_id, {}), **fields}
+        self.heartbeats[cluster_id] = {**self.heartbeats.get(cluster_id, {}), **fields, "beat_at": time.time()}
+
+    def now(self) -> float:
+        return time.time()  # one process: its host's clock
+
+    def clock_skew(self) -> None:
+        return None
 
     def due_schedules(self, now: Any, limit: int = 100) -> list[Any]:
         raise _unused("due_schedules")

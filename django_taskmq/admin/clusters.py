@@ -5,29 +5,49 @@ from __future__ import annotations
 import datetime
 
 from django.contrib import admin
-from django.utils import timezone
+from django.db import connections
+from django.db.models import DateTimeField
+from django.db.models.expressions import RawSQL
 from django.utils.translation import gettext_lazy as _
 
+from ..brokers.clock import clock_for
 from ..models import Cluster
 from ..monitoring import ALIVE_WITHIN
 from .display import duration
 from .jobs import ReadOnlyMixin
 
 
+def _now(cluster: Cluster) -> datetime.datetime:
+    """The database's time when the page's query ran (see ``ClusterAdmin.get_queryset``)."""
+    return getattr(cluster, "database_now")
+
+
 class ClusterAdmin(ReadOnlyMixin, admin.ModelAdmin):
-    list_display = ("name", "host", "pid", "state", "alive", "workers", "heartbeat_age", "succeeded", "failed",
-                    "started_at")
+    list_display = ("name", "host", "pid", "state", "alive", "workers", "heartbeat_age", "clock_skew", "succeeded",
+                    "failed", "started_at")
     list_filter = ("state", "host")
     readonly_fields = ("id", "name", "host", "pid", "state", "workers", "queues", "counts", "started_at", "beat_at")
 
+    def get_queryset(self, request):
+        # Heartbeats are stamped by the database's clock: their age is read against it, in the same query.
+        queryset = super().get_queryset(request)
+        connection = connections[queryset.db]
+        return queryset.annotate(database_now=RawSQL(*clock_for(connection).stamp(connection),
+                                                     output_field=DateTimeField()))
+
     @admin.display(description=_("alive"), boolean=True)
     def alive(self, cluster: Cluster) -> bool:
-        fresh = timezone.now() - datetime.timedelta(seconds=ALIVE_WITHIN)
+        fresh = _now(cluster) - datetime.timedelta(seconds=ALIVE_WITHIN)
         return cluster.state != "stopped" and cluster.beat_at >= fresh
 
     @admin.display(description=_("heartbeat"), ordering="-beat_at")
     def heartbeat_age(self, cluster: Cluster) -> str:
-        return duration((timezone.now() - cluster.beat_at).total_seconds()) + " ago"
+        return duration((_now(cluster) - cluster.beat_at).total_seconds()) + " ago"
+
+    @admin.display(description=_("clock skew"))
+    def clock_skew(self, cluster: Cluster) -> str:
+        value = (cluster.counts or {}).get("clock_skew")
+        return "-" if not isinstance(value, (int, float)) else f"{value:+.3f} s"
 
     @admin.display(description=_("succeeded"))
     def succeeded(self, cluster: Cluster):

@@ -99,6 +99,7 @@ def _cluster_row(c: monitoring.ClusterInfo) -> dict[str, Any]:
     return {
         "name": c.name, "host": c.host, "pid": c.pid, "state": c.state, "workers": c.workers,
         "queues": ", ".join(c.queues), "heartbeat": duration(c.heartbeat_age),
+        "clock_skew": "-" if c.clock_skew is None else f"{c.clock_skew:+.3f} s",
         "busy": len(c.tasks), "succeeded": c.count("succeeded"), "failed": c.count("failed"),
         "timeouts": c.count("timeouts"), "crashes": c.count("crashes"), "uptime": duration(c.counts.get("uptime")),
     }

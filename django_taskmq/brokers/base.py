@@ -1,6 +1,9 @@
 """The broker contract every engine implements (the ORM broker is the first).
 
-Times are seconds. Every write that ends or changes a delivery is fenced by the reservation's
+Times are seconds. The times a broker stores and compares for its own decisions (leases,
+visibility, expiry, retries, heartbeats, schedules) are its clock's: on a server database the
+database's own, read by the statement that uses them (see :mod:`.clock`); a caller gives durations
+(``delay``, ``lease``), and reads the broker's time with :meth:`Broker.now`. Every write that ends or changes a delivery is fenced by the reservation's
 lease token: a holder whose lease ran out (and was reclaimed) gets :class:`LeaseLost` and
 changes nothing.
 """
@@ -323,13 +326,24 @@ class Broker(abc.ABC):
         """Refresh the store's statistics where it keeps any (a no-op elsewhere)."""
 
     @abc.abstractmethod
-    def unfinished(self, queues: Sequence[str], now: float) -> bool:
+    def unfinished(self, queues: Sequence[str]) -> bool:
         """Return True while ``queues`` hold work a burst must wait for: leased, retrying, or
-        queued and visible by ``now`` (one consistent snapshot)."""
+        queued and visible now by the broker's clock (one consistent snapshot)."""
 
     @abc.abstractmethod
     def publish_heartbeat(self, cluster_id: str, **fields: Any) -> None:
-        """Create or update the heartbeat row of one cluster (see ``models.Cluster``)."""
+        """Create or update the heartbeat row of one cluster (see ``models.Cluster``); ``beat_at``
+        is set to the broker's time of the write."""
+
+    @abc.abstractmethod
+    def now(self) -> float:
+        """Return the broker's time now, epoch seconds: the database's on a server engine (a query:
+        for schedules, monitoring and checks, not for every job)."""
+
+    @abc.abstractmethod
+    def clock_skew(self) -> Any:
+        """Measure this host's clock against the broker's: a :class:`~.clock.Skew`, or None when
+        the broker's clock is this host's."""
 
     @abc.abstractmethod
     def due_schedules(self, now: datetime.datetime, limit: int = 100) -> list[Any]:

@@ -20,7 +20,8 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any, NamedTuple
 
 from django.db import connections, transaction
-from django.db.models import F, OuterRef, Q, Subquery
+from django.db.models import F, FloatField, OuterRef, Subquery
+from django.db.models.expressions import RawSQL
 from django.db.models.signals import post_delete, pre_delete
 from django.utils import timezone
 
@@ -35,6 +36,7 @@ from ..signals import job_dead
 from ..signing import seal_result
 from . import pooling
 from .base import Ack, Broker, Reservation
+from .clock import Clock, FromNow, Skew, clock_for
 from .orm_flow import KEY_FREE, FlowGate
 from .sql import READY_SQL, RUNNING, literal, marks
 from .orm_flow import status as flow_status
@@ -46,6 +48,8 @@ JOB_LABEL = Job._meta.label
 FINISHED = sorted(state.value for state in JobState.FINAL)
 QSTATE = QueueState._meta.db_table
 DEAD_LETTER = DeadLetter._meta.db_table
+CHORE = Chore._meta.db_table
+KEYS = IdempotencyKey._meta.db_table
 SQLITE_SYNC_NORMAL, SQLITE_SYNC_FULL = 1, 2  # PRAGMA synchronous levels
 ANALYZE_BASE, ANALYZE_SHARE = 50, 0.1  # PostgreSQL's autovacuum_analyze_threshold and _scale_factor
 
@@ -94,6 +98,8 @@ LOG_FIELD = Job._meta.get_field("attempt_log")
 # counted never ran, so it is taken back.
 GIVE_BACK = (f"state = {GIVE.to}, deliveries = deliveries - 1, lease_owner = NULL, lease_token = NULL, "
              "lease_until = NULL")
+# Job times a caller may give as a duration from now (FromNow): the database's clock counts them.
+TIMED = ("visible_at", "expires_at")
 CHUNK = 500  # rows per statement: well under SQLite's variable limit
 # In a FROM clause of a PostgreSQL claim's read: the transaction commits without waiting for the WAL
 # flush (what SET LOCAL synchronous_commit TO OFF does, without a round trip of its own).
@@ -158,7 +164,24 @@ class OrmBroker(Broker):
 
     def flow_status(self) -> dict[str, Any]:
         with self.connection.cursor() as cursor:
-            return flow_status(cursor, self.settings)
+            return flow_status(cursor, self.settings, self.clock)
+
+    @property
+    def clock(self) -> Clock:
+        """The clock this broker's statements compare and store (see :mod:`.clock`)."""
+        return clock_for(self.connection)
+
+    def now(self) -> float:
+        """See :meth:`Broker.now`: the database's time on a server engine (one query)."""
+        return self.clock.now(self.connection)
+
+    def clock_skew(self) -> Skew | None:
+        """See :meth:`Broker.clock_skew`."""
+        return self.clock.skew(self.connection)
+
+    def _at(self, seconds: float = 0.0) -> Any:
+        """An ORM expression of the clock's time plus ``seconds`` (epoch seconds), for updates and filters."""
+        return RawSQL(*self.clock.at(seconds), output_field=FloatField())
 
     @property
     def is_postgresql(self) -> bool:
@@ -307,7 +330,8 @@ class OrmBroker(Broker):
         if key is None:
             self._insert([job])
             return job_id
-        now = time.time()
+        until, until_args = self.clock.at(self.settings.idempotency_ttl)
+        now, now_args = self.clock.at()
         # Our own transaction takes SQLite's write lock at its start (see write_transaction), so a
         # statement added before the inserts can never make it fail with "database is locked" on
         # Django's default (deferred) transactions.
@@ -315,21 +339,21 @@ class OrmBroker(Broker):
             # The primary key on the key table decides races between concurrent callers: the
             # loser's insert fails (after waiting for the winner's commit on PostgreSQL).
             try:
-                with transaction.atomic(using=self.alias):
-                    IdempotencyKey.objects.using(self.alias).create(
-                        key=key, job_id=job_id, expires_at=now + self.settings.idempotency_ttl
-                    )
+                with transaction.atomic(using=self.alias), self.connection.cursor() as cursor:
+                    cursor.execute(f"INSERT INTO {KEYS} (key, job_id, expires_at) VALUES (%s, %s, {until})",
+                                   [key, job_id, *until_args])
             except Exception:
-                existing = IdempotencyKey.objects.using(self.alias).filter(key=key).first()
-                if existing is None:
-                    raise
-                if existing.expires_at > now:
-                    return existing.job_id
-                taken = IdempotencyKey.objects.using(self.alias).filter(
-                    key=key, expires_at=existing.expires_at
-                ).update(job_id=job_id, expires_at=now + self.settings.idempotency_ttl)
-                if not taken:  # another caller renewed it first: theirs wins
-                    return IdempotencyKey.objects.using(self.alias).get(key=key).job_id
+                with self.connection.cursor() as cursor:
+                    # A key whose TTL ran out (by the clock) is taken again; of concurrent callers
+                    # the first to update it wins, the others then read its job.
+                    cursor.execute(f"UPDATE {KEYS} SET job_id = %s, expires_at = {until} "
+                                   f"WHERE key = %s AND expires_at <= {now}", [job_id, *until_args, key, *now_args])
+                    if not cursor.rowcount:
+                        cursor.execute(f"SELECT job_id FROM {KEYS} WHERE key = %s", [key])
+                        row = cursor.fetchone()
+                        if row is None:
+                            raise
+                        return row[0]
             self._insert([job])
         return job_id
 
@@ -341,6 +365,7 @@ class OrmBroker(Broker):
         """
         columns, width, table = self._table(rows)
         with self.write_transaction() as cursor:  # the write lock first, as in enqueue
+            self._resolve_times(table)
             if self.is_postgresql:
                 # COPY fires the INSERT trigger too, so idle clusters are notified as for an INSERT.
                 with cursor.cursor.copy(f"COPY {JOB} ({columns}) FROM STDIN") as copy:
@@ -356,6 +381,18 @@ class OrmBroker(Broker):
                     cursor.execute(f"INSERT INTO {JOB} ({columns}) VALUES {', '.join([row] * len(part))}",
                                    [v for values in part for v in values])
         return [row["id"] for row in rows]
+
+    def _resolve_times(self, table: list[list]) -> None:
+        """Turn the durations (:class:`~.clock.FromNow`) of ``table`` into the clock's times, for
+        statements that take values only (``COPY``): one reading of the clock for the whole batch."""
+        timed = [i for i in _timed_positions() if any(isinstance(values[i], FromNow) for values in table)]
+        if not timed or self.clock.local:
+            return
+        now = self.clock.now(self.connection)
+        for values in table:
+            for i in timed:
+                if isinstance(values[i], FromNow):
+                    values[i] = now + values[i].seconds
 
     def _table(self, rows: Sequence[Mapping[str, Any]]) -> tuple[str, int, list[list]]:
         """Return (quoted column list, column count, DB-ready values per row).
@@ -397,9 +434,17 @@ class OrmBroker(Broker):
             with conn.cursor() as cursor, conn.wrap_database_errors:
                 sqlite3.Cursor.execute(cursor.cursor, sql, table[0])
             return
-        row = f"({marks(width)})"
+        # The job times given as durations count from the clock's time at this INSERT.
+        clock = self.clock
+        rows_sql = []
+        for values in table:
+            row = ["%s"] * width
+            for i in _timed_positions():
+                if values[i] is not None:  # (every clock fragment has one placeholder)
+                    row[i], (values[i],) = clock.value(conn, values[i])
+            rows_sql.append(f"({', '.join(row)})")
         with conn.cursor() as cursor:
-            cursor.execute(f"INSERT INTO {JOB} ({columns}) VALUES {', '.join([row] * len(table))}",
+            cursor.execute(f"INSERT INTO {JOB} ({columns}) VALUES {', '.join(rows_sql)}",
                            [v for values in table for v in values])
 
     # -- reserve ----------------------------------------------------------------------------
@@ -409,16 +454,16 @@ class OrmBroker(Broker):
         if limit <= 0 or not queues:
             return []
         queues = sorted(set(queues))
-        if time.time() - self._last_reclaim >= self.reclaim_every:
+        if time.monotonic() - self._last_reclaim >= self.reclaim_every:
             self.reclaim_expired()
-            self._last_reclaim = time.time()
+            self._last_reclaim = time.monotonic()
         # Read the clock after the sweep: reclaimed messages are visible from the sweep's time on,
-        # and this claim must see them.
-        now = time.time()
+        # and this claim must see them. A database clock is read by the heads' statement instead.
+        clock = self.clock
         token = uuid.uuid4().hex
         with self.write_transaction(durable=False) as cursor, self.hot_cursor() as hot:
-            serve, closed_funcs = self.flow.closed(cursor, queues, now)
-            candidates, served = self._heads(hot, queues, serve, limit, now, above, closed_funcs)
+            serve, closed_funcs = self.flow.closed(cursor, queues, clock)
+            candidates, served, now = self._heads(hot, queues, serve, limit, clock, above, closed_funcs)
             chosen = self.flow.choose(cursor, candidates, served, limit, now)
             if chosen is None:  # no flow limit among these candidates: the plain pick
                 chosen, _ = pick.plan(candidates, served, self.settings.weights(), limit)
@@ -435,27 +480,28 @@ class OrmBroker(Broker):
                 ], None)
             # The locked (PostgreSQL) or write-locked (SQLite) runnable rows are all claimed.
             counters = self._counters(runnable, candidates, served, lift=above is None)
-            reservations = self._claim(hot, runnable, token, owner, now + lease, counters)
+            reservations = self._claim(hot, runnable, token, owner, lease, counters)
         return reservations
 
     def reserve_job(self, job_id: str, lease: float, owner: str) -> Reservation | None:
         """Reserve one given job if it is ready (used by sync mode); an expired one becomes EXPIRED."""
         token = uuid.uuid4().hex
-        now = time.time()
+        now, now_args = self.clock.at()
+        until, until_args = self.clock.at(lease)
         with self.write_transaction() as cursor:
             cursor.execute(
-                f"SELECT expires_at FROM {JOB} WHERE id = %s AND state IN {READY_SQL} AND expires_at <= %s",
-                [job_id, now],
+                f"SELECT expires_at FROM {JOB} WHERE id = %s AND state IN {READY_SQL} AND expires_at <= {now}",
+                [job_id, *now_args],
             )
             if cursor.fetchone():
                 self._mark_expired(cursor, [job_id])
                 return None
             cursor.execute(
                 f"UPDATE {JOB} SET state = {RESERVE.to}, deliveries = deliveries + 1, lease_owner = %s, "
-                f"lease_token = %s, lease_until = %s WHERE id = %s AND state IN {RESERVE.sources} "
+                f"lease_token = %s, lease_until = {until} WHERE id = %s AND state IN {RESERVE.sources} "
                 f"AND {HAS_DELIVERIES_LEFT_SQL} "
                 f"RETURNING id, queue, priority, deliveries, yields, max_deliveries, payload",
-                [owner, token, now + lease, job_id],
+                [owner, token, *until_args, job_id],
             )
             row = cursor.fetchone()
         if row is None:
@@ -466,18 +512,21 @@ class OrmBroker(Broker):
         """Return True when a ready message waits in ``queues`` (above a priority) whose concurrency
         key is free; a read only."""
         floor = "AND priority > %s " if above is not None else ""
+        now, now_args = self.clock.at()
         with self.connection.cursor() as cursor:
             cursor.execute(
                 f"SELECT 1 FROM {JOB} AS c WHERE c.state IN {READY_SQL} AND c.queue IN ({marks(len(queues))}) "
-                f"{floor}AND c.visible_at <= %s AND {KEY_FREE} LIMIT 1",
-                [*queues, *([above] if above is not None else []), time.time()],
+                f"{floor}AND c.visible_at <= {now} AND {KEY_FREE} LIMIT 1",
+                [*queues, *([above] if above is not None else []), *now_args],
             )
             return cursor.fetchone() is not None
 
-    def _heads(self, cursor, queues: Sequence[str], serve: Sequence[str], limit: int, now: float,
-               above: int | None = None, closed_funcs: Sequence[str] = ()) -> tuple[dict[str, list], dict[str, int]]:
+    def _heads(self, cursor, queues: Sequence[str], serve: Sequence[str], limit: int, clock: Clock,
+               above: int | None = None,
+               closed_funcs: Sequence[str] = ()) -> tuple[dict[str, list], dict[str, int], float]:
         """Return the first ``limit`` ready messages of each queue in ``serve``, head first (locked on
-        PostgreSQL), and the served counter of each queue in ``queues``.
+        PostgreSQL), the served counter of each queue in ``queues``, and the clock's time the heads
+        were visible at (read by the same statement on a database clock).
 
         Messages whose concurrency key is at its limit, or whose task's rate limit is closed
         (``closed_funcs``), are left out: they are held, and must not hide the ones behind them.
@@ -490,20 +539,23 @@ class OrmBroker(Broker):
         columns = ("c.id, c.queue, c.priority, c.deliveries, c.max_deliveries, c.expires_at, c.func, "
                    "c.concurrency_key, c.concurrency_limit, c.rate_limit")
         heads: dict[str, list] = {queue: [] for queue in serve}
+        now_sql, now_args = clock.at()
         if self.is_postgresql:
             # One round trip for every queue's heads and counter: a LATERAL subquery per queue, each
             # locking its rows with SKIP LOCKED so concurrent clusters claim disjoint sets. It also
             # says that the claim's commit need not wait for the flush (see write_transaction).
             cursor.execute(
-                f"SELECT q.name, s.served, j.* FROM {NO_FLUSH}, unnest(%s::text[]) AS q(name) "
+                f"SELECT q.name, s.served, {now_sql}, j.* FROM {NO_FLUSH}, unnest(%s::text[]) AS q(name) "
                 f"LEFT JOIN {QSTATE} AS s ON s.queue = q.name LEFT JOIN LATERAL ("
                 f"SELECT {columns} FROM {JOB} AS c WHERE c.state IN {READY_SQL} AND c.queue = q.name "
                 f"AND q.name = ANY(%s::text[]) {floor}"
-                f"AND c.visible_at <= %s ORDER BY c.priority DESC, c.id LIMIT %s FOR UPDATE OF c SKIP LOCKED) AS j ON TRUE",
-                [list(queues), list(serve), *floor_params, now, limit],
+                f"AND c.visible_at <= {now_sql} ORDER BY c.priority DESC, c.id LIMIT %s FOR UPDATE OF c SKIP LOCKED) "
+                f"AS j ON TRUE",
+                [*now_args, list(queues), list(serve), *floor_params, *now_args, limit],
             )
             served: dict[str, int] = {}
-            for name, count, *row in cursor.fetchall():
+            now = None
+            for name, count, now, *row in cursor.fetchall():
                 if count is not None:
                     served[name] = count
                 if row[0] is not None:
@@ -511,7 +563,9 @@ class OrmBroker(Broker):
             for items in heads.values():
                 items.sort(key=lambda h: (-h.priority, h.id))
         else:
-            for queue in serve:  # SQLite: in-process calls under the write lock, cheap one by one
+            # SQLite: the host's clock (one host), one time for every queue's heads.
+            now = clock.local_now()
+            for queue in serve:  # in-process calls under the write lock, cheap one by one
                 cursor.execute(
                     f"SELECT {columns} FROM {JOB} AS c WHERE c.state IN {READY_SQL} AND c.queue = %s {floor}"
                     f"AND c.visible_at <= %s ORDER BY c.priority DESC, c.id LIMIT %s",
@@ -527,12 +581,13 @@ class OrmBroker(Broker):
             # no commit of its own, and nothing at all once the rows exist (every later start).
             QueueState.objects.using(self.alias).bulk_create([QueueState(queue=q) for q in missing],
                                                              ignore_conflicts=True)
-        return heads, served
+        return heads, served, now if now is not None else clock.now(self.connection)
 
-    def _claim(self, cursor, chosen: list, token: str, owner: str, until: float,
+    def _claim(self, cursor, chosen: list, token: str, owner: str, lease: float,
                counters: tuple[str, str, list] | None = None) -> list[Reservation]:
-        """Reserve ``chosen`` (their rows are locked, or the write lock is held); ``counters`` (see
-        :meth:`_counters`) are updated by the same statement on PostgreSQL, one round trip fewer."""
+        """Reserve ``chosen`` (their rows are locked, or the write lock is held) for ``lease`` seconds
+        from the statement's time; ``counters`` (see :meth:`_counters`) are updated by the same
+        statement on PostgreSQL, one round trip fewer."""
         prefix, prefix_params = "", []  # type: tuple[str, list]
         if counters is not None:
             if self.is_postgresql and chosen:
@@ -540,9 +595,10 @@ class OrmBroker(Broker):
             else:
                 cursor.execute(*self._counters_statement(counters))
         rows: dict[str, tuple] = {}
+        until, until_args = self.clock.at(lease)
         sets = (f"UPDATE {JOB} SET state = {RESERVE.to}, deliveries = deliveries + 1, lease_owner = %s, "
-                f"lease_token = %s, lease_until = %s, cluster = %s")
-        values = [owner, token, until, owner.split(":", 1)[0]]
+                f"lease_token = %s, lease_until = {until}, cluster = %s")
+        values = [owner, token, *until_args, owner.split(":", 1)[0]]
         ids = [c.id for c in chosen]
         if not self.is_postgresql:
             for part in _chunks(ids):
@@ -607,12 +663,12 @@ class OrmBroker(Broker):
         return (f"WITH {lock} {update}" if lock else update), params
 
     def _mark_expired(self, cursor, ids: Sequence[str]) -> None:
-        finished = self._db_now()
+        finished, finished_args = self.clock.stamp(self.connection)
         for part in _chunks(ids):
             cursor.execute(
-                f"UPDATE {JOB} SET state = {EXPIRE.to}, finished_at = %s, lease_owner = NULL, lease_token = NULL, "
-                f"lease_until = NULL WHERE state IN {EXPIRE.sources} AND id IN ({marks(len(part))})",
-                [finished, *part],
+                f"UPDATE {JOB} SET state = {EXPIRE.to}, finished_at = {finished}, lease_owner = NULL, "
+                f"lease_token = NULL, lease_until = NULL WHERE state IN {EXPIRE.sources} AND id IN ({marks(len(part))})",
+                [*finished_args, *part],
             )
 
     def _bury(self, cursor, jobs: Sequence[tuple[str, str, int, str]], token: str | None,
@@ -624,7 +680,7 @@ class OrmBroker(Broker):
         it. With ``started_at`` the delivery being buried ran: it counts as an execution, and
         ``attempt_log`` (the column's new value, see :meth:`_logged`) records its failure.
         """
-        finished = self._db_now()
+        finished, finished_args = self.clock.stamp(self.connection)
         fence = "AND lease_token = %s" if token else ""
         ran = f", attempt = attempt + 1, started_at = %s, {FIRST_STARTED}" if started_at else ""
         if started_at and attempt_log is not None:
@@ -636,13 +692,13 @@ class OrmBroker(Broker):
                 last_errors.update(cursor.fetchall())
         buried = []
         for job_id, queue, deliveries, reason in jobs:
-            params = [finished, *([self._adapt(started_at)] * 2 if started_at else [])]
+            params = [*finished_args, *([self._adapt(started_at)] * 2 if started_at else [])]
             params += [attempt_log] if started_at and attempt_log is not None else []
             sets = "error = %s, traceback = %s, " if error else ""
             params += [error, traceback] if error else []
             params += [job_id] + ([token] if token else [])
             cursor.execute(
-                f"UPDATE {JOB} SET state = {BURY.to}, finished_at = %s{ran}, {sets}"
+                f"UPDATE {JOB} SET state = {BURY.to}, finished_at = {finished}{ran}, {sets}"
                 f"lease_owner = NULL, lease_until = NULL WHERE id = %s AND state IN {BURY.sources} {fence}",
                 params,
             )
@@ -659,9 +715,6 @@ class OrmBroker(Broker):
                 job_dead.send_robust(sender=Job, job_id=d.job_id, queue=d.queue, reason=d.reason) for d in buried
             ], using=self.alias)
         return len(buried)
-
-    def _db_now(self):
-        return self._adapt(timezone.now())
 
     def _adapt(self, value: datetime.datetime | None):
         return self.connection.ops.adapt_datetimefield_value(value)
@@ -764,11 +817,12 @@ class OrmBroker(Broker):
             if held is None:
                 self._raise_if_lost(reservation)
                 return None
+            visible, visible_args = self.clock.at(max(delay, 0))
             retried = self._fenced(
                 reservation,
-                f"state = {RETRY.to}, visible_at = %s, attempt = attempt + 1, started_at = %s, {FIRST_STARTED}, "
+                f"state = {RETRY.to}, visible_at = {visible}, attempt = attempt + 1, started_at = %s, {FIRST_STARTED}, "
                 "error = %s, traceback = %s, attempt_log = %s, lease_owner = NULL, lease_until = NULL",
-                [time.time() + max(delay, 0), self._adapt(started_at), self._adapt(started_at), error, traceback,
+                [*visible_args, self._adapt(started_at), self._adapt(started_at), error, traceback,
                  self._logged(held, started_at, error, traceback)],
             )
             return RETRY.target if retried else None
@@ -812,7 +866,8 @@ class OrmBroker(Broker):
         return LOG_FIELD.get_db_prep_save(value, self.connection)
 
     def defer(self, reservation: Reservation, delay: float = 0) -> bool:
-        return self._fenced(reservation, f"{GIVE_BACK}, visible_at = %s", [time.time() + max(delay, 0)])
+        visible, visible_args = self.clock.at(max(delay, 0))
+        return self._fenced(reservation, f"{GIVE_BACK}, visible_at = {visible}", visible_args)
 
     def defer_many(self, reservations: Sequence[Reservation]) -> int:
         """Put many unstarted reservations back at once (a graceful stop); return how many."""
@@ -833,11 +888,12 @@ class OrmBroker(Broker):
             return cursor.rowcount
 
     def yield_reservation(self, reservation: Reservation, delay: float = 0) -> bool:
+        visible, visible_args = self.clock.at(max(delay, 0))
         with self.connection.cursor() as cursor:
             cursor.execute(
-                f"UPDATE {JOB} SET {GIVE_BACK}, visible_at = %s, yields = yields + 1 "
+                f"UPDATE {JOB} SET {GIVE_BACK}, visible_at = {visible}, yields = yields + 1 "
                 f"WHERE id = %s AND lease_token = %s AND state IN {GIVE.sources} AND yields < %s",
-                [time.time() + max(delay, 0), reservation.job_id, reservation.token, self.settings.max_yields],
+                [*visible_args, reservation.job_id, reservation.token, self.settings.max_yields],
             )
             if cursor.rowcount:
                 return True
@@ -845,7 +901,8 @@ class OrmBroker(Broker):
         return False
 
     def extend_lease(self, reservation: Reservation, seconds: float) -> None:
-        if not self._fenced(reservation, "lease_until = %s", [time.time() + seconds]):
+        until, until_args = self.clock.at(seconds)
+        if not self._fenced(reservation, f"lease_until = {until}", until_args):
             raise LeaseLost(f"job {reservation.job_id}: no longer leased")
 
     def extend_leases(self, owner: str, job_ids: Sequence[str], seconds: float) -> int:
@@ -854,14 +911,14 @@ class OrmBroker(Broker):
         Only jobs the caller knows it still holds are renewed: a reservation lost with a crashed
         process must run out and come back, not be kept alive by the survivors.
         """
-        until = time.time() + seconds
+        until, until_args = self.clock.at(seconds)
         renewed = 0
         with self.connection.cursor() as cursor:
             for part in _chunks(list(job_ids)):
                 cursor.execute(
-                    f"UPDATE {JOB} SET lease_until = %s WHERE lease_owner = %s AND state = {RUNNING} "
+                    f"UPDATE {JOB} SET lease_until = {until} WHERE lease_owner = %s AND state = {RUNNING} "
                     f"AND id IN ({marks(len(part))})",
-                    [until, owner, *part],
+                    [*until_args, owner, *part],
                 )
                 renewed += cursor.rowcount
         return renewed
@@ -909,7 +966,7 @@ class OrmBroker(Broker):
 
     def _requeue_dead(self, job_ids: Sequence[str], queue: str | None, priority: int | None) -> int:
         changes: dict[str, Any] = dict(
-            state=REPLAY.target, deliveries=0, yields=0, visible_at=time.time(), lease_owner=None,
+            state=REPLAY.target, deliveries=0, yields=0, visible_at=self._at(), lease_owner=None,
             lease_token=None, lease_until=None, finished_at=None, cancel_requested_at=None,
         )
         if queue is not None:
@@ -938,29 +995,24 @@ class OrmBroker(Broker):
         A job already leased, running or finished is left as it is: :meth:`request_cancel` asks its
         holder to stop one that runs.
         """
-        cancelled = 0
-        with transaction.atomic(using=self.alias), self.connection.cursor() as cursor:
-            for part in _chunks(list(job_ids)):
-                cursor.execute(
-                    f"UPDATE {JOB} SET state = {CANCEL.to}, finished_at = %s "
-                    f"WHERE state IN {CANCEL.sources} AND id IN ({marks(len(part))})",
-                    [self._db_now(), *part],
-                )
-                cancelled += cursor.rowcount
-        return cancelled
+        return self._update_each(job_ids, f"state = {CANCEL.to}, finished_at = {{now}}", f"state IN {CANCEL.sources}")
 
     def request_cancel(self, job_ids: Sequence[str]) -> int:
         """See :meth:`Broker.request_cancel`: one statement per 500 ids; a repeated request keeps the first time."""
-        requested = 0
+        return self._update_each(job_ids, "cancel_requested_at = COALESCE(cancel_requested_at, {now})",
+                                 f"state = {RUNNING}")
+
+    def _update_each(self, job_ids: Sequence[str], sets: str, where: str) -> int:
+        """``UPDATE ... SET sets WHERE where`` for the jobs of ``job_ids``, 500 ids a statement, in
+        one transaction; ``{now}`` in ``sets`` is the clock's time as a date. Return the rows changed."""
+        changed = 0
+        now, now_args = self.clock.stamp(self.connection)
         with transaction.atomic(using=self.alias), self.connection.cursor() as cursor:
             for part in _chunks(list(job_ids)):
-                cursor.execute(
-                    f"UPDATE {JOB} SET cancel_requested_at = COALESCE(cancel_requested_at, %s) "
-                    f"WHERE state = {RUNNING} AND id IN ({marks(len(part))})",
-                    [self._db_now(), *part],
-                )
-                requested += cursor.rowcount
-        return requested
+                cursor.execute(f"UPDATE {JOB} SET {sets.format(now=now)} WHERE {where} AND id IN ({marks(len(part))})",
+                               [*now_args, *part])
+                changed += cursor.rowcount
+        return changed
 
     def cancel_requested(self, job_ids: Sequence[str]) -> list[str]:
         """See :meth:`Broker.cancel_requested`: a primary-key read, one statement per 500 ids."""
@@ -999,7 +1051,7 @@ class OrmBroker(Broker):
                 found = dict(jobs.select_for_update().values_list("pk", "state"))
                 if not found:
                     continue
-                jobs.filter(pk__in=found, expires_at__lte=time.time()).update(expires_at=None)
+                jobs.filter(pk__in=found, expires_at__lte=self._at()).update(expires_at=None)
                 retried += self._requeue_dead(list(found), queue, priority)
                 dead = [pk for pk, state in found.items() if state == State.DEAD]
                 DeadLetter.objects.using(self.alias).filter(job_id__in=dead, replayed_at__isnull=True).update(
@@ -1033,11 +1085,12 @@ class OrmBroker(Broker):
         # "state = RUNNING" is the partial index's own term (taskmq_job_leased), the only one SQLite
         # matches it with: "state IN ('RUNNING')", under the statistics of a table of a million
         # finished jobs, scanned the whole table (250 ms a sweep, once a second, write lock held).
+        now, now_args = self.clock.at()
         with self.connection.cursor() as cursor:
             cursor.execute(
                 f"UPDATE {JOB} SET state = {RECLAIM.to}, lease_owner = NULL, lease_token = NULL, lease_until = NULL, "
-                f"error = 'lease expired', visible_at = %s WHERE state = {RUNNING} AND lease_until < %s",
-                [time.time(), time.time()],
+                f"error = 'lease expired', visible_at = {now} WHERE state = {RUNNING} AND lease_until < {now}",
+                [*now_args, *now_args],
             )
             count = cursor.rowcount
         if count:
@@ -1067,8 +1120,8 @@ class OrmBroker(Broker):
     def prune_keys(self, batch: int = 1000) -> int:
         """Delete idempotency keys whose TTL ran out, at most ``batch`` per call."""
         keys = IdempotencyKey.objects.using(self.alias)
-        expired = list(keys.filter(expires_at__lt=time.time()).values_list("pk", flat=True)[:batch])
-        return keys.filter(pk__in=expired, expires_at__lt=time.time()).delete()[0] if expired else 0
+        expired = list(keys.filter(expires_at__lt=self._at()).values_list("pk", flat=True)[:batch])
+        return keys.filter(pk__in=expired, expires_at__lt=self._at()).delete()[0] if expired else 0
 
     def prune(self, keep: int, batch: int = 1000) -> int:
         """Delete the oldest SUCCEEDED jobs beyond the newest ``keep``, at most ``batch`` per call."""
@@ -1112,12 +1165,16 @@ class OrmBroker(Broker):
             return cursor.rowcount
 
     def hold_chore(self, name: str, owner: str, seconds: float) -> bool:
-        now = time.time()
-        chores = Chore.objects.using(self.alias)
-        if chores.filter(Q(until__lt=now) | Q(owner=owner), name=name).update(owner=owner, until=now + seconds):
-            return True
+        now, now_args = self.clock.at()
+        until, until_args = self.clock.at(seconds)
+        with self.connection.cursor() as cursor:
+            cursor.execute(f"UPDATE {CHORE} SET owner = %s, until = {until} WHERE name = %s AND (until < {now} "
+                           f"OR owner = %s)", [owner, *until_args, name, *now_args, owner])
+            if cursor.rowcount:
+                return True
         # The first time: one of the clusters that race here creates the row, the others see it.
-        return chores.get_or_create(name=name, defaults={"owner": owner, "until": now + seconds})[1]
+        return Chore.objects.using(self.alias).get_or_create(
+            name=name, defaults={"owner": owner, "until": self.now() + seconds})[1]
 
     def chore_done(self, name: str, deleted: int) -> None:
         chores = Chore.objects.using(self.alias)
@@ -1128,19 +1185,22 @@ class OrmBroker(Broker):
         if not created:
             chores.filter(name=name).update(deleted=F("deleted") + deleted, last_run=timezone.now())
 
-    def unfinished(self, queues: Sequence[str], now: float) -> bool:
+    def unfinished(self, queues: Sequence[str]) -> bool:
         # One query, one snapshot: separate queries could each miss a job that moves from
         # RUNNING to RETRYING between them.
+        now, now_args = self.clock.at()
         with self.connection.cursor() as cursor:
             cursor.execute(
                 f"SELECT 1 FROM {JOB} WHERE queue IN ({marks(len(queues))}) AND (state IN {UNFINISHED} "
-                f"OR (state = {RESERVE_FIRST} AND visible_at <= %s)) LIMIT 1",
-                [*queues, now],
+                f"OR (state = {RESERVE_FIRST} AND visible_at <= {now})) LIMIT 1",
+                [*queues, *now_args],
             )
             return cursor.fetchone() is not None
 
     def publish_heartbeat(self, cluster_id: str, **fields: Any) -> None:
-        Cluster.objects.using(self.alias).update_or_create(id=cluster_id, defaults=fields)
+        """See :meth:`Broker.publish_heartbeat`: ``beat_at`` is the clock's time of the write."""
+        beat = RawSQL(*self.clock.stamp(self.connection), output_field=Cluster._meta.get_field("beat_at"))
+        Cluster.objects.using(self.alias).update_or_create(id=cluster_id, defaults={**fields, "beat_at": beat})
 
     def due_schedules(self, now: datetime.datetime, limit: int = 100) -> list[Schedule]:
         return list(
@@ -1155,17 +1215,17 @@ class OrmBroker(Broker):
         return Job.objects.using(self.alias).in_bulk(list(job_ids))
 
     def stats(self) -> list[dict[str, Any]]:
-        now = time.time()
+        now, now_args = self.clock.at()
         with self.connection.cursor() as cursor:
             cursor.execute(
                 f"SELECT queue, priority, "
-                f"SUM(CASE WHEN state IN {READY_SQL} AND visible_at <= %s THEN 1 ELSE 0 END), "
-                f"SUM(CASE WHEN state IN {READY_SQL} AND visible_at > %s THEN 1 ELSE 0 END), "
+                f"SUM(CASE WHEN state IN {READY_SQL} AND visible_at <= {now} THEN 1 ELSE 0 END), "
+                f"SUM(CASE WHEN state IN {READY_SQL} AND visible_at > {now} THEN 1 ELSE 0 END), "
                 f"SUM(CASE WHEN state = {RUNNING} THEN 1 ELSE 0 END), "
                 f"SUM(CASE WHEN state = {BURY.to} THEN 1 ELSE 0 END) "
                 f"FROM {JOB} WHERE state IN {COUNTED} "
                 f"GROUP BY queue, priority ORDER BY queue, priority DESC",
-                [now, now],
+                [*now_args, *now_args],
             )
             return [
                 dict(queue=q, priority=p, ready=int(r), delayed=int(d), reserved=int(s), dead=int(x))
@@ -1193,6 +1253,13 @@ def _prepared_cursor_class() -> type | None:
 @functools.cache
 def _insert_fields() -> list:
     return [f for f in Job._meta.concrete_fields]
+
+
+@functools.cache
+def _timed_positions() -> tuple[int, ...]:
+    """The positions of the :data:`TIMED` columns in an insert's values (see :func:`_columns`)."""
+    names = [f.attname for f in _insert_fields()]
+    return tuple(names.index(name) for name in TIMED)
 
 
 def _columns(connection) -> tuple[list[str], list, list]:

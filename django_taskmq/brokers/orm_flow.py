@@ -21,6 +21,7 @@ from ..conf import Settings
 from ..models import FlowBucket, Job
 from ..policy import flow, pick
 from ..signals import job_held
+from .clock import Clock
 from .sql import READY_SQL, RUNNING, marks
 
 logger = logging.getLogger("django_taskmq.flow")
@@ -44,29 +45,32 @@ class FlowGate:
         self.caps = settings.queue_caps()
         self.queue_rates = settings.queue_rates()
         self.seen = bool(self.caps or self.queue_rates)  # once a claim met a keyed or limited job
-        self.opens_at: float | None = None  # when a rate limit that held a job opens next
+        # When a rate limit that held a job opens next, on this host's monotonic clock: the limits'
+        # times are the queue clock's, which may differ from this host's wall clock.
+        self.opens_at: float | None = None
         self._logged: dict[str, float] = {}
 
-    def closed(self, cursor, queues: Sequence[str], now: float) -> tuple[list[str], list[str]]:
+    def closed(self, cursor, queues: Sequence[str], clock: Clock) -> tuple[list[str], list[str]]:
         """Return (queues to serve, task paths whose rate limit is closed) before reading heads.
 
         A queue at its concurrency cap or with a closed rate limit is left out of the claim.
         """
         if not self.seen:
             return list(queues), []
-        cursor.execute(f"SELECT key, tat FROM {BUCKET} WHERE tat > %s", [now])
-        shut = {key: tat for key, tat in cursor.fetchall()}
+        now, now_args = clock.at()
+        cursor.execute(f"SELECT key, tat - {now} FROM {BUCKET} WHERE tat > {now}", [*now_args, *now_args])
+        shut = {key: opens_in for key, opens_in in cursor.fetchall()}  # seconds until each opens
         funcs = [key[5:] for key in shut if key.startswith("task:")]
         full = {q for q, n in self._running_queues(cursor, queues).items() if n >= self.caps[q]}
         open_queues = [q for q in queues if f"queue:{q}" not in shut and q not in full]
-        self.opens_at = min(shut.values()) if shut else None
+        self.opens_at = time.monotonic() + min(shut.values()) if shut else None
         return open_queues, funcs
 
     def choose(self, cursor, candidates: dict[str, list], served: dict[str, int], limit: int,
                now: float) -> list | None:
         """Return the candidates to claim, in pick order, or None when no flow limit applies.
 
-        Takes the locks, counts what runs, asks :func:`policy.flow.admit`, writes the rate limits
+        ``now`` is the clock's time the candidates were read at (the rate limits' times are its). Takes the locks, counts what runs, asks :func:`policy.flow.admit`, writes the rate limits
         that moved and reports why jobs wait.
         """
         heads = [h for items in candidates.values() for h in items]
@@ -98,7 +102,8 @@ class FlowGate:
             cursor.executemany(f"UPDATE {BUCKET} SET tat = %s WHERE key = %s",
                                [(tat, key) for key, tat in sorted(verdict.tats.items())])
         if verdict.opens_at is not None:
-            self.opens_at = verdict.opens_at if self.opens_at is None else min(self.opens_at, verdict.opens_at)
+            opens_at = time.monotonic() + verdict.opens_at - now
+            self.opens_at = opens_at if self.opens_at is None else min(self.opens_at, opens_at)
         self._report(verdict.held)
         return verdict.admitted
 
@@ -106,7 +111,7 @@ class FlowGate:
         """Seconds until a rate limit that held a job opens, or None."""
         if self.opens_at is None:
             return None
-        return max(self.opens_at - time.time(), 0.0)
+        return max(self.opens_at - time.monotonic(), 0.0)
 
     # -- reading the counts -----------------------------------------------------------------
     def _buckets_of(self, head: Any) -> Iterable[tuple[str, flow.Rate]]:
@@ -155,7 +160,7 @@ def count_by(cursor, column: str, values: Sequence[str], states: str = f"({RUNNI
     return dict(cursor.fetchall())
 
 
-def status(cursor, settings: Settings) -> dict[str, Any]:
+def status(cursor, settings: Settings, clock: Clock) -> dict[str, Any]:
     """Return what flow control holds now: keys, waiting jobs, queue caps and rate limits in use."""
     cursor.execute(
         f"SELECT concurrency_key, COUNT(*), MAX(concurrency_limit) FROM {JOB} WHERE state = {RUNNING} "
@@ -167,7 +172,7 @@ def status(cursor, settings: Settings) -> dict[str, Any]:
     caps = settings.queue_caps()
     running = count_by(cursor, "queue", list(caps))
     queues = {q: {"running": running.get(q, 0), "cap": cap} for q, cap in sorted(caps.items())}
-    now = time.time()
-    cursor.execute(f"SELECT key, tat FROM {BUCKET} ORDER BY key")
-    rates = {key: {"next_start_in": round(max(tat - now, 0.0), 3)} for key, tat in cursor.fetchall()}
+    now, now_args = clock.at()
+    cursor.execute(f"SELECT key, tat - {now} FROM {BUCKET} ORDER BY key", now_args)
+    rates = {key: {"next_start_in": round(max(opens_in, 0.0), 3)} for key, opens_in in cursor.fetchall()}
     return {"keys": keys, "queues": queues, "rates": rates}

@@ -200,7 +200,8 @@ class Monitor:
             if not pruned:
                 break
         by_state = {}
-        for state, before in retention_policy.cutoffs(self.settings.retention, time.time()).items():
+        # Old by the database's clock, as every time the queue decides with (see brokers/clock.py).
+        for state, before in retention_policy.cutoffs(self.settings.retention, self.broker.now()).items():
             count = 0
             while time.monotonic() < deadline:
                 step = self.broker.delete_finished(state.value, before, RETENTION_BATCH)

@@ -3,7 +3,8 @@
 * lease renewal of the tasks the cluster holds (waiting or running), one statement per 500, every
   ``lease / 3`` seconds;
 * the scheduler tick, every ``scheduler_interval`` seconds (not in a burst);
-* the heartbeat (the cluster's row), every :data:`HEARTBEAT_EVERY` seconds;
+* the heartbeat (the cluster's row), every :data:`HEARTBEAT_EVERY` seconds, with this host's clock
+  skew against the database's, measured by each heartbeat (the first is written at start-up);
 * ``ANALYZE`` (a no-op on engines without planner statistics), at start and every :data:`ANALYZE_EVERY` s;
 * in a burst, the check whether all is done, and giving up after :data:`BURST_GIVE_UP` seconds
   without the database.
@@ -23,12 +24,11 @@ import time
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
-from django.utils import timezone
-
 from ..brokers.base import Broker
 from ..conf import Settings
 from ..policy.lease import renew_interval, standing
 from . import outage
+from .skew import SkewWatch
 
 logger = logging.getLogger(__name__)
 
@@ -71,7 +71,9 @@ class Upkeep:
         self.burst = burst
         self.held = held
         self.report = report
-        self.started = time.time()
+        self.started = time.time()  # shown as the start time; the uptime is measured on the monotonic clock
+        self.started_monotonic = time.monotonic()
+        self.skew = SkewWatch(broker, owner, settings.clock_skew_warning)
         later = time.monotonic() + FIRST_CHORES_AFTER
         self._next = {"analyze": later, "renew": 0.0, "heartbeat": later, "scheduler": later, "burst": 0.0}
         # Monotonic time before the last lease renewal that worked (or that had nothing to renew).
@@ -136,13 +138,15 @@ class Upkeep:
 
     def _write_heartbeat(self, final: bool) -> None:
         report = self.report()
+        if not final:
+            self.skew.measure()
         self.broker.publish_heartbeat(
             self.owner,
             name=self.name, host=self.host, pid=os.getpid(),
             state="stopped" if final else report.state, workers=report.workers, queues=self.queues,
-            counts={**report.counts, "uptime": round(time.time() - self.started, 1)},
+            counts={**report.counts, "uptime": round(time.monotonic() - self.started_monotonic, 1),
+                    **self.skew.counts()},
             started_at=datetime.datetime.fromtimestamp(self.started, tz=datetime.UTC),
-            beat_at=timezone.now(),
         )
 
     # -- a burst ------------------------------------------------------------------------------
@@ -156,7 +160,7 @@ class Upkeep:
             # The broker looks in one query, one snapshot: separate queries could each miss a job that
             # moves from RUNNING to RETRYING between them, and the burst would end with work left.
             # Jobs queued for later (eta/delay) do not keep a burst alive; retries do.
-            done = not self.broker.unfinished(self.queues, time.time())
+            done = not self.broker.unfinished(self.queues)
         except Exception as exc:
             self.failed("burst check", exc)
             return False

@@ -383,7 +383,7 @@ def schedule(func: Any, *args: Any, name: str | None = None, hook: Any = None, s
     ours.setdefault("group", name)  # django-q2 groups a schedule's tasks under its name
     if schedule_type == Schedule.MINUTES and minutes is None:
         minutes = 1  # what django-q2 uses
-    now = timezone.now()
+    now = scheduler.broker_now()
     if next_run is not None and timezone.is_naive(next_run):
         _warn(f"next_run {next_run} is naive: read in the current time zone {timezone.get_current_timezone_name()}")
         next_run = timezone.make_aware(next_run)

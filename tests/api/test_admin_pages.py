@@ -351,6 +351,24 @@ def test_dashboard_is_linked_from_the_app_index_and_reads_little(admin_client, b
     assert not any("payload" in sql or "result_package" in sql for sql in job_reads)
 
 
+def test_clusters_show_their_clock_skew_and_are_alive_by_the_database_s_clock(admin_client, broker):
+    """The heartbeat's clock skew shows on the dashboard and in the cluster list; "alive" and the
+    heartbeat's age are read against the database's time (one reading with the page's query)."""
+    Cluster.objects.create(id="ahead:h1:1:x", name="ahead", host="h1", pid=1, state="running", workers=1,
+                           counts={"clock_skew": -3.25, "clock_skew_uncertainty": 0.001})
+    Cluster.objects.create(id="gone:h2:2:x", name="gone", host="h2", pid=2, state="running", workers=1,
+                           beat_at=timezone.now() - datetime.timedelta(minutes=5))
+    dashboard = text(admin_client.get(DASHBOARD))
+    assert "clock skew" in dashboard and "-3.250 s" in dashboard
+    response = admin_client.get("/admin/django_taskmq/cluster/")
+    rows = {c.name: c for c in response.context["cl"].result_list}
+    admin = response.context["cl"].model_admin
+    assert (admin.alive(rows["ahead"]), admin.alive(rows["gone"])) == (True, False)
+    assert (admin.clock_skew(rows["ahead"]), admin.clock_skew(rows["gone"])) == ("-3.250 s", "-")
+    assert admin.heartbeat_age(rows["gone"]).startswith("5 min")
+    assert "-3.250 s" in text(response)
+
+
 def test_dashboard_says_when_no_cluster_is_alive(admin_client, broker):
     Cluster.objects.create(id="old", name="old", host="h", pid=1, state="running",
                            beat_at=timezone.now() - datetime.timedelta(minutes=5))

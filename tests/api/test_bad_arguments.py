@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import datetime
 import math
 import time
 
@@ -31,6 +32,8 @@ NAN, INF = math.nan, math.inf
     ({"max_deliveries": 10**12}, "max_deliveries must be at most"),
     ({"eta": 2e9, "expires_at": 2e9 - 1}, "expire before it could run"),
     ({"eta": 2e9, "expires_at": 2e9}, "expire before it could run"),
+    ({"expires_at": datetime.timedelta(0)}, "duration must be positive"),
+    ({"delay": 60, "expires_at": datetime.timedelta(seconds=60)}, "expire before it could run"),
 ])
 def test_bad_option_is_a_config_error_and_stores_nothing(options, match):
     with pytest.raises(ConfigError, match=match):

@@ -68,7 +68,7 @@ def test_gauges_and_counters(client, broker, token):
     run_sync(async_task("tests.tasks.noop", queue="a"))
     now = timezone.now()
     Cluster.objects.create(id="c1", name="web", host="h1", pid=1, state="running", workers=4, beat_at=now,
-                           counts={"succeeded": 5, "queues": {"emails": {"succeeded": 5, "failed": 2, "timeouts": 1,
+                           counts={"succeeded": 5, "clock_skew": 120.5, "queues": {"emails": {"succeeded": 5, "failed": 2, "timeouts": 1,
                                                                          "crashes": 0}}})
     Cluster.objects.create(id="c0", name="web", host="h1", pid=0, state="stopped", workers=4,
                            beat_at=now - datetime.timedelta(hours=1),
@@ -89,6 +89,9 @@ def test_gauges_and_counters(client, broker, token):
     assert 0 <= value("taskmq_oldest_ready_age_seconds", queue="emails") < 60
     assert value("taskmq_oldest_ready_age_seconds", queue="a") == 0
     assert value("taskmq_clusters_alive") == 1 and value("taskmq_workers_alive") == 4
+    assert value("taskmq_clock_skew_seconds", cluster="c1", host="h1") == 120.5  # the live cluster's only
+    assert [key for key in found if key[0] == "taskmq_clock_skew_seconds"] == [
+        ("taskmq_clock_skew_seconds", (("cluster", "c1"), ("host", "h1")))]
     # Counters: summed over every heartbeat row, the stopped cluster's last counts included.
     assert value("taskmq_jobs_finished_total", queue="emails", outcome="succeeded") == 15
     assert value("taskmq_jobs_finished_total", queue="emails", outcome="failed") == 2

@@ -42,6 +42,8 @@ BAD = {
     "stop_timeout string": ({"stop_timeout": "25s"}, "stop_timeout"),
     "negative cancel_grace": ({"cancel_grace": -0.5}, "cancel_grace"),
     "cancel_grace None": ({"cancel_grace": None}, "cancel_grace"),
+    "clock_skew_warning 0": ({"clock_skew_warning": 0}, "clock_skew_warning"),
+    "clock_skew_warning string": ({"clock_skew_warning": "5s"}, "clock_skew_warning"),
 }
 
 

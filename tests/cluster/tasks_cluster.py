@@ -9,6 +9,7 @@ so wait for a *gate* file to exist instead of sleeping a guessed time.
 from __future__ import annotations
 
 import os
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -75,6 +76,28 @@ def crash_logged(code: int = 3) -> None:
     """Log ``start:crash``, then kill the worker process with ``os._exit(code)``."""
     log(f"start:crash {os.getpid()}")
     os._exit(code)
+
+
+def database_time() -> float:
+    """Return the database server's clock now (epoch seconds), read by this worker's connection."""
+    from django.db import connection
+
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT EXTRACT(EPOCH FROM clock_timestamp())::float8")
+        return float(cursor.fetchone()[0])
+
+
+def clocked(tag: str, seconds: float = 0.0) -> str:
+    """Log ``start:<tag> <pid> <database time>``, wait ``seconds``, log ``end:<tag>`` (PostgreSQL).
+
+    It waits on an event, not with ``time.sleep``: under libfaketime 0.9.10 with
+    ``DONT_FAKE_MONOTONIC=1`` (the clock-skew tests) ``clock_nanosleep`` on an absolute monotonic
+    deadline, which ``time.sleep`` uses, fails with EINVAL; waits with a timeout work.
+    """
+    log(f"start:{tag} {os.getpid()} {database_time():.3f}")
+    threading.Event().wait(seconds)
+    log(f"end:{tag}")
+    return tag
 
 
 def sleeper(seconds: float) -> float:

@@ -26,8 +26,11 @@ class Command(BaseCommand):
         clusters = monitoring.clusters_alive(with_task_names=False)
         self.stdout.write(f"clusters alive: {len(clusters)}")
         for c in clusters:
-            counts = ", ".join(f"{k} {v}" for k, v in c.counts.items() if isinstance(v, (int, float)))
-            self.stdout.write(f"  {c.name} {c.host}:{c.pid} {c.state} workers={c.workers} queues={','.join(c.queues)} {counts}")
+            counts = ", ".join(f"{k} {v}" for k, v in c.counts.items()
+                               if isinstance(v, (int, float)) and not k.startswith("clock_skew"))
+            skew = "" if c.clock_skew is None else f" clock_skew={c.clock_skew:+.3f}s"
+            self.stdout.write(f"  {c.name} {c.host}:{c.pid} {c.state} workers={c.workers} queues={','.join(c.queues)}"
+                              f"{skew} {counts}")
         self.stdout.write(f"{'queue':<16}{'priority':>9}{'ready':>8}{'delayed':>9}{'reserved':>10}{'dead':>7}")
         for row in get_broker().stats():
             self.stdout.write(f"{row['queue']:<16}{row['priority']:>9}{row['ready']:>8}{row['delayed']:>9}"

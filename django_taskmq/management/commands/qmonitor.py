@@ -69,7 +69,7 @@ class Command(BaseCommand):
         if self.throughput is None or now - self.throughput_at >= THROUGHPUT_EVERY:
             self.throughput = monitoring.throughput()
             self.throughput_at, self.throughput_read_at = now, timezone.localtime()
-        taken = timezone.now()
+        taken = monitoring.database_now()
         snap = monitoring.Snapshot(taken_at=timezone.localtime(taken),
                                    queues=monitoring.queue_stats(now=taken.timestamp()),
                                    clusters=monitoring.clusters_alive(now=taken), throughput=self.throughput)

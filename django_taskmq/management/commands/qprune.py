@@ -2,8 +2,6 @@
 than their ``TASKMQ['retention']`` (with their dead letters) and successes beyond ``save_limit``;
 ``--dry-run`` counts them instead."""
 
-import time
-
 from django.core.management.base import BaseCommand, CommandError
 
 from django_taskmq.brokers import get_broker
@@ -27,7 +25,7 @@ class Command(BaseCommand):
         except ConfigError as exc:
             raise CommandError(str(exc)) from exc
         broker = get_broker()
-        cutoffs = retention_policy.cutoffs(settings.retention, time.time())
+        cutoffs = retention_policy.cutoffs(settings.retention, broker.now())
         verb = "would delete" if dry_run else "deleted"
         total = 0
         for key, state in retention_policy.STATES.items():
