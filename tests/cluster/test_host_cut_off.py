@@ -193,6 +193,10 @@ def test_a_host_cut_off_longer_than_the_lease(cluster, namespace, tmp_path):
     assert "Traceback" not in cut_off.output(tail=10**7)
     assert sum(1 for pid in cut_off.children() if pid) == 4, "its workers, pusher and monitor live on"
 
+    # The sentinel's own first query of the cut must time out too before it knows (a query still
+    # waiting when the link comes back just succeeds); from then on it starts nothing it holds.
+    cluster.wait_until(lambda: "leases not renewed" in cut_off.output(tail=10**7),
+                       lambda: f"the cut-off sentinel to hold its waiting tasks:\n{cut_off.output()}", alive=[cut_off])
     namespace.mend()
     hold.touch()  # its tasks end now, long after their leases ran out: recording them must change nothing
     cluster.wait_until(lambda: "finished after its lease was lost; not recorded" in cut_off.output(tail=10**7),
