@@ -28,6 +28,14 @@ def check_settings(app_configs=None, **kwargs) -> list[checks.CheckMessage]:
             f"TASKMQ['database'] {conf.database!r} is not in DATABASES",
             hint=f"Use one of {sorted(settings.DATABASES)}.", id="taskmq.E002",
         )]
+    if conf.error_reporter is not None:
+        from .reporting import reporter_problem
+
+        problem = reporter_problem(conf.error_reporter)
+        if problem:
+            messages.append(checks.Error(f"TASKMQ['error_reporter'] {conf.error_reporter!r} {problem}",
+                                         hint="Name a callable (exc, job), e.g. 'django_taskmq.contrib.sentry.report'.",
+                                         id="taskmq.E004"))
     caches = getattr(settings, "CACHES", None) or {"default": None}
     if conf.cache not in caches:
         messages.append(checks.Error(

@@ -82,6 +82,7 @@ class Settings:
     cached: bool | float = False
     label: str | None = None
     prepared_statements: bool = True
+    error_reporter: str | None = None
 
     @property
     def effective_queue_limit(self) -> int:
@@ -195,6 +196,16 @@ def _label(key: str, value: Any) -> str | None:
     return None if value is None else _name(key, value)
 
 
+def _dotted(key: str, value: Any) -> str | None:
+    """A dotted path to a callable, or None; importing it is the system checks' part (it may need apps)."""
+    if value is None:
+        return None
+    if not isinstance(value, str) or not all(part.isidentifier() for part in value.split(".")) or "." not in value:
+        raise _fail(key, f"must be a dotted path to a callable like 'django_taskmq.contrib.sentry.report', "
+                         f"got {value!r}")
+    return value
+
+
 def _retry(value: Any) -> Retry:
     if isinstance(value, Retry):
         return value
@@ -239,6 +250,7 @@ _VALIDATORS = {
     "cached": _cached,
     "label": _label,
     "prepared_statements": _flag,
+    "error_reporter": _dotted,
 }
 assert set(_VALIDATORS) == {f.name for f in fields(Settings)}
 

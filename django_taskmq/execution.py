@@ -16,6 +16,7 @@ from typing import Any, NamedTuple
 
 from asgiref.sync import async_to_sync
 
+from . import reporting
 from .brokers.base import Reservation
 from .envelope import Envelope
 from .exceptions import Defer, Reject, RetryLater
@@ -97,6 +98,7 @@ def execute(message: TaskMessage) -> Outcome:
     except Exception as exc:
         # Not the task's failure: no delivery could run it, so it is not retried.
         outcome = _outcome(message, REJECT, started, exc)
+        reporting.failed(exc, message.reservation, envelope, retried=False)
         return outcome._replace(error=clip_head(f"cannot import {envelope.func}: {outcome.error}"))
     token = current_job_id.set(message.reservation.job_id)
     try:
@@ -113,6 +115,7 @@ def execute(message: TaskMessage) -> Outcome:
         return _outcome(message, REJECT, started, exc)
     # sys.exit() in a task is its failure; so is a CancelledError (a coroutine task cancelled).
     except (Exception, SystemExit, KeyboardInterrupt, asyncio.CancelledError) as exc:
+        reporting.failed(exc, message.reservation, envelope)  # held: reported once the outcome has left (reporting.deliver)
         return _outcome(message, FAILURE, started, exc)
     finally:
         current_job_id.reset(token)

@@ -25,6 +25,7 @@ from typing import Any, NamedTuple
 from django.db import close_old_connections, connections
 
 from .. import execution as ex
+from .. import reporting
 from ..brokers.base import Broker
 from ..conf import Settings
 from ..exceptions import TaskTimeout
@@ -82,6 +83,7 @@ def run(index: int, conn: Connection, settings: Settings, threads: int = 1, shar
         OneAtATime(index, conn, settings, shared).serve()
     else:
         Pool(index, conn, settings, threads).serve()
+    reporting.close()  # the process ends with os._exit: atexit handlers (Sentry's flush) do not run
 
 
 class OneAtATime:
@@ -139,6 +141,7 @@ class OneAtATime:
             recorded = self.alone and not self.waiting and not readable(conn) and self._record(outcome)
             self.alone = False
             conn.send_bytes(recorded_frame(message.reservation.job_id) if recorded else outcome_frame(outcome))
+            reporting.deliver()  # a failure's report, now that its outcome has left
             if not self.retiring and _above_max_rss(self.index, self.settings):
                 self.retiring = True
                 conn.send_bytes(RETIRING)
@@ -269,6 +272,7 @@ class Pool:
                     self._send(outcome_frame(ex.seal(outcome, self.settings)))
                 except (BrokenPipeError, OSError):
                     return
+                reporting.deliver()
                 if not self.retiring and _above_max_rss(self.index, self.settings):
                     self.retiring = True
                     self._send(RETIRING)
