@@ -16,7 +16,7 @@ from typing import Any, NamedTuple
 
 from asgiref.sync import async_to_sync
 
-from . import reporting
+from . import joblog, reporting
 from .brokers.base import Reservation
 from .envelope import Envelope
 from .exceptions import Defer, Reject, RetryLater
@@ -101,6 +101,7 @@ def execute(message: TaskMessage) -> Outcome:
         reporting.failed(exc, message.reservation, envelope, retried=False)
         return outcome._replace(error=clip_head(f"cannot import {envelope.func}: {outcome.error}"))
     token = current_job_id.set(message.reservation.job_id)
+    running = joblog.running.set(message)  # for the task's own log records (joblog.JobFields)
     try:
         if pre_execute.has_listeners():
             pre_execute.send(sender=Outcome, job_id=message.reservation.job_id, func=envelope.func, envelope=envelope)
@@ -119,6 +120,7 @@ def execute(message: TaskMessage) -> Outcome:
         return _outcome(message, FAILURE, started, exc)
     finally:
         current_job_id.reset(token)
+        joblog.running.reset(running)
     return Outcome(message.reservation, envelope, SUCCESS, value, started_at=started, finished_at=time.time())
 
 

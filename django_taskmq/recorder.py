@@ -14,7 +14,7 @@ from collections.abc import Callable, Sequence
 
 from django.db import InterfaceError, OperationalError
 
-from . import cached_results
+from . import cached_results, joblog
 from . import execution as ex
 from .brokers.base import Ack, Broker
 from .conf import Settings
@@ -28,6 +28,8 @@ from .signals import post_execute
 from .signing import SealedResult, verify_result
 
 logger = logging.getLogger(__name__)
+
+FINAL = frozenset(s.value for s in JobState.FINAL)
 
 # Errors that mean the database itself is away (a restart, a lost connection), not that one
 # outcome cannot be stored: the whole batch is retried by the caller.
@@ -71,10 +73,12 @@ def record(outcomes: Sequence[ex.Outcome], broker: Broker, settings: Settings,
         if successes:
             finals += _ack(successes, broker, settings,
                            lone=acks_only and outside_transaction and len(successes) == 1)
+        others = []  # (outcome, state after it: final or not, None if its lease was lost)
         for o in outcomes:
             if o.status != ex.SUCCESS:
                 state = _isolated(o, broker, settings, lambda o: _record_other(o, broker, settings))
-                if state:
+                others.append((o, state))
+                if state is not None and state in FINAL:
                     finals.append((o, state))
         # A chain's next link is queued in the transaction that acknowledges its predecessor:
         # a monitor killed in between cannot lose the rest of the chain, and nobody (a burst
@@ -88,6 +92,10 @@ def record(outcomes: Sequence[ex.Outcome], broker: Broker, settings: Settings,
                 except Exception:
                     logger.exception("could not queue the next link of job %s", o.reservation.job_id)
     # Everything below runs after the outcomes are committed; its failures are logged, never raised.
+    try:
+        joblog.outcomes([*((o, s) for o, s in finals if s == "SUCCEEDED"), *others])
+    except Exception:
+        logger.exception("logging the outcomes failed")
     # (job_dead is sent by the broker for every path into the DLQ.)
     if post_execute.has_listeners():
         for o in outcomes:
@@ -159,7 +167,8 @@ def _ack(successes: list[ex.Outcome], broker: Broker, settings: Settings,
         return finals
     for o in successes:
         if o.reservation.job_id in lost:
-            logger.warning("job %s finished after its lease was lost; not recorded", o.reservation.job_id)
+            logger.warning("job %s finished after its lease was lost; not recorded", o.reservation.job_id,
+                           extra=_fields(o))
     return [(o, "SUCCEEDED") for o in successes if o.reservation.job_id not in lost]
 
 
@@ -178,19 +187,20 @@ def _ack_one(o: ex.Outcome, broker: Broker, acks) -> str | None:
 def _isolated(o: ex.Outcome, broker: Broker, settings: Settings, store) -> str | None:
     """Run ``store(o)`` in a savepoint; if it fails, record ``o`` as a failure saying why.
 
-    Returns the final state, or None (not final, lease lost, or nothing could be stored).
+    Returns the state afterwards, or None (lease lost, or nothing could be stored).
     """
     try:
         with broker.atomic():
             return store(o)
     except LeaseLost:
-        logger.warning("job %s: lease lost before its %s was recorded", o.reservation.job_id, o.status)
+        logger.warning("job %s: lease lost before its %s was recorded", o.reservation.job_id, o.status,
+                       extra=_fields(o))
         return None
     except DATABASE_AWAY:
         raise
     except Exception as exc:
         reason = f"outcome could not be stored: {ex.describe(exc)}"
-        logger.error("job %s: %s; recorded as a failure", o.reservation.job_id, reason)
+        logger.error("job %s: %s; recorded as a failure", o.reservation.job_id, reason, extra=_fields(o))
         times = [t if isinstance(t, (int, float)) else 0.0 for t in (o.started_at, o.finished_at)]
         failed = o._replace(status=ex.UNSTORABLE, result=None, error=clip_head(reason), traceback="",
                             started_at=times[0], finished_at=times[1])
@@ -203,16 +213,20 @@ def _isolated(o: ex.Outcome, broker: Broker, settings: Settings, store) -> str |
         raise
     except Exception:
         logger.exception("job %s: not even its failure could be stored; its lease will bring it back",
-                         o.reservation.job_id)
+                         o.reservation.job_id, extra=_fields(o))
         return None
+
+
+def _fields(o: ex.Outcome) -> dict:
+    return joblog.fields(o.reservation, o.envelope.func if o.envelope else None)
 
 
 def _record_other(o: ex.Outcome, broker: Broker, settings: Settings) -> str | None:
+    """Record ``o``; return the job's state afterwards (None: the lease was lost)."""
     r = o.reservation
     started = _dt(o.started_at)
     if o.status == ex.DEFER:
-        broker.defer(r, o.delay or 0)
-        return None
+        return JobState.QUEUED.value if broker.defer(r, o.delay or 0) else None
     if o.status == ex.REJECT:
         broker.dead_letter(r, o.error or "rejected", o.error, o.traceback, started_at=started)
         return "DEAD"
@@ -225,7 +239,7 @@ def _record_other(o: ex.Outcome, broker: Broker, settings: Settings) -> str | No
     requeue = o.status != ex.UNSTORABLE
     delay = o.delay if o.delay is not None else _retry_policy(o, settings).delay(r.deliveries)
     state = broker.settle(r, requeue=requeue, delay=delay, error=o.error, traceback=o.traceback, started_at=started)
-    return state.value if state is not None and state in JobState.FINAL else None
+    return state.value if state is not None else None
 
 
 def _next_link(o: ex.Outcome, enqueue: Callable[..., str] | None) -> None:

@@ -2,6 +2,7 @@
 
 * ``TASKMQ_TEST_SENTRY_FILE``: ``sentry_sdk.init`` with a transport that appends each event to that
   file as one JSON line (no network; the DSN names no real host);
+* ``TASKMQ_TEST_JSON_LOGS``: the documented JSON logging configuration (``example/json_logging.py``);
 * reporters for ``TASKMQ['error_reporter']`` that log to the run log and then raise or hang.
 """
 
@@ -13,12 +14,19 @@ import time
 from typing import Any
 
 SENTRY_FILE = "TASKMQ_TEST_SENTRY_FILE"
+JSON_LOGS = "TASKMQ_TEST_JSON_LOGS"
 
 
 def configure(settings: dict[str, Any]) -> None:
     """Set up what the environment asks for, from a settings module's globals."""
     if os.environ.get(SENTRY_FILE):
         init_sentry(os.environ[SENTRY_FILE])
+    if os.environ.get(JSON_LOGS):
+        from example.json_logging import LOGGING
+
+        # As the configuration's comment says, DEBUG for django_taskmq.jobs: a record per success too.
+        loggers = {**LOGGING["loggers"], "django_taskmq.jobs": {"level": "DEBUG"}}
+        settings["LOGGING"] = {**LOGGING, "loggers": loggers}
 
 
 def init_sentry(path: str) -> None:
@@ -75,3 +83,11 @@ class Failed(Exception):
 def failing(tag: str, *private: Any) -> None:
     """Raise :class:`Failed` with ``tag``; ``private`` stands for arguments a report must not carry."""
     raise Failed(tag)
+
+
+def logs_a_line(text: str) -> str:
+    """Log ``text`` on this module's logger at WARNING (the task's own record)."""
+    import logging
+
+    logging.getLogger(__name__).warning("task says %s", text)
+    return text

@@ -26,6 +26,7 @@ from typing import Any, Protocol
 from django.db import connections
 
 from .. import execution as ex
+from .. import joblog
 from ..brokers.base import Broker
 from ..conf import Settings
 from ..exceptions import TaskMQError, TaskTimeout, WorkerDied
@@ -461,7 +462,7 @@ class Sentinel:
             self._from_worker(slot)  # it may have just ended: read that first
             return
         logger.warning("job %s ran past its timeout of %ss: killing worker %s",
-                       started[0], timeout, slot.process.pid)
+                       started[0], timeout, slot.process.pid, extra=_fields(running.ticket))
         self._kill_timed_out(slot)
 
     def _enforce_timeouts(self, slot: Slot, now: float) -> None:
@@ -480,7 +481,7 @@ class Sentinel:
                 slot.stuck = True
                 logger.warning("job %s ran past its timeout of %ss and did not stop when interrupted: worker %s "
                                "takes no more work and is killed once its other tasks are done",
-                               job_id, running.ticket.timeout, slot.process.pid)
+                               job_id, running.ticket.timeout, slot.process.pid, extra=_fields(running.ticket))
         if slot.stuck and all(r.stuck(now) for r in slot.running.values()):
             self._kill_timed_out(slot)
 
@@ -503,7 +504,8 @@ class Sentinel:
         if crashed:
             code = slot.process.exitcode
             for job_id, running in slot.running.items():
-                logger.error("worker %s died (exit code %s) running job %s", slot.process.pid, code, job_id)
+                logger.error("worker %s died (exit code %s) running job %s", slot.process.pid, code, job_id,
+                             extra=_fields(running.ticket))
                 self.counts["crashes"] += 1
                 self._count(running.ticket.reservation.queue, "crashes")
                 self._record_lost(running.ticket, ex.CRASH,
@@ -754,6 +756,15 @@ def _round_robin(tickets: list[Ticket], rooms: list[int]) -> tuple[list[list[Tic
             if room > len(batch) and tickets:
                 batch.append(tickets.pop(0))
     return plan, tickets
+
+
+def _fields(ticket: Ticket) -> dict:
+    """The extra fields of a log record about ``ticket``'s job (see :mod:`~django_taskmq.joblog`)."""
+    try:
+        task = ticket.message().envelope.func
+    except Exception:  # a log record's field is not worth failing the sentinel for
+        task = None
+    return joblog.fields(ticket.reservation, task)
 
 
 def _urgency(ticket: Ticket) -> int:

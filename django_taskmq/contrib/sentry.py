@@ -14,6 +14,16 @@ from typing import Any
 
 from ..reporting import FailedJob
 
+try:
+    from sentry_sdk.integrations.logging import ignore_logger
+except ImportError:  # sentry-sdk is not installed: the reporter says so when called
+    pass
+else:
+    # The reporter sends each failure with its traceback; the log record of a job's final failure
+    # (an ERROR of django_taskmq.jobs) would be a second event for it (Celery's integration ignores
+    # its job logger for the same reason).
+    ignore_logger("django_taskmq.jobs")
+
 
 class Reporter:
     """An error reporter ``(exc, job)`` that sends each failure to Sentry as one event."""
