@@ -21,6 +21,7 @@ from .brokers.base import Reservation
 from .envelope import Envelope
 from .exceptions import Defer, Reject, RetryLater
 from .loading import callable_for, is_django_task, resolve
+from .progress import CurrentJob
 from .signals import pre_execute
 from .policy.storable import clip_head, clip_tail
 from .signing import seal_result, verify_pickled
@@ -40,18 +41,17 @@ class Status(str, enum.Enum):
 
 SUCCESS, FAILURE, RETRY, DEFER, REJECT, TIMEOUT, CRASH, UNSTORABLE = Status
 
-current_job_id: contextvars.ContextVar[str | None] = contextvars.ContextVar("taskmq_current_job", default=None)
-
-
 #: Called with the event loop and the asyncio task of a coroutine task when it starts (a worker
 #: with several threads uses it to cancel a coroutine at its timeout; see cluster.interrupts).
 coroutine_started: contextvars.ContextVar[Callable[[asyncio.AbstractEventLoop, asyncio.Task], None] | None] = \
     contextvars.ContextVar("taskmq_coroutine_started", default=None)
 
 
-def current_job() -> str | None:
-    """Return the id of the job the calling code runs in, or None outside a task."""
-    return current_job_id.get()
+def current_job() -> CurrentJob | None:
+    """Return the job the calling code runs in, or None outside a task: its id (a ``str``) with
+    :meth:`~django_taskmq.progress.CurrentJob.set_progress`."""
+    running = joblog.running.get()
+    return None if running is None else CurrentJob(running[0])
 
 
 class TaskMessage(NamedTuple):
@@ -100,8 +100,8 @@ def execute(message: TaskMessage) -> Outcome:
         outcome = _outcome(message, REJECT, started, exc)
         reporting.failed(exc, message.reservation, envelope, retried=False)
         return outcome._replace(error=clip_head(f"cannot import {envelope.func}: {outcome.error}"))
-    token = current_job_id.set(message.reservation.job_id)
-    running = joblog.running.set(message)  # for the task's own log records (joblog.JobFields)
+    # current_job() reads it, and so do the task's own log records (joblog.JobFields).
+    running = joblog.running.set(message)
     try:
         if pre_execute.has_listeners():
             pre_execute.send(sender=Outcome, job_id=message.reservation.job_id, func=envelope.func, envelope=envelope)
@@ -119,7 +119,6 @@ def execute(message: TaskMessage) -> Outcome:
         reporting.failed(exc, message.reservation, envelope)  # held: reported once the outcome has left (reporting.deliver)
         return _outcome(message, FAILURE, started, exc)
     finally:
-        current_job_id.reset(token)
         joblog.running.reset(running)
     return Outcome(message.reservation, envelope, SUCCESS, value, started_at=started, finished_at=time.time())
 

@@ -91,3 +91,31 @@ def logs_a_line(text: str) -> str:
 
     logging.getLogger(__name__).warning("task says %s", text)
     return text
+
+
+def reports_then_waits(gate: str, cap: float = 60.0) -> str:
+    """Report 5 of 10 ("halfway"), then wait until the file ``gate`` exists (at most ``cap`` seconds)."""
+    from django_taskmq import current_job
+
+    current_job().set_progress(5, 10, "halfway")
+    deadline = time.monotonic() + cap
+    while not os.path.exists(gate) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return "done"
+
+
+def reports_often(calls: int) -> dict[str, float]:
+    """Report progress ``calls`` times in a loop, wait until the last report is written; return
+    how many writes this job's reports made and over how many seconds."""
+    from django_taskmq import current_job, progress
+
+    job = current_job()
+    writer = progress.writer()
+    before = writer.writes
+    started = time.monotonic()
+    for done in range(1, calls + 1):
+        job.set_progress(done, calls, "looping")
+    deadline = time.monotonic() + 30
+    while not writer.idle() and time.monotonic() < deadline:
+        time.sleep(0.01)
+    return {"writes": writer.writes - before, "seconds": time.monotonic() - started}

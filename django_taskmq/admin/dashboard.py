@@ -26,6 +26,7 @@ from .. import monitoring
 from ..brokers import get_broker
 from ..models import Job
 from ..policy.states import JobState
+from . import progress_bar
 from .chart import throughput_svg
 from .display import duration
 
@@ -58,6 +59,7 @@ def dashboard_view(request: HttpRequest, site: admin.AdminSite) -> TemplateRespo
         "totals": {key: sum(row[key] for row in queues) for key in ("ready", "delayed", "retrying", "running",
                                                                     "dead_letters")},
         "clusters": [_cluster_row(c) for c in snap.clusters],
+        "running_jobs": progress_bar.running_rows(snap.clusters, site.name),
         "workers_alive": snap.workers_alive,
         "throughput": snap.throughput,
         "chart": throughput_svg(snap.throughput.per_minute),
