@@ -14,6 +14,14 @@ Gauges, read from the database at each scrape (:mod:`.monitoring`):
 ``taskmq_clusters_alive``, ``taskmq_workers_alive``
     clusters with a fresh heartbeat, and their worker processes
 
+Histograms of the jobs that finished in the last hour, per task and queue (:mod:`.histograms`;
+gauge histograms: a window, not counters since start, so ``_gcount`` and ``_gsum``):
+
+``taskmq_job_wait_seconds{task, queue, le}``
+    from enqueue to the first execution's start
+``taskmq_job_run_seconds{task, queue, le}``
+    the latest execution's run time
+
 Counters, summed over the clusters' heartbeats (``counts["queues"]``):
 
 ``taskmq_jobs_finished_total{queue, outcome}``
@@ -26,10 +34,11 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from prometheus_client import CollectorRegistry, generate_latest
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.core import CounterMetricFamily, GaugeHistogramMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from . import monitoring
+from . import histograms, monitoring
+from .policy.distribution import BUCKETS
 from .policy.states import JobState
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
@@ -77,11 +86,27 @@ class TaskMQCollector(Collector):
         yield GaugeMetricFamily("taskmq_workers_alive", "Worker processes of the clusters alive.",
                                 value=sum(c.workers for c in clusters))
 
+        yield from timing_histograms(self.alias)
+
         finished = CounterMetricFamily("taskmq_jobs_finished", "Tasks finished by the workers, per queue and "
                                        "outcome, from the clusters' heartbeats.", labels=["queue", "outcome"])
         for (queue, outcome), value in sorted(monitoring.finished_counters(self.alias).items()):
             finished.add_metric([queue, OUTCOME_LABELS.get(outcome, outcome)], value)
         yield finished
+
+
+def timing_histograms(alias: str | None = None) -> Iterator[Metric]:
+    """The wait and run time histograms of the last hour, per task and queue."""
+    timings = histograms.last_hour(alias)
+    wait = GaugeHistogramMetricFamily("taskmq_job_wait_seconds", "Seconds from enqueue to the first execution's "
+                                      "start, of the jobs that finished in the last hour.", labels=["task", "queue"])
+    run = GaugeHistogramMetricFamily("taskmq_job_run_seconds", "Seconds the latest execution ran, of the jobs "
+                                     "that finished in the last hour.", labels=["task", "queue"])
+    for (task, queue), timing in sorted(timings.items()):
+        for family, histogram in ((wait, timing.wait), (run, timing.run)):
+            buckets = [(f"{bound:g}", count) for bound, count in zip(BUCKETS, histogram.buckets)]
+            family.add_metric([task, queue], buckets + [("+Inf", histogram.count)], histogram.total)
+    yield from (wait, run)
 
 
 def exposition(alias: str | None = None) -> bytes:

@@ -22,7 +22,7 @@ from django.template.response import TemplateResponse
 from django.urls import path, reverse
 from django.utils.translation import gettext as _
 
-from .. import monitoring
+from .. import histograms, monitoring
 from ..brokers import get_broker
 from ..models import Job
 from ..policy.states import JobState
@@ -60,6 +60,7 @@ def dashboard_view(request: HttpRequest, site: admin.AdminSite) -> TemplateRespo
                                                                     "dead_letters")},
         "clusters": [_cluster_row(c) for c in snap.clusters],
         "running_jobs": progress_bar.running_rows(snap.clusters, site.name),
+        "timings": timing_rows(),
         "workers_alive": snap.workers_alive,
         "throughput": snap.throughput,
         "chart": throughput_svg(snap.throughput.per_minute),
@@ -90,6 +91,17 @@ def _queue_row(q: monitoring.QueueStats, jobs_url: str, letters_url: str) -> dic
         "running_url": jobs(state=JobState.RUNNING.value),
         "dead_url": f"{letters_url}?{urlencode({'queue': q.name, 'replayed': 'no'})}",
     }
+
+
+def timing_rows() -> list[dict[str, Any]]:
+    """Per task, the jobs that finished in the last hour and their wait and run time p50 and p95."""
+    def seconds(value: float | None) -> str:
+        return "-" if value is None else duration(value)
+
+    return [{"task": task, "jobs": t.run.count,
+             "wait_p50": seconds(t.wait.quantile(0.5)), "wait_p95": seconds(t.wait.quantile(0.95)),
+             "run_p50": seconds(t.run.quantile(0.5)), "run_p95": seconds(t.run.quantile(0.95))}
+            for task, t in histograms.by_task(histograms.last_hour()).items()]
 
 
 def _cluster_row(c: monitoring.ClusterInfo) -> dict[str, Any]:
