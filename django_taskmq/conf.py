@@ -83,6 +83,7 @@ class Settings:
     label: str | None = None
     prepared_statements: bool = True
     error_reporter: str | None = None
+    opentelemetry: bool = False
 
     @property
     def effective_queue_limit(self) -> int:
@@ -251,6 +252,7 @@ _VALIDATORS = {
     "label": _label,
     "prepared_statements": _flag,
     "error_reporter": _dotted,
+    "opentelemetry": _flag,
 }
 assert set(_VALIDATORS) == {f.name for f in fields(Settings)}
 

@@ -18,6 +18,7 @@ from asgiref.sync import async_to_sync
 
 from . import joblog, reporting
 from .brokers.base import Reservation
+from .conf import get_settings
 from .envelope import Envelope
 from .exceptions import Defer, Reject, RetryLater
 from .loading import callable_for, is_django_task, resolve
@@ -91,6 +92,14 @@ def unpack_verified(reservation: Reservation, salt: str) -> tuple[Reservation, E
 
 def execute(message: TaskMessage) -> Outcome:
     """Run the task of ``message`` and return its outcome; never raises for the task's errors."""
+    if get_settings().opentelemetry:  # only then is opentelemetry imported
+        from . import tracing
+
+        return tracing.run(message, _execute)
+    return _execute(message)
+
+
+def _execute(message: TaskMessage) -> Outcome:
     envelope = message.envelope
     started = time.time()
     try:

@@ -88,7 +88,7 @@ def record(outcomes: Sequence[ex.Outcome], broker: Broker, settings: Settings,
             if state == "SUCCEEDED" and _chained(o):
                 try:
                     with broker.atomic():
-                        _next_link(o, enqueue)
+                        _next_link(o, enqueue, settings)
                 except Exception:
                     logger.exception("could not queue the next link of job %s", o.reservation.job_id)
     # Everything below runs after the outcomes are committed; its failures are logged, never raised.
@@ -242,7 +242,7 @@ def _record_other(o: ex.Outcome, broker: Broker, settings: Settings) -> str | No
     return state.value if state is not None else None
 
 
-def _next_link(o: ex.Outcome, enqueue: Callable[..., str] | None) -> None:
+def _next_link(o: ex.Outcome, enqueue: Callable[..., str] | None, settings: Settings) -> None:
     if enqueue is None or o.envelope is None:
         raise RuntimeError("recorder.record() needs enqueue= to queue the next link of a chain")
     chain = list(o.envelope.options["chain"])
@@ -250,7 +250,14 @@ def _next_link(o: ex.Outcome, enqueue: Callable[..., str] | None) -> None:
     options = dict(options)
     if len(chain) > 1:
         options["chain"] = chain[1:]
-    enqueue(func, *args, q_options=options, **kwargs)
+    trace = o.envelope.options.get("trace") if settings.opentelemetry else None
+    if trace:  # the next link's enqueue joins the trace of the chain's first enqueue
+        from . import tracing
+
+        with tracing.attached(trace):
+            enqueue(func, *args, q_options=options, **kwargs)
+    else:
+        enqueue(func, *args, q_options=options, **kwargs)
 
 
 def _run_hooks(finals: list[tuple[ex.Outcome, str]], broker: Broker, settings: Settings) -> None:

@@ -3,6 +3,8 @@
 * ``TASKMQ_TEST_SENTRY_FILE``: ``sentry_sdk.init`` with a transport that appends each event to that
   file as one JSON line (no network; the DSN names no real host);
 * ``TASKMQ_TEST_JSON_LOGS``: the documented JSON logging configuration (``example/json_logging.py``);
+* ``TASKMQ_TEST_SPANS_FILE``: the OpenTelemetry SDK, exporting each span as it ends to that file
+  as one JSON line (:func:`export_spans_to`; the pytest process calls it itself);
 * reporters for ``TASKMQ['error_reporter']`` that log to the run log and then raise or hang.
 """
 
@@ -15,12 +17,15 @@ from typing import Any
 
 SENTRY_FILE = "TASKMQ_TEST_SENTRY_FILE"
 JSON_LOGS = "TASKMQ_TEST_JSON_LOGS"
+SPANS_FILE = "TASKMQ_TEST_SPANS_FILE"
 
 
 def configure(settings: dict[str, Any]) -> None:
     """Set up what the environment asks for, from a settings module's globals."""
     if os.environ.get(SENTRY_FILE):
         init_sentry(os.environ[SENTRY_FILE])
+    if os.environ.get(SPANS_FILE):
+        export_spans_to(os.environ[SPANS_FILE])
     if os.environ.get(JSON_LOGS):
         from example.json_logging import LOGGING
 
@@ -119,3 +124,39 @@ def reports_often(calls: int) -> dict[str, float]:
     while not writer.idle() and time.monotonic() < deadline:
         time.sleep(0.01)
     return {"writes": writer.writes - before, "seconds": time.monotonic() - started}
+
+
+_spans_path: list[str] = []  # where this process's spans go (the SDK's provider can be set only once)
+
+
+def export_spans_to(path: str) -> None:
+    """Export every span of this process to ``path`` (one JSON object a line) as it ends."""
+    from opentelemetry import trace
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor, SpanExporter, SpanExportResult
+
+    class FileExporter(SpanExporter):
+        def export(self, spans: Any) -> Any:
+            for span in spans:
+                line = json.dumps(json.loads(span.to_json())) + "\n"
+                fd = os.open(_spans_path[-1], os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+                try:
+                    os.write(fd, line.encode())
+                finally:
+                    os.close(fd)
+            return SpanExportResult.SUCCESS
+
+    if not _spans_path:
+        provider = TracerProvider()
+        provider.add_span_processor(SimpleSpanProcessor(FileExporter()))
+        trace.set_tracer_provider(provider)
+    _spans_path.append(path)
+
+
+def read_spans(path: str) -> list[dict[str, Any]]:
+    """The spans :func:`export_spans_to` wrote, in order."""
+    try:
+        with open(path) as f:
+            return [json.loads(line) for line in f if line.strip()]
+    except FileNotFoundError:
+        return []

@@ -83,7 +83,12 @@ def run(index: int, conn: Connection, settings: Settings, threads: int = 1, shar
         OneAtATime(index, conn, settings, shared).serve()
     else:
         Pool(index, conn, settings, threads).serve()
-    reporting.close()  # the process ends with os._exit: atexit handlers (Sentry's flush) do not run
+    # The process ends with os._exit: atexit handlers (Sentry's, the OpenTelemetry SDK's flush) do not run.
+    reporting.close()
+    if settings.opentelemetry:
+        from .. import tracing
+
+        tracing.flush()
 
 
 class OneAtATime:
