@@ -9,7 +9,9 @@ the same fields to the records that the task's own code logs while it runs.
 Outcomes are logged on the ``django_taskmq.jobs`` logger as they are recorded: a success at DEBUG
 (one record per job costs the recording process more than recording it), a retry or a deferral the
 task asked for at INFO, a failure that will be retried at WARNING, a final failure (FAILED, DEAD)
-at ERROR.
+at ERROR. The sentinel's records of a job killed at its timeout or lost with its worker are on the
+same logger (an error reporter reports those jobs; Sentry's reporter has Sentry's logging
+integration ignore this logger, so each failure is one event).
 """
 
 from __future__ import annotations

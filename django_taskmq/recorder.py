@@ -14,7 +14,7 @@ from collections.abc import Callable, Sequence
 
 from django.db import InterfaceError, OperationalError
 
-from . import cached_results, joblog
+from . import cached_results, joblog, reporting
 from . import execution as ex
 from .brokers.base import Ack, Broker
 from .conf import Settings
@@ -96,6 +96,12 @@ def record(outcomes: Sequence[ex.Outcome], broker: Broker, settings: Settings,
         joblog.outcomes([*((o, s) for o, s in finals if s == "SUCCEEDED"), *others])
     except Exception:
         logger.exception("logging the outcomes failed")
+    if settings.error_reporter is not None:
+        # What the worker could not report (its process was killed or died), now that it is recorded.
+        for o, state in others:
+            if state is not None and o.status in (ex.TIMEOUT, ex.CRASH):
+                reporting.lost(o.reservation, o.envelope, o.status.value, o.error, state,
+                               settings.name, settings.error_reporter)
     # (job_dead is sent by the broker for every path into the DLQ.)
     if post_execute.has_listeners():
         for o in outcomes:

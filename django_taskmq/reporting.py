@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import functools
 import logging
+import queue
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -105,9 +106,12 @@ def failed(exc: BaseException, r: Reservation, envelope: Envelope, retried: bool
     """Hold ``exc``, the failure of the delivery ``r`` of ``envelope``, for :func:`deliver` (no-op
     without a reporter). ``retried`` False: this failure is never retried (see :func:`expected_state`)."""
     from .conf import get_settings
+    from .exceptions import TaskTimeout
 
     settings = get_settings()
-    if settings.error_reporter is None:
+    # A TaskTimeout is the interruption of a task at its timeout (several threads): its outcome is
+    # a timeout, reported as the monitor records it (see lost()).
+    if settings.error_reporter is None or isinstance(exc, TaskTimeout):
         return
     ack = envelope.options.get("ack_failure")
     max_deliveries = r.max_deliveries or settings.max_deliveries
@@ -138,13 +142,59 @@ def deliver(timeout: float = REPORT_TIMEOUT) -> None:
         guarded(functools.partial(reporter, exc, job), f"error_reporter {path} (job {job.id})", timeout)
 
 
+#: Reports of :func:`lost` that may wait for the background reporter; more are dropped (and logged).
+BACKLOG = 1000
+_backlog: queue.Queue | None = None
+_backlog_lock = threading.Lock()
+
+
+def lost(r: Reservation, envelope: Envelope | None, status: str, error: str, state: str, cluster: str,
+         path: str) -> None:
+    """Report a delivery the worker could not report itself (it was killed at its timeout, or died),
+    as the monitor records it (``state``: the job's state afterwards).
+
+    The monitor records outcomes for the whole cluster: the report waits for a background thread
+    of this process (at most :data:`BACKLOG` of them), so no reporter slows recording.
+    """
+    from .exceptions import TaskTimeout, WorkerDied
+
+    kind = TaskTimeout if status == "timeout" else WorkerDied
+    text = error.partition(": ")[2] or error or status
+    job = FailedJob(id=r.job_id, task=envelope.func if envelope else "", queue=r.queue, priority=r.priority,
+                    attempt=r.deliveries, max_deliveries=r.max_deliveries, state=state, cluster=cluster,
+                    args=tuple(envelope.args) if envelope else (), kwargs=dict(envelope.kwargs) if envelope else {})
+    global _backlog
+    with _backlog_lock:
+        if _backlog is None:
+            _backlog = queue.Queue(BACKLOG)
+            threading.Thread(target=_report_backlog, args=(_backlog,), name="taskmq-report-backlog", daemon=True).start()
+    try:
+        _backlog.put_nowait((path, kind(text), job))
+    except queue.Full:
+        logger.warning("error_reporter: %d reports wait already; job %s not reported", BACKLOG, job.id)
+
+
+def _report_backlog(backlog: queue.Queue) -> None:
+    while True:
+        path, exc, job = backlog.get()
+        try:
+            _held.pending = [(path, exc, job)]
+            deliver()
+        finally:
+            backlog.task_done()
+
+
 def close(timeout: float = REPORT_TIMEOUT) -> None:
-    """Let the reporter send what it buffered (its ``flush(timeout)``, if any); a worker calls it as it ends."""
+    """Let the reporter send what it buffered (its ``flush(timeout)``, if any), after the reports of
+    :func:`lost` still waiting (for at most ``timeout`` more); a worker and the monitor call it as
+    they end."""
     from .conf import get_settings
 
     path = get_settings().error_reporter
     if path is None:
         return
+    if _backlog is not None:
+        guarded(_backlog.join, "error_reporter backlog", timeout)
     try:
         flush = getattr(_reporter(path), "flush", None)
     except Exception:

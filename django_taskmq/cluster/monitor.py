@@ -49,6 +49,9 @@ def run(results: ResultPipe, settings: Settings) -> None:
     warm_up(broker)
     post_spawn.send(sender=run, proc_name="monitor")
     Monitor(results, broker, settings).serve()
+    from .. import reporting
+
+    reporting.close()  # the reports of timeouts and crashes still waiting (see reporting.lost)
 
 
 def warm_up(broker: Broker) -> None:

@@ -461,7 +461,7 @@ class Sentinel:
         if readable(slot.pipe):
             self._from_worker(slot)  # it may have just ended: read that first
             return
-        logger.warning("job %s ran past its timeout of %ss: killing worker %s",
+        joblog.logger.warning("job %s ran past its timeout of %ss: killing worker %s",
                        started[0], timeout, slot.process.pid, extra=_fields(running.ticket))
         self._kill_timed_out(slot)
 
@@ -479,7 +479,7 @@ class Sentinel:
                 self._send(slot, cancel_frame(job_id))
             elif running.stuck(now) and not slot.stuck:
                 slot.stuck = True
-                logger.warning("job %s ran past its timeout of %ss and did not stop when interrupted: worker %s "
+                joblog.logger.warning("job %s ran past its timeout of %ss and did not stop when interrupted: worker %s "
                                "takes no more work and is killed once its other tasks are done",
                                job_id, running.ticket.timeout, slot.process.pid, extra=_fields(running.ticket))
         if slot.stuck and all(r.stuck(now) for r in slot.running.values()):
@@ -504,7 +504,7 @@ class Sentinel:
         if crashed:
             code = slot.process.exitcode
             for job_id, running in slot.running.items():
-                logger.error("worker %s died (exit code %s) running job %s", slot.process.pid, code, job_id,
+                joblog.logger.error("worker %s died (exit code %s) running job %s", slot.process.pid, code, job_id,
                              extra=_fields(running.ticket))
                 self.counts["crashes"] += 1
                 self._count(running.ticket.reservation.queue, "crashes")

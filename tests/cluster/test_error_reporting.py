@@ -84,3 +84,32 @@ def test_a_reporter_that_raises_or_hangs_changes_nothing(cluster, reporter):
     stop(cluster, qc)
     assert sorted(cluster.log()) == sorted([(dead, "reported:1:RETRYING"), (dead, "reported:2:DEAD"),
                                             (failed, "reported:1:FAILED")])
+
+
+@pytest.mark.parametrize("threads", ["1", "2"])
+def test_a_timeout_is_reported_once_as_it_is_recorded(cluster, tmp_path, monkeypatch, threads):
+    events_file = str(tmp_path / "sentry.jsonl")
+    monkeypatch.setenv(SENTRY_FILE, events_file)
+    cluster.configure(error_reporter="django_taskmq.contrib.sentry.report")
+    job = async_task("tests.cluster.tasks_cluster.spin", 30, timeout=1, max_deliveries=1)
+    qc = cluster.start("-w", "1", "--threads", threads)
+    cluster.wait_final([job], alive=[qc])
+    stop(cluster, qc)
+    [event] = read_events(events_file)
+    assert (event["tags"]["taskmq.job_id"], event["tags"]["taskmq.state"], event["tags"]["taskmq.attempt"]) == \
+        (job, "DEAD", "1")
+    exception = event["exception"]["values"][-1]
+    assert exception["type"] == "TaskTimeout" and "timeout of 1" in exception["value"]
+
+
+def test_a_crash_is_reported_as_it_is_recorded(cluster, tmp_path, monkeypatch):
+    events_file = str(tmp_path / "sentry.jsonl")
+    monkeypatch.setenv(SENTRY_FILE, events_file)
+    cluster.configure(error_reporter="django_taskmq.contrib.sentry.report")
+    job = async_task("tests.tasks.crash", 3, max_deliveries=2)
+    qc = cluster.start("-w", "1")
+    cluster.wait_final([job], alive=[qc])
+    stop(cluster, qc)
+    seen = sorted((e["tags"]["taskmq.attempt"], e["tags"]["taskmq.state"], e["exception"]["values"][-1]["type"])
+                  for e in read_events(events_file))
+    assert seen == [("1", "RETRYING", "WorkerDied"), ("2", "DEAD", "WorkerDied")]
