@@ -34,3 +34,11 @@ def test_anything_else_stored_reads_as_no_report():
     assert read(None, 1) is None
     assert read("5/10", 1) is None
     assert read({"done": 1, "delivery": 1}, 1)["updated_at"] is None
+
+
+def test_qmonitor_shows_a_bar_the_numbers_and_the_message():
+    from django_taskmq.terminal import progress_text
+
+    assert progress_text({"done": 5, "total": 10, "message": "rows"}) == "[#####     ] 5/10 rows"
+    assert progress_text({"done": 7, "total": None, "message": ""}) == "7"
+    assert progress_text(None) == ""
