@@ -66,9 +66,12 @@ def test_every_attempt_of_a_retried_job_is_in_the_enqueue_trace(cluster, spans):
     runs = sorted((s for s in read_spans(worker) if s["attributes"].get("taskmq.job_id") == job),
                   key=lambda s: s["attributes"]["taskmq.attempt"])
     assert [s["attributes"]["taskmq.attempt"] for s in runs] == [1, 2]
-    for span in runs:
+    for attempt, span in enumerate(runs, 1):
         assert (span["context"]["trace_id"], span["parent_id"]) == \
             (enqueue["context"]["trace_id"], enqueue["context"]["span_id"])
+        [link] = span["links"]  # each attempt links to the creation context
+        assert (link["context"]["span_id"], link["attributes"]["taskmq.attempt"]) == \
+            (enqueue["context"]["span_id"], attempt)
         assert span["status"]["status_code"] == "ERROR"
         assert span["attributes"]["taskmq.outcome"] == "failure"
         [event] = span["events"]
