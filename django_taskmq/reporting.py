@@ -37,7 +37,8 @@ class FailedJob:
 
     ``attempt`` is the delivery that failed (1 for the first); ``state`` the state the job goes
     to: ``"RETRYING"`` (it will run again), ``"FAILED"`` (``ack_failures``) or ``"DEAD"`` (to the
-    dead letters: this was its final failure). ``args`` and ``kwargs`` are the task's arguments; a
+    dead letters: this was its final failure). ``args`` and ``kwargs`` are the task's arguments
+    (empty for a timeout or a crash, which the monitor reports: outcomes reach it without them); a
     reporter that sends events elsewhere should leave them out unless asked (they may hold personal
     data).
     """
