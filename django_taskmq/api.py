@@ -57,7 +57,21 @@ def async_task(func: Callable | str, *args: Any, queue: str | None = None, prior
     # None means "not given" (Task.apply_async names options this way to keep kwargs for the function).
     options.update({k: v for k, v in q_options.items() if v is not None or k not in OPTIONS})
     settings = get_settings()
-    values = JobTemplate(func, options, settings).values(args, kwargs)
+    template = JobTemplate(func, options, settings)
+    if settings.opentelemetry:  # only then is opentelemetry imported
+        from . import tracing
+
+        common: dict[str, Any] = template.common
+        with tracing.enqueue(common["task_name"], common["queue"], common["priority"]) as (span, carrier):
+            job_id = _enqueue(template, args, kwargs, options, settings, carrier)
+            tracing.enqueued(span, job_id)
+        return job_id
+    return _enqueue(template, args, kwargs, options, settings)
+
+
+def _enqueue(template: JobTemplate, args: tuple, kwargs: dict, options: dict, settings: Any,
+             trace: dict | None = None) -> str:
+    values = template.values(args, kwargs, trace)
     if pre_enqueue.has_listeners():  # only then is a model instance worth building
         job = Job(**values)
         pre_enqueue.send(sender=Job, job=job)  # receivers may change the job's fields
@@ -81,6 +95,18 @@ def enqueue_many(func: Callable | str, calls: Iterable[Any], **options: Any) -> 
         raise ConfigError("enqueue_many does not take key: idempotency keys are per call, use async_task")
     settings = get_settings()
     template = JobTemplate(func, options, settings)
+    if settings.opentelemetry:  # one producer span for the batch
+        from . import tracing
+
+        calls = list(calls)
+        common: dict[str, Any] = template.common
+        with tracing.enqueue(common["task_name"], common["queue"], common["priority"], batch=len(calls)) as (_, carrier):
+            return _enqueue_many(template, calls, options, settings, carrier)
+    return _enqueue_many(template, calls, options, settings)
+
+
+def _enqueue_many(template: JobTemplate, calls: Iterable[Any], options: dict, settings: Any,
+                  trace: dict | None = None) -> list[str]:
     rows = []
     for call in calls:
         if isinstance(call, dict):
@@ -89,7 +115,7 @@ def enqueue_many(func: Callable | str, calls: Iterable[Any], **options: Any) -> 
             args, kwargs = tuple(call), {}
         else:
             args, kwargs = (call,), {}
-        rows.append(template.values(args, kwargs))
+        rows.append(template.values(args, kwargs, trace))
     ids = get_broker().enqueue_many(rows)
     if options.get("sync", settings.sync):
         for job_id in ids:

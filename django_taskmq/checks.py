@@ -3,6 +3,8 @@ django-q2's ``Q_CLUSTER`` that are not carried over, and django-q2's commands sh
 
 from __future__ import annotations
 
+import importlib.util
+
 from django.apps import apps
 from django.conf import settings
 from django.core import checks
@@ -29,6 +31,18 @@ def check_settings(app_configs=None, **kwargs) -> list[checks.CheckMessage]:
             hint=f"Use one of {sorted(settings.DATABASES)}.", id="taskmq.E002",
         )]
     messages += check_listen_database(conf)
+    if conf.error_reporter is not None:
+        from .reporting import reporter_problem
+
+        problem = reporter_problem(conf.error_reporter)
+        if problem:
+            messages.append(checks.Error(f"TASKMQ['error_reporter'] {conf.error_reporter!r} {problem}",
+                                         hint="Name a callable (exc, job), e.g. 'django_taskmq.contrib.sentry.report'.",
+                                         id="taskmq.E004"))
+    if conf.opentelemetry and importlib.util.find_spec("opentelemetry") is None:
+        messages.append(checks.Error("TASKMQ['opentelemetry'] is True but opentelemetry-api is not installed",
+                                     hint="pip install 'django-taskmq[otel]' (and the SDK and exporter you use).",
+                                     id="taskmq.E005"))
     caches = getattr(settings, "CACHES", None) or {"default": None}
     if conf.cache not in caches:
         messages.append(checks.Error(

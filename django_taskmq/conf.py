@@ -93,6 +93,8 @@ class Settings:
     stop_timeout: float | None = 25.0
     cancel_grace: float = 5.0
     clock_skew_warning: float = 5.0
+    error_reporter: str | None = None
+    opentelemetry: bool = False
 
     @property
     def effective_queue_limit(self) -> int:
@@ -226,6 +228,16 @@ def _retention(value: Any) -> dict[str, float | None]:
     return retention_policy.merged(value)
 
 
+def _dotted(key: str, value: Any) -> str | None:
+    """A dotted path to a callable, or None; importing it is the system checks' part (it may need apps)."""
+    if value is None:
+        return None
+    if not isinstance(value, str) or not all(part.isidentifier() for part in value.split(".")) or "." not in value:
+        raise _fail(key, f"must be a dotted path to a callable like 'django_taskmq.contrib.sentry.report', "
+                         f"got {value!r}")
+    return value
+
+
 def _retry(value: Any) -> Retry:
     if isinstance(value, Retry):
         return value
@@ -278,6 +290,8 @@ _VALIDATORS = {
     "stop_timeout": lambda k, v: _number(k, v, optional=True),
     "cancel_grace": lambda k, v: _number(k, v),
     "clock_skew_warning": lambda k, v: _number(k, v, strict=True),
+    "error_reporter": _dotted,
+    "opentelemetry": _flag,
 }
 assert set(_VALIDATORS) == {f.name for f in fields(Settings)}
 

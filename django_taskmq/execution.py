@@ -16,10 +16,13 @@ from typing import Any, NamedTuple
 
 from asgiref.sync import async_to_sync
 
+from . import joblog, reporting
 from .brokers.base import Reservation
+from .conf import get_settings
 from .envelope import Envelope
 from .exceptions import Defer, JobCancelled, Reject, RetryLater
 from .loading import callable_for, is_django_task, resolve
+from .progress import CurrentJob, cancel_probe, cancel_requested
 from .signals import pre_execute
 from .policy.storable import clip_head, clip_tail
 from .signing import seal_result, verify_pickled
@@ -40,48 +43,17 @@ class Status(str, enum.Enum):
 
 SUCCESS, FAILURE, RETRY, DEFER, REJECT, TIMEOUT, CRASH, UNSTORABLE, CANCELLED = Status
 
-current_job_id: contextvars.ContextVar[str | None] = contextvars.ContextVar("taskmq_current_job", default=None)
-
-
 #: Called with the event loop and the asyncio task of a coroutine task when it starts (a worker
 #: with several threads uses it to cancel a coroutine at its timeout; see cluster.interrupts).
 coroutine_started: contextvars.ContextVar[Callable[[asyncio.AbstractEventLoop, asyncio.Task], None] | None] = \
     contextvars.ContextVar("taskmq_coroutine_started", default=None)
 
 
-#: Set by the worker around a task: answers whether the task's cancellation was requested.
-cancel_probe: contextvars.ContextVar[Callable[[], bool] | None] = contextvars.ContextVar("taskmq_cancel_probe",
-                                                                                       default=None)
-
-
-class CurrentJob(str):
-    """The id of the job the calling code runs in (a ``str``), and whether it was cancelled."""
-
-    __slots__ = ()
-
-    @property
-    def cancelled(self) -> bool:
-        """True once :func:`django_taskmq.cancel` asked for this job to stop and its cluster has seen
-        that (within about a second). A long task checks it at points where stopping is safe."""
-        return cancel_requested()
-
-    def raise_if_cancelled(self) -> None:
-        """Raise :class:`~django_taskmq.JobCancelled` if the job was cancelled (see :attr:`cancelled`):
-        the job then ends ``CANCELLED``."""
-        if self.cancelled:
-            raise JobCancelled(f"job {self} was cancelled")
-
-
 def current_job() -> CurrentJob | None:
-    """Return the id of the job the calling code runs in (a :class:`CurrentJob`), or None outside a task."""
-    job_id = current_job_id.get()
-    return None if job_id is None else CurrentJob(job_id)
-
-
-def cancel_requested() -> bool:
-    """True when the task the calling code runs in was asked to stop (see :attr:`CurrentJob.cancelled`)."""
-    probe = cancel_probe.get()
-    return probe is not None and probe()
+    """Return the job the calling code runs in, or None outside a task: its id (a ``str``) with
+    :meth:`~django_taskmq.progress.CurrentJob.set_progress`."""
+    running = joblog.running.get()
+    return None if running is None else CurrentJob(running[0])
 
 
 class TaskMessage(NamedTuple):
@@ -121,6 +93,14 @@ def unpack_verified(reservation: Reservation, salt: str) -> tuple[Reservation, E
 
 def execute(message: TaskMessage) -> Outcome:
     """Run the task of ``message`` and return its outcome; never raises for the task's errors."""
+    if get_settings().opentelemetry:  # only then is opentelemetry imported
+        from . import tracing
+
+        return tracing.run(message, _execute)
+    return _execute(message)
+
+
+def _execute(message: TaskMessage) -> Outcome:
     envelope = message.envelope
     started = time.time()
     try:
@@ -128,8 +108,10 @@ def execute(message: TaskMessage) -> Outcome:
     except Exception as exc:
         # Not the task's failure: no delivery could run it, so it is not retried.
         outcome = _outcome(message, REJECT, started, exc)
+        reporting.failed(exc, message.reservation, envelope, retried=False)
         return outcome._replace(error=clip_head(f"cannot import {envelope.func}: {outcome.error}"))
-    token = current_job_id.set(message.reservation.job_id)
+    # current_job() reads it, and so do the task's own log records (joblog.JobFields).
+    running = joblog.running.set(message)
     try:
         if pre_execute.has_listeners():
             pre_execute.send(sender=Outcome, job_id=message.reservation.job_id, func=envelope.func, envelope=envelope)
@@ -148,9 +130,11 @@ def execute(message: TaskMessage) -> Outcome:
     # the job's cancellation was requested: that is how a coroutine task learns of it.
     except (Exception, SystemExit, KeyboardInterrupt, asyncio.CancelledError) as exc:
         cancelled = isinstance(exc, asyncio.CancelledError) and cancel_requested()
+        if not cancelled:  # held: reported once the outcome has left (reporting.deliver)
+            reporting.failed(exc, message.reservation, envelope)
         return _outcome(message, CANCELLED if cancelled else FAILURE, started, exc)
     finally:
-        current_job_id.reset(token)
+        joblog.running.reset(running)
     return Outcome(message.reservation, envelope, SUCCESS, value, started_at=started, finished_at=time.time())
 
 

@@ -17,6 +17,14 @@ Gauges, read from the database at each scrape (:mod:`.monitoring`):
     each cluster's host clock minus the database's at its last heartbeat (server engines only;
     the queue uses the database's clock, so this is for alerting on hosts that drift)
 
+Histograms of the jobs that finished in the last hour, per task and queue (:mod:`.histograms`;
+gauge histograms: a window, not counters since start, so ``_gcount`` and ``_gsum``):
+
+``taskmq_job_wait_seconds{task, queue, le}``
+    from enqueue to the first execution's start
+``taskmq_job_run_seconds{task, queue, le}``
+    the latest execution's run time
+
 Counters, summed over the clusters' heartbeats (``counts["queues"]``):
 
 ``taskmq_jobs_finished_total{queue, outcome}``
@@ -34,10 +42,11 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from prometheus_client import CollectorRegistry, generate_latest
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.core import CounterMetricFamily, GaugeHistogramMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from . import monitoring
+from . import histograms, monitoring
+from .policy.distribution import BUCKETS
 from .policy.states import JobState
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
@@ -91,6 +100,8 @@ class TaskMQCollector(Collector):
                 skew.add_metric([c.id, c.host], c.clock_skew)
         yield skew
 
+        yield from timing_histograms(self.alias)
+
         finished = CounterMetricFamily("taskmq_jobs_finished", "Tasks finished by the workers, per queue and "
                                        "outcome, from the clusters' heartbeats.", labels=["queue", "outcome"])
         for (queue, outcome), value in sorted(monitoring.finished_counters(self.alias).items()):
@@ -99,6 +110,20 @@ class TaskMQCollector(Collector):
 
         yield CounterMetricFamily("taskmq_pruned_jobs", "Finished jobs deleted by retention and save_limit.",
                                   value=monitoring.pruning(self.alias)["deleted"])
+
+
+def timing_histograms(alias: str | None = None) -> Iterator[Metric]:
+    """The wait and run time histograms of the last hour, per task and queue."""
+    timings = histograms.last_hour(alias)
+    wait = GaugeHistogramMetricFamily("taskmq_job_wait_seconds", "Seconds from enqueue to the first execution's "
+                                      "start, of the jobs that finished in the last hour.", labels=["task", "queue"])
+    run = GaugeHistogramMetricFamily("taskmq_job_run_seconds", "Seconds the latest execution ran, of the jobs "
+                                     "that finished in the last hour.", labels=["task", "queue"])
+    for (task, queue), timing in sorted(timings.items()):
+        for family, histogram in ((wait, timing.wait), (run, timing.run)):
+            buckets = [(f"{bound:g}", count) for bound, count in zip(BUCKETS, histogram.buckets)]
+            family.add_metric([task, queue], buckets + [("+Inf", histogram.count)], histogram.total)
+    yield from (wait, run)
 
 
 def exposition(alias: str | None = None) -> bytes:

@@ -88,6 +88,9 @@ class Job(models.Model):
     concurrency_key = models.CharField(max_length=255, null=True, blank=True)
     concurrency_limit = models.PositiveIntegerField(null=True, blank=True)
     rate_limit = models.CharField(max_length=20, null=True, blank=True)
+    # The latest progress report of a running job (progress.py), written by its worker; read through
+    # ``progress``, which hides a report of an earlier delivery.
+    progress_report = models.JSONField(_("progress"), null=True, blank=True, editable=False)
 
     class Meta:
         verbose_name = _("job")
@@ -118,6 +121,14 @@ class Job(models.Model):
 
     def __str__(self) -> str:
         return f"{self.task_name} [{self.id}]"
+
+    @property
+    def progress(self) -> dict[str, Any] | None:
+        """The latest progress report of this job's latest delivery: ``{"done", "total", "message",
+        "updated_at"}``, or None (see ``current_job().set_progress``)."""
+        from .policy.progress import read
+
+        return read(self.progress_report, self.deliveries)
 
     @property
     def success(self) -> bool:

@@ -28,6 +28,7 @@ from .conf import get_settings
 from .models import READY_STATES, Cluster, DeadLetter, Job, QueuePause
 from .policy import retention as retention_policy
 from .policy.states import JobState
+from .policy.progress import read as read_progress
 
 #: A cluster is alive while its heartbeat is younger than this (seconds) and it has not stopped.
 ALIVE_WITHIN = 30.0
@@ -69,6 +70,7 @@ class WorkerTask:
     queue: str
     seconds: float
     task_name: str = ""
+    progress: dict | None = None  # its latest progress report (see Job.progress)
 
 
 @dataclass
@@ -217,9 +219,11 @@ def clusters_alive(alias: str | None = None, now: datetime.datetime | None = Non
 def _name_tasks(alias: str, tasks: list[WorkerTask]) -> None:
     if not tasks:
         return
-    names = dict(Job.objects.using(alias).filter(pk__in=[t.job_id for t in tasks]).values_list("pk", "task_name"))
+    rows = Job.objects.using(alias).filter(pk__in=[t.job_id for t in tasks])
+    found = {pk: (name, read_progress(report, deliveries))
+             for pk, name, report, deliveries in rows.values_list("pk", "task_name", "progress_report", "deliveries")}
     for task in tasks:
-        task.task_name = names.get(task.job_id, "")
+        task.task_name, task.progress = found.get(task.job_id, ("", None))
 
 
 def throughput(alias: str | None = None, now: datetime.datetime | None = None) -> Throughput:
@@ -314,7 +318,9 @@ def as_json(snap: Snapshot, stats: Iterable[dict[str, Any]] = ()) -> dict[str, A
              "clock_skew": c.clock_skew,
              "counts": {k: v for k, v in c.counts.items() if k != "tasks"},
              "tasks": [{"worker": t.worker, "job": t.job_id, "queue": t.queue, "task": t.task_name,
-                        "seconds": t.seconds} for t in c.tasks]}
+                        "seconds": t.seconds,
+                        "progress": t.progress and {**t.progress, "updated_at": when(t.progress["updated_at"])}}
+                       for t in c.tasks]}
             for c in snap.clusters
         ],
         "queues": [

@@ -247,10 +247,12 @@ class JobTemplate:
         self.key = options.get("concurrency_key")
         self.key_limit = options.get("concurrency_limit") or 1
 
-    def values(self, args: tuple, kwargs: dict) -> dict[str, Any]:
-        """Return the column values (by attribute name) of a new job for one call."""
+    def values(self, args: tuple, kwargs: dict, trace: dict | None = None) -> dict[str, Any]:
+        """Return the column values (by attribute name) of a new job for one call; ``trace``: the
+        W3C trace context to carry in the signed package (see :mod:`.tracing`)."""
         now = time.time()
-        envelope = Envelope(func=self.path, args=tuple(args), kwargs=dict(kwargs), options=self.run_options)
+        options = {**self.run_options, "trace": trace} if trace else self.run_options
+        envelope = Envelope(func=self.path, args=tuple(args), kwargs=dict(kwargs), options=options)
         expired = self.expires_at is not None and self.expires_at <= now
         key = self.key
         if callable(key):  # computed from the call's arguments (a task's default)

@@ -14,7 +14,7 @@ from collections.abc import Callable, Sequence
 
 from django.db import InterfaceError, OperationalError
 
-from . import cached_results
+from . import cached_results, joblog, reporting
 from . import execution as ex
 from .brokers.base import Ack, Broker
 from .conf import Settings
@@ -29,6 +29,8 @@ from .signals import post_execute
 from .signing import SealedResult, verify_result
 
 logger = logging.getLogger(__name__)
+
+FINAL = frozenset(s.value for s in JobState.FINAL)
 
 # Errors that mean the database itself is away (a restart, a lost connection), not that one
 # outcome cannot be stored: the whole batch is retried by the caller.
@@ -78,10 +80,12 @@ def record(outcomes: Sequence[ex.Outcome], broker: Broker, settings: Settings,
         if successes:
             finals += _ack(successes, broker, settings,
                            lone=acks_only and outside_transaction and len(successes) == 1)
+        others = []  # (outcome, state after it: final or not, None if its lease was lost)
         for o in outcomes:
             if o.status != ex.SUCCESS:
                 state = _isolated(o, broker, settings, lambda o: _record_other(o, broker, settings))
-                if state:
+                others.append((o, state))
+                if state is not None and state in FINAL:
                     finals.append((o, state))
         # A chain's next link is queued in the transaction that acknowledges its predecessor:
         # a monitor killed in between cannot lose the rest of the chain, and nobody (a burst
@@ -91,10 +95,20 @@ def record(outcomes: Sequence[ex.Outcome], broker: Broker, settings: Settings,
             if state == "SUCCEEDED" and _chained(o):
                 try:
                     with broker.atomic():
-                        _next_link(o, enqueue)
+                        _next_link(o, enqueue, settings)
                 except Exception:
                     logger.exception("could not queue the next link of job %s", o.reservation.job_id)
     # Everything below runs after the outcomes are committed; its failures are logged, never raised.
+    try:
+        joblog.outcomes([*((o, s) for o, s in finals if s == "SUCCEEDED"), *others])
+    except Exception:
+        logger.exception("logging the outcomes failed")
+    if settings.error_reporter is not None:
+        # What the worker could not report (its process was killed or died), now that it is recorded.
+        for o, state in others:
+            if state is not None and o.status in (ex.TIMEOUT, ex.CRASH):
+                reporting.lost(o.reservation, o.envelope, o.status.value, o.error, state,
+                               settings.name, settings.error_reporter)
     # (job_dead is sent by the broker for every path into the DLQ.)
     if post_execute.has_listeners():
         for o in outcomes:
@@ -166,7 +180,8 @@ def _ack(successes: list[ex.Outcome], broker: Broker, settings: Settings,
         return finals
     for o in successes:
         if o.reservation.job_id in lost:
-            logger.warning("job %s finished after its lease was lost; not recorded", o.reservation.job_id)
+            logger.warning("job %s finished after its lease was lost; not recorded", o.reservation.job_id,
+                           extra=_fields(o))
     return [(o, "SUCCEEDED") for o in successes if o.reservation.job_id not in lost]
 
 
@@ -185,19 +200,20 @@ def _ack_one(o: ex.Outcome, broker: Broker, acks) -> str | None:
 def _isolated(o: ex.Outcome, broker: Broker, settings: Settings, store) -> str | None:
     """Run ``store(o)`` in a savepoint; if it fails, record ``o`` as a failure saying why.
 
-    Returns the final state, or None (not final, lease lost, or nothing could be stored).
+    Returns the state afterwards, or None (lease lost, or nothing could be stored).
     """
     try:
         with broker.atomic():
             return store(o)
     except LeaseLost:
-        logger.warning("job %s: lease lost before its %s was recorded", o.reservation.job_id, o.status)
+        logger.warning("job %s: lease lost before its %s was recorded", o.reservation.job_id, o.status,
+                       extra=_fields(o))
         return None
     except Exception as exc:
         if _away(exc):
             raise
         reason = f"outcome could not be stored: {ex.describe(exc)}"
-        logger.error("job %s: %s; recorded as a failure", o.reservation.job_id, reason)
+        logger.error("job %s: %s; recorded as a failure", o.reservation.job_id, reason, extra=_fields(o))
         times = [t if isinstance(t, (int, float)) else 0.0 for t in (o.started_at, o.finished_at)]
         failed = o._replace(status=ex.UNSTORABLE, result=None, error=clip_head(reason), traceback="",
                             started_at=times[0], finished_at=times[1])
@@ -210,16 +226,20 @@ def _isolated(o: ex.Outcome, broker: Broker, settings: Settings, store) -> str |
         if _away(exc):
             raise
         logger.exception("job %s: not even its failure could be stored; its lease will bring it back",
-                         o.reservation.job_id)
+                         o.reservation.job_id, extra=_fields(o))
         return None
+
+
+def _fields(o: ex.Outcome) -> dict:
+    return joblog.fields(o.reservation, o.envelope.func if o.envelope else None)
 
 
 def _record_other(o: ex.Outcome, broker: Broker, settings: Settings) -> str | None:
+    """Record ``o``; return the job's state afterwards (None: the lease was lost)."""
     r = o.reservation
     started = _dt(o.started_at)
     if o.status == ex.DEFER:
-        broker.defer(r, o.delay or 0)
-        return None
+        return JobState.QUEUED.value if broker.defer(r, o.delay or 0) else None
     if o.status == ex.REJECT:
         broker.dead_letter(r, o.error or "rejected", o.error, o.traceback, started_at=started)
         return "DEAD"
@@ -235,10 +255,10 @@ def _record_other(o: ex.Outcome, broker: Broker, settings: Settings) -> str | No
     requeue = o.status != ex.UNSTORABLE
     delay = o.delay if o.delay is not None else _retry_policy(o, settings).delay(r.deliveries)
     state = broker.settle(r, requeue=requeue, delay=delay, error=o.error, traceback=o.traceback, started_at=started)
-    return state.value if state is not None and state in JobState.FINAL else None
+    return state.value if state is not None else None
 
 
-def _next_link(o: ex.Outcome, enqueue: Callable[..., str] | None) -> None:
+def _next_link(o: ex.Outcome, enqueue: Callable[..., str] | None, settings: Settings) -> None:
     if enqueue is None or o.envelope is None:
         raise RuntimeError("recorder.record() needs enqueue= to queue the next link of a chain")
     chain = list(o.envelope.options["chain"])
@@ -246,7 +266,14 @@ def _next_link(o: ex.Outcome, enqueue: Callable[..., str] | None) -> None:
     options = dict(options)
     if len(chain) > 1:
         options["chain"] = chain[1:]
-    enqueue(func, *args, q_options=options, **kwargs)
+    trace = o.envelope.options.get("trace") if settings.opentelemetry else None
+    if trace:  # the next link's enqueue joins the trace of the chain's first enqueue
+        from . import tracing
+
+        with tracing.attached(trace):
+            enqueue(func, *args, q_options=options, **kwargs)
+    else:
+        enqueue(func, *args, q_options=options, **kwargs)
 
 
 def _run_hooks(finals: list[tuple[ex.Outcome, str]], broker: Broker, settings: Settings) -> None:

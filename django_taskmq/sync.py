@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from . import execution, recorder
+from . import execution, recorder, reporting
 from .brokers.base import Broker
 from .conf import Settings
 from .exceptions import BadPackage
@@ -25,3 +25,4 @@ def run(job_id: str, broker: Broker, settings: Settings, enqueue: Callable[..., 
         broker.dead_letter_package(reservation, str(exc))
         return
     recorder.record([execution.seal(execution.execute(message), settings)], broker, settings, enqueue)
+    reporting.deliver()

@@ -12,6 +12,7 @@ from rich.text import Text
 
 from . import monitoring
 from .policy import durations
+from .policy.progress import fraction
 from .policy.states import JobState
 
 SPARK = "▁▂▃▄▅▆▇█"
@@ -68,12 +69,25 @@ def workers_table(clusters: Sequence[monitoring.ClusterInfo]) -> Table:
     table.add_column("job")
     table.add_column("queue")
     table.add_column("for", justify="right")
+    table.add_column("progress")
     if not tasks:
         table.add_row(Text("no worker is busy", style="dim"))
     for c, t in tasks:
         table.add_row(f"{c.host}:{c.pid}", str(t.worker), Text(t.task_name or "?", style="cyan"), t.job_id, t.queue,
-                      seconds(t.seconds))
+                      seconds(t.seconds), Text(progress_text(t.progress)))  # Text: no markup
     return table
+
+
+def progress_text(progress: dict | None, width: int = 10) -> str:
+    """A job's progress report as ``[#####     ] 5/10 message`` (``5 message`` without a total)."""
+    if progress is None:
+        return ""
+    share = fraction(progress)
+    done, message = progress["done"], progress.get("message") or ""
+    if share is None:
+        return f"{done:g} {message}".strip()
+    filled = round(share * width)
+    return f"[{'#' * filled}{' ' * (width - filled)}] {done:g}/{progress['total']:g} {message}".strip()
 
 
 def queues_table(queues: Sequence[monitoring.QueueStats], counts: Mapping[tuple[str, str], int]) -> Table:

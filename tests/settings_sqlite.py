@@ -43,3 +43,9 @@ PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
 
 # Django 6.0+: django.tasks enqueues through django_taskmq (ignored by Django 5.2).
 TASKS = {"default": {"BACKEND": "django_taskmq.backends.tasks.TaskMQBackend"}}
+
+# Observability tests switch Sentry, JSON logs or OpenTelemetry on through the environment.
+if any(os.environ.get(k) for k in ("TASKMQ_TEST_SENTRY_FILE", "TASKMQ_TEST_JSON_LOGS", "TASKMQ_TEST_SPANS_FILE")):
+    from tests.observe import configure
+
+    configure(globals())

@@ -22,10 +22,11 @@ from django.template.response import TemplateResponse
 from django.urls import path, reverse
 from django.utils.translation import gettext as _
 
-from .. import monitoring
+from .. import histograms, monitoring
 from ..brokers import get_broker
 from ..models import Job
 from ..policy.states import JobState
+from . import progress_bar
 from .chart import throughput_svg
 from .display import duration
 
@@ -60,6 +61,8 @@ def dashboard_view(request: HttpRequest, site: admin.AdminSite) -> TemplateRespo
         "totals": {key: sum(row[key] for row in queues) for key in ("ready", "delayed", "retrying", "running",
                                                                     "dead_letters")},
         "clusters": [_cluster_row(c) for c in snap.clusters],
+        "running_jobs": progress_bar.running_rows(snap.clusters, site.name),
+        "timings": timing_rows(),
         "workers_alive": snap.workers_alive,
         "throughput": snap.throughput,
         "chart": throughput_svg(snap.throughput.per_minute),
@@ -93,6 +96,17 @@ def _queue_row(q: monitoring.QueueStats, jobs_url: str, letters_url: str, pauses
         "pause_url": f"{pauses[0]}?{urlencode({'queue': q.name})}",
         "resume_url": f"{pauses[1]}?{urlencode({'queue': q.name})}",
     }
+
+
+def timing_rows() -> list[dict[str, Any]]:
+    """Per task, the jobs that finished in the last hour and their wait and run time p50 and p95."""
+    def seconds(value: float | None) -> str:
+        return "-" if value is None else duration(value)
+
+    return [{"task": task, "jobs": t.run.count,
+             "wait_p50": seconds(t.wait.quantile(0.5)), "wait_p95": seconds(t.wait.quantile(0.95)),
+             "run_p50": seconds(t.run.quantile(0.5)), "run_p95": seconds(t.run.quantile(0.95))}
+            for task, t in histograms.by_task(histograms.last_hour()).items()]
 
 
 def _cluster_row(c: monitoring.ClusterInfo) -> dict[str, Any]:

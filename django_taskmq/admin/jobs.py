@@ -20,7 +20,7 @@ from django.utils.translation import gettext_lazy as _, ngettext
 
 from ..brokers import get_broker
 from ..models import IdempotencyKey, Job, State
-from . import confirm, job_page
+from . import confirm, job_page, progress_bar
 from .display import between, duration, monospace, short_time, state_badge
 from .filters import ClusterFilter, GroupFilter, PriorityFilter, QueueFilter
 from .forms import RequeueForm
@@ -76,15 +76,15 @@ class JobAdmin(ReadOnlyMixin, admin.ModelAdmin):
     actions = ["retry_jobs", "cancel_jobs"]
     exclude = HEAVY[:2]  # the signed package and the raw result: shown verified instead
     fieldsets = (
-        (None, {"fields": ("id", "task_name", "func", "state_display", "queue", "priority", "group_display", "key",
-                           "cluster")}),
+        (None, {"fields": ("id", "task_name", "func", "state_display", "progress_display", "queue", "priority",
+                           "group_display", "key", "cluster")}),
         (_("Call"), {"fields": ("arguments", "keyword_arguments", "next_link")}),
         (_("Outcome"), {"fields": ("return_value", "error_display", "traceback_display", "failed_executions",
                                    "dead_letters")}),
         (_("Times"), {"fields": ("times",)}),
         (_("Deliveries"), {"fields": ("limits", "lease", "flow")}),
     )
-    readonly_fields = ("id", "task_name", "func", "state_display", "queue", "priority", "group_display", "key",
+    readonly_fields = ("id", "task_name", "func", "state_display", "progress_display", "queue", "priority", "group_display", "key",
                        "cluster", "arguments", "keyword_arguments", "next_link", "return_value", "error_display",
                        "traceback_display", "failed_executions", "dead_letters", "times", "limits", "lease", "flow")
     change_list_template = "admin/django_taskmq/job/change_list.html"
@@ -129,6 +129,10 @@ class JobAdmin(ReadOnlyMixin, admin.ModelAdmin):
     @admin.display(description=_("state"), ordering="state")
     def state_display(self, job: Job):
         return state_badge(job.state)
+
+    @admin.display(description=_("progress"))
+    def progress_display(self, job: Job):
+        return progress_bar.bar(job.progress)
 
     @admin.display(description=_("deliveries"))
     def deliveries_display(self, job: Job) -> str:

@@ -75,6 +75,9 @@ def run(results: ResultPipe, settings: Settings) -> None:
         serve(settings.health_port)
     post_spawn.send(sender=run, proc_name="monitor")
     Monitor(results, broker, settings).serve()
+    from .. import reporting
+
+    reporting.close()  # the reports of timeouts and crashes still waiting (see reporting.lost)
 
 
 def warm_up(broker: Broker) -> None:

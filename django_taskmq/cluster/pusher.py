@@ -13,6 +13,7 @@ import signal
 import time
 from multiprocessing.connection import Connection
 
+from .. import joblog
 from ..brokers.base import Broker, Waker
 from ..conf import Settings
 from ..exceptions import BadPackage
@@ -150,7 +151,8 @@ class Pusher:
             try:
                 tasks.append(Ticket.verified(reservation, settings.name))
             except BadPackage as exc:
-                logger.error("job %s: %s; dead-lettered, not executed", reservation.job_id, exc)
+                logger.error("job %s: %s; dead-lettered, not executed", reservation.job_id, exc,
+                             extra=joblog.fields(reservation, None))
                 try:
                     broker.dead_letter_package(reservation, str(exc))
                 except Exception:

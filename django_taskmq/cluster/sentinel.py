@@ -27,6 +27,7 @@ from django.db import connections
 
 from .. import FROZEN_AT_IMPORT
 from .. import execution as ex
+from .. import joblog
 from ..brokers.base import Broker
 from ..conf import Settings
 from ..exceptions import JobCancelled, TaskMQError, TaskTimeout, WorkerDied
@@ -511,11 +512,11 @@ class Sentinel:
             self._from_worker(slot)  # it may have just ended: read that first
             return
         if running.cancel_requested is not None:
-            logger.warning("job %s was cancelled and did not stop when interrupted: killing worker %s",
-                           started[0], slot.process.pid)
+            joblog.logger.warning("job %s was cancelled and did not stop when interrupted: killing worker %s",
+                                  started[0], slot.process.pid, extra=_fields(running.ticket))
         else:
-            logger.warning("job %s ran past its timeout of %ss: killing worker %s",
-                           started[0], timeout, slot.process.pid)
+            joblog.logger.warning("job %s ran past its timeout of %ss: killing worker %s",
+                                  started[0], timeout, slot.process.pid, extra=_fields(running.ticket))
         self._kill_timed_out(slot)
 
     def _enforce_timeouts(self, slot: Slot, now: float) -> None:
@@ -534,9 +535,9 @@ class Sentinel:
                 slot.stuck = True
                 why = "was cancelled" if running.cancel_requested is not None else \
                     f"ran past its timeout of {running.ticket.timeout}s"
-                logger.warning("job %s %s and did not stop when interrupted: worker %s "
-                               "takes no more work and is killed once its other tasks are done",
-                               job_id, why, slot.process.pid)
+                joblog.logger.warning("job %s %s and did not stop when interrupted: worker %s "
+                                      "takes no more work and is killed once its other tasks are done",
+                                      job_id, why, slot.process.pid, extra=_fields(running.ticket))
         if slot.stuck and all(r.stuck(now) for r in slot.running.values()):
             self._kill_timed_out(slot)
 
@@ -566,7 +567,8 @@ class Sentinel:
         if crashed:
             code = slot.process.exitcode
             for job_id, running in slot.running.items():
-                logger.error("worker %s died (exit code %s) running job %s", slot.process.pid, code, job_id)
+                joblog.logger.error("worker %s died (exit code %s) running job %s", slot.process.pid, code, job_id,
+                             extra=_fields(running.ticket))
                 self.counts["crashes"] += 1
                 self._count(running.ticket.reservation.queue, "crashes")
                 self._record_lost(running.ticket, ex.CRASH,
@@ -960,6 +962,15 @@ def _round_robin(tickets: list[Ticket], rooms: list[int]) -> tuple[list[list[Tic
 def _past(deadline: float | None, margin: float = 0.0) -> bool:
     """The monotonic ``deadline`` (None: none) plus ``margin`` has passed."""
     return deadline is not None and time.monotonic() >= deadline + margin
+
+
+def _fields(ticket: Ticket) -> dict:
+    """The extra fields of a log record about ``ticket``'s job (see :mod:`~django_taskmq.joblog`)."""
+    try:
+        task = ticket.message().envelope.func
+    except Exception:  # a log record's field is not worth failing the sentinel for
+        task = None
+    return joblog.fields(ticket.reservation, task)
 
 
 def _urgency(ticket: Ticket) -> int:

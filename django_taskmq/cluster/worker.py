@@ -25,6 +25,7 @@ from typing import Any, NamedTuple
 from django.db import close_old_connections, connections
 
 from .. import execution as ex
+from .. import reporting
 from ..brokers.base import Broker
 from ..conf import Settings
 from ..exceptions import JobCancelled, TaskTimeout
@@ -92,6 +93,12 @@ def run(index: int, conn: Connection, settings: Settings, threads: int = 1, shar
         OneAtATime(index, conn, settings, shared).serve()
     else:
         Pool(index, conn, settings, threads).serve()
+    # The process ends with os._exit: atexit handlers (Sentry's, the OpenTelemetry SDK's flush) do not run.
+    reporting.close()
+    if settings.opentelemetry:
+        from .. import tracing
+
+        tracing.flush()
 
 
 class OneAtATime:
@@ -156,6 +163,7 @@ class OneAtATime:
             recorded = self.alone and not self.waiting and not readable(conn) and self._record(outcome)
             self.alone = False
             conn.send_bytes(recorded_frame(message.reservation.job_id) if recorded else outcome_frame(outcome))
+            reporting.deliver()  # a failure's report, now that its outcome has left
             if not self.retiring and _above_max_rss(self.index, self.settings):
                 self.retiring = True
                 conn.send_bytes(RETIRING)
@@ -340,6 +348,7 @@ class Pool:
                     self._send(outcome_frame(ex.seal(outcome, self.settings)))
                 except (BrokenPipeError, OSError):
                     return
+                reporting.deliver()
                 if not self.retiring and _above_max_rss(self.index, self.settings):
                     self.retiring = True
                     self._send(RETIRING)

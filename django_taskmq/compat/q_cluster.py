@@ -60,7 +60,6 @@ DROPPED = {
     "cpu_affinity": "no per-worker CPU affinity; pin the whole qcluster process (taskset) if you need it",
     "log_level": "configure the 'django_taskmq' logger in LOGGING",
     "save_limit_per": "save_limit counts every success, whatever its group, name or function",
-    "error_reporter": "connect a receiver to the post_execute or job_dead signals to report errors",
     "scheduler": "the scheduler cannot be switched off; pause schedules instead (Schedule.paused, the admin)",
     "cluster_name": "cluster names are queues: run 'qcluster -Q <queue>' to serve some of them",
     "time_zone": "schedules use the project's TIME_ZONE",
@@ -94,6 +93,8 @@ def translate(q_cluster: Any) -> tuple[dict[str, Any], list[tuple[str, str]]]:
             _carry(key, value, taskmq, notes)
         elif key == "ALT_CLUSTERS":
             _alt_clusters(value, taskmq, notes)
+        elif key == "error_reporter":
+            _error_reporter(value, taskmq, notes)
         elif key == "daemonize_workers":
             reason = _daemonize(value)
             if reason:
@@ -116,6 +117,24 @@ def _carry(key: str, value: Any, taskmq: dict[str, Any], notes: list[tuple[str, 
                            "read as 1, the newest success is kept (the 'save' option keeps no result)"))
         value = 1
     taskmq[target] = value
+
+
+SENTRY_REPORTER = "django_taskmq.contrib.sentry.report"
+
+
+def _error_reporter(value: Any, taskmq: dict[str, Any], notes: list[tuple[str, str]]) -> None:
+    """django-q2's ``{'sentry': {'dsn': ...}}`` (the django-q-sentry plugin) becomes the Sentry reporter;
+    the plugin also initialised sentry-sdk, which the project now does itself."""
+    if isinstance(value, Mapping) and "sentry" in value:
+        taskmq["error_reporter"] = SENTRY_REPORTER
+        notes.append((f"{_where('error_reporter')}['sentry']",
+                      f"read as TASKMQ['error_reporter'] = {SENTRY_REPORTER!r}; its options are not carried over: "
+                      "call sentry_sdk.init(dsn=...) in your settings, as django-q-sentry did with them"))
+    others = sorted(str(k) for k in value) if isinstance(value, Mapping) else [repr(value)]
+    for name in (n for n in others if n != "sentry"):
+        notes.append((f"{_where('error_reporter')}[{name!r}]" if isinstance(value, Mapping) else _where("error_reporter"),
+                      "only the 'sentry' reporter has an equivalent; name your own callable (exc, job) in "
+                      "TASKMQ['error_reporter']"))
 
 
 def _alt_clusters(value: Any, taskmq: dict[str, Any], notes: list[tuple[str, str]]) -> None:

@@ -347,7 +347,7 @@ def test_dashboard_is_linked_from_the_app_index_and_reads_little(admin_client, b
     with CaptureQueriesContext(connection) as queries:
         admin_client.get(DASHBOARD)
     job_reads = [q["sql"] for q in queries if "django_taskmq_job" in q["sql"]]
-    assert len(job_reads) <= 5
+    assert len(job_reads) <= 6  # the wait and run times of the last hour are one of them
     assert not any("payload" in sql or "result_package" in sql for sql in job_reads)
 
 

@@ -12,6 +12,8 @@ from django.core.management import CommandError, call_command
 
 from django_taskmq import ConfigError, JobCancelled, LeaseLost, async_task, cancel, current_job
 from django_taskmq import execution as ex
+from django_taskmq import joblog
+from django_taskmq.brokers.base import Reservation
 from django_taskmq.models import Job, State
 from django_taskmq.signals import post_execute
 from tests.tasks import read_run_log
@@ -98,7 +100,7 @@ def test_a_task_that_raises_job_cancelled_ends_cancelled_and_its_hook_and_signal
 
 def test_current_job_is_its_id_and_says_whether_it_was_cancelled():
     assert current_job() is None
-    token = ex.current_job_id.set("j1")
+    token = joblog.running.set((Reservation("j1", "default", 0, 1, 0, "t"), None))
     requested = [False]
     probe = ex.cancel_probe.set(lambda: requested[0])
     try:
@@ -111,12 +113,12 @@ def test_current_job_is_its_id_and_says_whether_it_was_cancelled():
             job.raise_if_cancelled()
     finally:
         ex.cancel_probe.reset(probe)
-        ex.current_job_id.reset(token)
-    token = ex.current_job_id.set("j2")  # outside a cluster's worker (sync mode): never cancelled
+        joblog.running.reset(token)
+    token = joblog.running.set((Reservation("j2", "default", 0, 1, 0, "t"), None))  # sync mode: never cancelled
     try:
         assert current_job().cancelled is False
     finally:
-        ex.current_job_id.reset(token)
+        joblog.running.reset(token)
 
 
 def run(*args: str) -> str:

@@ -49,7 +49,8 @@ def test_qinfo_json_for_scripts(broker):
     data = json.loads(run("qinfo", "--json"))
     (cluster,) = data["clusters"]
     assert (cluster["name"], cluster["host"], cluster["pid"], cluster["workers"]) == ("web", "h1", 4242, 2)
-    assert cluster["tasks"] == [{"worker": 1, "job": "j" * 24, "queue": "emails", "task": "", "seconds": 2.5}]
+    assert cluster["tasks"] == [{"worker": 1, "job": "j" * 24, "queue": "emails", "task": "", "seconds": 2.5,
+                                 "progress": None}]
     emails = next(q for q in data["queues"] if q["queue"] == "emails")
     assert (emails["ready"], emails["ready_by_priority"], emails["dead_letters"]) == (1, {"5": 1}, 0)
     assert data["throughput"]["succeeded_last_hour"] == 1

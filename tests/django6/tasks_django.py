@@ -107,3 +107,19 @@ def _finished(sender, task_result, **kwargs):
 
 task_started.connect(_started, dispatch_uid="tests_task_started")
 task_finished.connect(_finished, dispatch_uid="tests_task_finished")
+
+
+@task
+def reports_progress(total):
+    """Report ``total`` steps through ``django_taskmq.current_job()``; return once they are written."""
+    import time
+
+    from django_taskmq import current_job, progress
+
+    job = current_job()
+    for done in range(1, total + 1):
+        job.set_progress(done, total, "django task")
+    deadline = time.monotonic() + 30
+    while not progress.writer().idle() and time.monotonic() < deadline:
+        time.sleep(0.01)
+    return str(job)

@@ -288,3 +288,16 @@ def test_get_result_imports_nothing_named_by_plain_columns():
     assert got.task.module_path == "tests.django6.tasks_django.multiply"
     assert got.errors[0].exception_class_path == "builtins.Exception"
     assert "taskmq_never_imported_a" not in sys.modules and "taskmq_never_imported_b" not in sys.modules
+
+
+@pytest.mark.django_db(transaction=True)  # the progress writer writes on its own connection
+def test_a_django_task_reports_progress_through_current_job():
+    from django_taskmq import fetch
+    from tests.django6 import tasks_django
+
+    result = tasks_django.reports_progress.enqueue(3)
+    run_sync(result.id)
+    result.refresh()
+    assert result.return_value == result.id
+    progress = fetch(result.id).progress
+    assert (progress["done"], progress["total"], progress["message"]) == (3, 3, "django task")

@@ -1,0 +1,1 @@
+"""Integrations with other projects' tools; each module imports its tool only when used."""
