@@ -681,6 +681,25 @@ def _older_sections() -> list[str]:
                       f"`python3 benchmarks/{module}.py --report benchmarks/results/{name}` (measured with "
                       f"`{measured}`; foreign load was not recorded by these scripts). Cells: median (min-max).",
                       "", buffer.getvalue().rstrip()]
+    for raw_path in sorted(RESULTS_DIR.glob("retention-claims-*.json")):
+        raw = json.loads(raw_path.read_text())
+        lines += ["", f"### Claims beside {raw['finished_rows']:,} finished jobs, and retention deleting them "
+                      f"({raw['engine']})", "",
+                  f"Raw results: [`results/{raw_path.name}`](results/{raw_path.name}) (commit {raw['commit']}, "
+                  f"{raw['runs']} runs of {raw['claims_per_run']} claims each, an empty and a full database "
+                  f"interleaved); measured with `.venv/bin/python benchmarks/retention_claims.py --engine "
+                  f"{raw['engine']} --finished {raw['finished_rows']} --runs {raw['runs']}`. One claim is one "
+                  "`reserve` of one job; cells: median (min-max) over the runs, ms.", "",
+                  "| job table | claim p50 | claim p99 |", "|---|---|---|"]
+        labels = {"empty": "empty", "finished": "with the finished rows",
+                  "deleting": "with the finished rows, retention deleting them",
+                  "empty_beside_deleting": "empty, beside the deleting database"}
+        for name, label in labels.items():
+            runs = raw["per_run"].get(name, [])
+            lines.append(f"| {label} | {cell(stats([r['p50'] for r in runs]))} | "
+                         f"{cell(stats([r['p99'] for r in runs]))} |")
+        lines += ["", f"Retention deleted {cell(stats(raw['delete_rows_per_second']))} rows a second meanwhile "
+                      "(one cluster, 0.1 s of deleting a second)."]
     memory = RESULTS_DIR / "result_memory.json"
     if memory.exists():
         raw = json.loads(memory.read_text())
@@ -698,14 +717,14 @@ def _older_sections() -> list[str]:
             lines.append(f"| {size} | {', '.join(sorted({r['state'] for r in rows_}))} | {len(rows_)} | "
                          f"{cell(sums)} | {cell(maxes)} |")
     shown = {"architecture-before-after.json", "architecture-latency-rerun.json", "flow.json", "threads.json",
-             "prefetch.json", "pgbouncer_wakeup.json",
+             "prefetch.json", "pgbouncer_wakeup.json", *(p.name for p in RESULTS_DIR.glob("retention-claims-*.json")),
              "result_memory.json", Path(ROUND_ONE).name, Path(COMMENTARY).name, "drain-sqlite.png",
              "drain-postgresql.png"}
     dashboards = sorted(RESULTS_DIR.glob("dashboard-*.txt"))
     shown.update(p.name for p in dashboards)
     others = sorted(p for p in RESULTS_DIR.iterdir() if p.is_file() and p.name not in shown)
     if dashboards:
-        lines += ["", "### Operator read queries on a million jobs", "",
+        lines += ["", "### Operator read queries and admin pages on large job tables", "",
                   "Raw output of `.venv/bin/python benchmarks/dashboard.py --engine <engine>`, as committed:", ""]
         for path in dashboards:
             lines += [f"* [`results/{path.name}`](results/{path.name}):", "", "```",
