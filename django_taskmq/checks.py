@@ -1,5 +1,6 @@
-"""System checks: a wrong ``TASKMQ`` value fails at start-up with the setting's name; the keys of
-django-q2's ``Q_CLUSTER`` that are not carried over, and django-q2's commands shadowing ours, warn."""
+"""System checks: a wrong ``TASKMQ`` value fails at start-up with the setting's name, and so does a
+database engine the broker does not support; the keys of django-q2's ``Q_CLUSTER`` that are not
+carried over, and django-q2's commands shadowing ours, warn."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from django.apps import apps
 from django.conf import settings
 from django.core import checks
 
+from .brokers.orm.dialect import ADVICE, engine_problem
 from .compat import q_cluster
 from .conf import read
 from .exceptions import ConfigError
@@ -30,6 +32,10 @@ def check_settings(app_configs=None, **kwargs) -> list[checks.CheckMessage]:
             f"TASKMQ['database'] {conf.database!r} is not in DATABASES",
             hint=f"Use one of {sorted(settings.DATABASES)}.", id="taskmq.E002",
         )]
+    problem = engine_problem(conf.database)
+    if problem:
+        # Without a dialect the broker's SQL would fail at every claim: refuse before anything runs.
+        return messages + [checks.Error(problem, hint=ADVICE, id="taskmq.E006")]
     messages += check_listen_database(conf)
     if conf.error_reporter is not None:
         from .reporting import reporter_problem

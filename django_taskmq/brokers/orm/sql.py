@@ -3,7 +3,7 @@ state table (``policy/states.py``), so no query spells a state by hand."""
 
 from __future__ import annotations
 
-from ..policy.states import JobState
+from ...policy.states import JobState
 
 
 def marks(n: int) -> str:

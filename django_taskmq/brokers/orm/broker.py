@@ -25,21 +25,23 @@ from django.db.models.expressions import RawSQL
 from django.db.models.signals import post_delete, pre_delete
 from django.utils import timezone
 
-from ..conf import Settings
-from ..exceptions import ConfigError, LeaseLost
-from ..models import (Chore, Cluster, DeadLetter, IdempotencyKey, Job, QueuePause, QueueState, Schedule,
+from ...conf import Settings
+from ...exceptions import ConfigError, LeaseLost
+from ...models import (Chore, Cluster, DeadLetter, IdempotencyKey, Job, QueuePause, QueueState, Schedule,
                       State)
-from ..policy import attempts, pick
-from ..policy.priority import validate_priority
-from ..policy.states import HAS_DELIVERIES_LEFT_SQL, TRANSITIONS, Event, JobState, used_up
-from ..signals import job_dead
-from ..signing import seal_result
-from . import pooling
-from .base import Ack, Broker, Reservation
-from .clock import Clock, FromNow, Skew, clock_for
-from .orm_flow import KEY_FREE, FlowGate
+from ...policy import attempts, pick
+from ...policy.priority import validate_priority
+from ...policy.states import HAS_DELIVERIES_LEFT_SQL, TRANSITIONS, Event, JobState, used_up
+from ...signals import job_dead
+from ...signing import seal_result
+from .. import pooling
+from ..base import Ack, Broker, Reservation
+from ..clock import Clock, FromNow, Skew
+from .dialect import Dialect, dialect_for
+from .flow import KEY_FREE, FlowGate
+from .sqlite import sqlite_pragma
 from .sql import READY_SQL, RUNNING, literal, marks
-from .orm_flow import status as flow_status
+from .flow import status as flow_status
 
 logger = logging.getLogger(__name__)
 
@@ -109,26 +111,6 @@ NO_FLUSH = "set_config('synchronous_commit', 'off', true) AS no_flush"
 NO_AUTOMATIC_PREPARE = 2**31
 
 
-@contextlib.contextmanager
-def sqlite_pragma(conn, name: str, value: int, restore: int) -> Iterator[None]:
-    """Run the block with ``PRAGMA name = value`` on Django's SQLite connection ``conn`` (connected),
-    then set it to ``restore`` again. A connection on which that fails is closed, so that it does
-    not keep the block's setting."""
-    raw = conn.connection
-    raw.execute(f"PRAGMA {name} = {value}")
-    try:
-        yield
-    finally:
-        if conn.connection is raw:  # not closed by a failure inside
-            try:
-                raw.execute(f"PRAGMA {name} = {restore}")
-            except Exception:
-                try:
-                    conn.close()
-                except Exception:  # broken already: nothing more to drop
-                    logger.debug("closing the connection of %r failed", conn.alias, exc_info=True)
-
-
 def _chunks(items: Sequence, size: int = CHUNK) -> Iterator[Sequence]:
     for start in range(0, len(items), size):
         yield items[start:start + size]
@@ -167,9 +149,14 @@ class OrmBroker(Broker):
             return flow_status(cursor, self.settings, self.clock)
 
     @property
+    def dialect(self) -> Dialect:
+        """What this broker's engine does its own way (see :mod:`.dialect`)."""
+        return dialect_for(self.connection)
+
+    @property
     def clock(self) -> Clock:
-        """The clock this broker's statements compare and store (see :mod:`.clock`)."""
-        return clock_for(self.connection)
+        """The clock this broker's statements compare and store (see :mod:`..clock`)."""
+        return self.dialect.clock
 
     def now(self) -> float:
         """See :meth:`Broker.now`: the database's time on a server engine (one query)."""
@@ -185,7 +172,7 @@ class OrmBroker(Broker):
 
     @property
     def is_postgresql(self) -> bool:
-        return self.connection.vendor == "postgresql"
+        return self.dialect.vendor == "postgresql"
 
     def atomic(self, *, write: bool = False) -> contextlib.AbstractContextManager[None]:
         """See :meth:`Broker.atomic`: a Django ``atomic`` block (a savepoint when nested)."""
@@ -230,7 +217,7 @@ class OrmBroker(Broker):
         statement's text.
         """
         conn = self.connection
-        prepared = (_prepared_cursor_class() if conn.vendor == "postgresql" and not conn.queries_logged else None)
+        prepared = self.dialect.prepared_cursor_class() if not conn.queries_logged else None
         if prepared is not None:
             conn.ensure_connection()
             raw = conn.connection
@@ -258,13 +245,7 @@ class OrmBroker(Broker):
             cursor.close()
 
     def waker(self, burst: bool = False):
-        from ..cluster.wakeup import Waker  # engine-specific waiting, used only by the pusher
-
-        alias = self.settings.listen_database
-        listener = connections[alias] if alias is not None and alias != self.alias else None
-        # A burst naps 50 ms at most, and only while its last tasks run: it polls, rather than
-        # spend up to PROBE_WAIT checking that LISTEN works.
-        return Waker(self.connection, listener, self.alias, listen=not burst)
+        return self.dialect.waker(self, burst)
 
     @contextlib.contextmanager
     def write_transaction(self, durable: bool = True) -> Iterator[Any]:
@@ -1231,23 +1212,6 @@ class OrmBroker(Broker):
                 dict(queue=q, priority=p, ready=int(r), delayed=int(d), reserved=int(s), dead=int(x))
                 for q, p, r, d, s, x in cursor.fetchall()
             ]
-
-
-@functools.cache
-def _prepared_cursor_class() -> type | None:
-    """psycopg 3's server-binding cursor, whose ``execute`` prepares every statement it runs
-    (``executemany`` does already); None with psycopg2."""
-    from django.db.backends.postgresql.psycopg_any import is_psycopg3
-
-    if not is_psycopg3:
-        return None
-    import psycopg
-
-    class PreparedCursor(psycopg.Cursor):
-        def execute(self, query, params=None, *, prepare=None, binary=None):
-            return super().execute(query, params, prepare=True, binary=binary)
-
-    return PreparedCursor
 
 
 @functools.cache

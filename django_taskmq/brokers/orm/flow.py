@@ -17,11 +17,11 @@ import time
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from ..conf import Settings
-from ..models import FlowBucket, Job
-from ..policy import flow, pick
-from ..signals import job_held
-from .clock import Clock
+from ...conf import Settings
+from ...models import FlowBucket, Job
+from ...policy import flow, pick
+from ...signals import job_held
+from ..clock import Clock
 from .sql import READY_SQL, RUNNING, marks
 
 logger = logging.getLogger("django_taskmq.flow")

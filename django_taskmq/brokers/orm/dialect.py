@@ -1,0 +1,111 @@
+"""What differs per database engine under the one ORM broker: the dialect seam.
+
+The broker (``broker.py``) holds the rules and the statements every engine shares; a
+:class:`Dialect` says what one engine does its own way: its clock (``brokers/clock.py``), whether a
+claim locks the rows it reads (``FOR UPDATE SKIP LOCKED``), the scalar maximum, prepared
+statements, the options of the cluster's connections, and how an idle pusher is woken. Each engine
+is one module of this package named for Django's ``connection.vendor`` (``postgresql.py``,
+``sqlite.py``) that registers its dialect when imported: a new engine is a new module.
+
+An engine without a module is refused: by a system check at start-up (:func:`engine_problem`,
+which needs no connection, so a missing driver does not hide the reason) and by
+:func:`dialect_for`, never by SQL errors at the first claim.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+from ...exceptions import ConfigError
+
+if TYPE_CHECKING:
+    from ..clock import Clock
+    from .wakeup import Waker
+
+#: Engines Django supports that django_taskmq does not yet, with what to say about them.
+NOT_YET = {"mysql": "MySQL and MariaDB are not supported yet", "oracle": "Oracle is not supported"}
+ADVICE = "Use PostgreSQL (several hosts) or SQLite (one host) for TASKMQ['database']."
+
+_DIALECTS: dict[str, Dialect] = {}
+
+
+class Dialect:
+    """One engine's ways. Subclasses set the attributes; the methods have the common default."""
+
+    #: Django's ``connection.vendor`` of the engine, and the name of its module here.
+    vendor: str
+    #: Where the engine's statements read the time.
+    clock: Clock
+    #: True: a claim locks the heads it reads (``FOR UPDATE ... SKIP LOCKED``) so that concurrent
+    #: claimers take disjoint sets; False: the claim's transaction holds the database's write lock.
+    row_locks: bool
+    #: The SQL function of the larger of two values (``GREATEST``; SQLite's scalar ``MAX``).
+    greatest: str
+
+    def waker(self, broker: Any, burst: bool = False) -> Waker:
+        """Return what an idle pusher of ``broker`` sleeps on; this default polls."""
+        from .wakeup import Waker
+
+        return Waker(broker.connection)
+
+    def prepared_cursor_class(self) -> type | None:
+        """A cursor class that prepares every statement it runs, for the hot statements; None: none."""
+        return None
+
+    def prepare(self, options: dict[str, Any], dead_connection_timeout: float | None = None) -> None:
+        """Set the ``OPTIONS`` of the cluster's connections (timeouts, locking) in ``options``."""
+
+
+def register(dialect: Dialect) -> None:
+    """Make ``dialect`` the one of its engine (an engine module calls this when imported)."""
+    _DIALECTS[dialect.vendor] = dialect
+
+
+def dialect_named(vendor: str) -> Dialect | None:
+    """The dialect of the engine ``vendor`` (Django's ``connection.vendor``); None: not supported."""
+    if vendor not in _DIALECTS and vendor.isidentifier() and vendor not in NOT_YET:
+        try:
+            importlib.import_module(f"{__package__}.{vendor}")
+        except ModuleNotFoundError as exc:
+            if exc.name != f"{__package__}.{vendor}":  # the module exists and lacks something
+                raise
+    return _DIALECTS.get(vendor)
+
+
+def dialect_for(connection: Any) -> Dialect:
+    """Return the dialect of Django's ``connection``; an engine without one is a ConfigError."""
+    dialect = dialect_named(connection.vendor)
+    if dialect is None:
+        raise ConfigError(f"database {connection.alias!r}: {unsupported(connection.vendor)}. {ADVICE}")
+    return dialect
+
+
+def unsupported(vendor: str) -> str:
+    return NOT_YET.get(vendor, f"the database engine {vendor!r} is not supported by django_taskmq")
+
+
+def vendor_of(alias: str) -> str:
+    """The vendor of the database ``alias`` without connecting: its backend's where the backend's
+    driver imports, else guessed from the last part of its ``ENGINE`` (a missing driver must not
+    hide the reason a check fails)."""
+    from django.conf import settings
+    from django.db.utils import load_backend
+
+    engine = settings.DATABASES[alias].get("ENGINE", "")
+    try:
+        return load_backend(engine).DatabaseWrapper.vendor
+    except Exception:
+        name = engine.rsplit(".", 1)[-1]
+        return {"sqlite3": "sqlite", "postgis": "postgresql", "spatialite": "sqlite"}.get(name, name)
+
+
+def engine_problem(alias: str) -> str | None:
+    """Say why the broker cannot run on the database ``alias``; None when its engine has a dialect."""
+    vendor = vendor_of(alias)
+    if dialect_named(vendor) is not None:
+        return None
+    from django.conf import settings
+
+    engine = settings.DATABASES[alias].get("ENGINE", "")
+    return f"TASKMQ['database'] {alias!r} uses the engine {engine!r}: {unsupported(vendor)}"
