@@ -13,11 +13,10 @@ import contextlib
 import datetime
 import functools
 import logging
-import sqlite3
 import time
 import uuid
 from collections.abc import Iterable, Iterator, Mapping, Sequence
-from typing import Any, NamedTuple
+from typing import Any
 
 from django.db import connections, transaction
 from django.db.models import F, FloatField, OuterRef, Subquery
@@ -31,7 +30,7 @@ from ...models import (Chore, Cluster, DeadLetter, IdempotencyKey, Job, QueuePau
                       State)
 from ...policy import attempts, pick
 from ...policy.priority import validate_priority
-from ...policy.states import HAS_DELIVERIES_LEFT_SQL, TRANSITIONS, Event, JobState, used_up
+from ...policy.states import HAS_DELIVERIES_LEFT_SQL, JobState, used_up
 from ...signals import job_dead
 from ...signing import seal_result
 from .. import pooling
@@ -40,60 +39,19 @@ from ..clock import Clock, FromNow, Skew
 from .dialect import Dialect, dialect_for
 from .flow import KEY_FREE, FlowGate
 from .sqlite import sqlite_pragma
-from .sql import READY_SQL, RUNNING, literal, marks
+from .sql import (ACK, BURY, CANCEL, CHORE, DEAD_LETTER, EXPIRE, FAIL, FINISHED, GIVE, JOB, JOB_LABEL, KEYS, QSTATE,
+                  READY_SQL, RECLAIM, REPLAY, RESERVE, RETRY, RUNNING, STOPPED, chunks, literal, marks)
 from .flow import status as flow_status
 
 logger = logging.getLogger(__name__)
 
-JOB = Job._meta.db_table
-JOB_LABEL = Job._meta.label
-FINISHED = sorted(state.value for state in JobState.FINAL)
-QSTATE = QueueState._meta.db_table
-DEAD_LETTER = DeadLetter._meta.db_table
-CHORE = Chore._meta.db_table
-KEYS = IdempotencyKey._meta.db_table
 SQLITE_SYNC_NORMAL, SQLITE_SYNC_FULL = 1, 2  # PRAGMA synchronous levels
-ANALYZE_BASE, ANALYZE_SHARE = 50, 0.1  # PostgreSQL's autovacuum_analyze_threshold and _scale_factor
-
-
-# -- states in SQL: every literal comes from policy.states, every state change from its table ------
-class _Move(NamedTuple):
-    """One event of the state table as SQL: the state it sets and the states it may leave."""
-
-    to: str  # "'SUCCEEDED'"
-    sources: str  # "('RUNNING')"
-    target: JobState
-    allowed: frozenset[JobState]
-
-
-def _move(event: Event) -> _Move:
-    allowed = frozenset(state for (state, e) in TRANSITIONS if e is event)
-    (target,) = {TRANSITIONS[state, event] for state in allowed}
-    return _Move(f"'{target.value}'", literal(*allowed), target, allowed)
-
-
-RESERVE, ACK, RETRY, FAIL, BURY, EXPIRE, CANCEL, GIVE, RECLAIM, REPLAY = (
-    _move(e) for e in (Event.RESERVE, Event.ACK, Event.FAIL_RETRY, Event.FAIL_FINAL, Event.DEAD_LETTER,
-                       Event.EXPIRE, Event.CANCEL, Event.DEFER, Event.RECLAIM, Event.REPLAY)
-)
-STOPPED = _move(Event.CANCEL_RUNNING)
-assert STOPPED.allowed == {JobState.RUNNING}  # "state = RUNNING" below (request_cancel, cancel_requested)
-assert _move(Event.YIELD) == GIVE  # defer and yield are the same move
 UNFINISHED = literal(JobState.RETRYING, JobState.RUNNING)  # a burst waits for these, and for...
 RESERVE_FIRST = f"'{JobState.QUEUED.value}'"  # ...queued jobs already visible (not those for later)
 COUNTED = literal(*JobState.READY, JobState.RUNNING, JobState.DEAD)  # the states stats() counts
 # The first execution's start, set by every statement that records an execution (started_at is
 # the latest's); a row from before the column existed falls back on its last known start.
 FIRST_STARTED = "first_started_at = COALESCE(first_started_at, started_at, %s)"
-# The PostgreSQL ack: the rows of _ack_rows as columns, one array each (started appears twice).
-ACK_ARRAYS_SQL = (
-    f"UPDATE {JOB} AS j SET state = {ACK.to}, result_package = a.result, started_at = a.started, "
-    f"first_started_at = COALESCE(j.first_started_at, j.started_at, a.first), finished_at = a.finished, "
-    f"attempt = j.attempt + 1, lease_owner = NULL, lease_until = NULL, error = '', traceback = '' "
-    f"FROM unnest(%s::text[], %s::timestamptz[], %s::timestamptz[], %s::timestamptz[], %s::text[], %s::text[]) "
-    f"AS a(result, started, first, finished, id, token) "
-    f"WHERE j.id = a.id AND j.lease_token = a.token AND j.state IN {ACK.sources}"
-)
 assert RECLAIM.allowed == {JobState.RUNNING}  # the lease sweep says "state = RUNNING" (reclaim_expired)
 LOG_FIELD = Job._meta.get_field("attempt_log")
 # A reservation handed back unstarted (defer, yield, a graceful stop): the delivery its claim
@@ -102,18 +60,9 @@ GIVE_BACK = (f"state = {GIVE.to}, deliveries = deliveries - 1, lease_owner = NUL
              "lease_until = NULL")
 # Job times a caller may give as a duration from now (FromNow): the database's clock counts them.
 TIMED = ("visible_at", "expires_at")
-CHUNK = 500  # rows per statement: well under SQLite's variable limit
-# In a FROM clause of a PostgreSQL claim's read: the transaction commits without waiting for the WAL
-# flush (what SET LOCAL synchronous_commit TO OFF does, without a round trip of its own).
-NO_FLUSH = "set_config('synchronous_commit', 'off', true) AS no_flush"
 # psycopg prepares a statement after this many runs on a connection; the hot statements ask for it at
 # once (prepare=True), so this only keeps psycopg's own counting from preparing anything else.
 NO_AUTOMATIC_PREPARE = 2**31
-
-
-def _chunks(items: Sequence, size: int = CHUNK) -> Iterator[Sequence]:
-    for start in range(0, len(items), size):
-        yield items[start:start + size]
 
 
 class OrmBroker(Broker):
@@ -347,20 +296,7 @@ class OrmBroker(Broker):
         columns, width, table = self._table(rows)
         with self.write_transaction() as cursor:  # the write lock first, as in enqueue
             self._resolve_times(table)
-            if self.is_postgresql:
-                # COPY fires the INSERT trigger too, so idle clusters are notified as for an INSERT.
-                with cursor.cursor.copy(f"COPY {JOB} ({columns}) FROM STDIN") as copy:
-                    for values in table:
-                        copy.write_row(values)
-            elif self.connection.vendor == "sqlite":
-                # sqlite3's own executemany loops in C over one prepared statement.
-                qmarks = ", ".join(["?"] * width)
-                cursor.cursor.executemany(f"INSERT INTO {JOB} ({columns}) VALUES ({qmarks})", table)
-            else:
-                row = f"({marks(width)})"
-                for part in _chunks(table, 100):
-                    cursor.execute(f"INSERT INTO {JOB} ({columns}) VALUES {', '.join([row] * len(part))}",
-                                   [v for values in part for v in values])
+            self.dialect.insert_many(cursor, JOB, columns, width, table)
         return [row["id"] for row in rows]
 
     def _resolve_times(self, table: list[list]) -> None:
@@ -408,12 +344,7 @@ class OrmBroker(Broker):
         """INSERT jobs given as column values in one statement (the single-enqueue hot path)."""
         columns, width, table = self._table(rows)
         conn = self.connection
-        if conn.vendor == "sqlite" and len(table) == 1:
-            # sqlite3's own execute with its placeholders: Django's cursor would rewrite the %s of
-            # this same statement with a regex on every call. Errors are still Django's.
-            sql = f"INSERT INTO {JOB} ({columns}) VALUES ({', '.join(['?'] * width)})"
-            with conn.cursor() as cursor, conn.wrap_database_errors:
-                sqlite3.Cursor.execute(cursor.cursor, sql, table[0])
+        if len(table) == 1 and self.dialect.insert_one(conn, JOB, columns, width, table[0]):
             return
         # The job times given as durations count from the clock's time at this INSERT.
         clock = self.clock
@@ -519,42 +450,7 @@ class OrmBroker(Broker):
             floor_params += list(closed_funcs)
         columns = ("c.id, c.queue, c.priority, c.deliveries, c.max_deliveries, c.expires_at, c.func, "
                    "c.concurrency_key, c.concurrency_limit, c.rate_limit")
-        heads: dict[str, list] = {queue: [] for queue in serve}
-        now_sql, now_args = clock.at()
-        if self.is_postgresql:
-            # One round trip for every queue's heads and counter: a LATERAL subquery per queue, each
-            # locking its rows with SKIP LOCKED so concurrent clusters claim disjoint sets. It also
-            # says that the claim's commit need not wait for the flush (see write_transaction).
-            cursor.execute(
-                f"SELECT q.name, s.served, {now_sql}, j.* FROM {NO_FLUSH}, unnest(%s::text[]) AS q(name) "
-                f"LEFT JOIN {QSTATE} AS s ON s.queue = q.name LEFT JOIN LATERAL ("
-                f"SELECT {columns} FROM {JOB} AS c WHERE c.state IN {READY_SQL} AND c.queue = q.name "
-                f"AND q.name = ANY(%s::text[]) {floor}"
-                f"AND c.visible_at <= {now_sql} ORDER BY c.priority DESC, c.id LIMIT %s FOR UPDATE OF c SKIP LOCKED) "
-                f"AS j ON TRUE",
-                [*now_args, list(queues), list(serve), *floor_params, *now_args, limit],
-            )
-            served: dict[str, int] = {}
-            now = None
-            for name, count, now, *row in cursor.fetchall():
-                if count is not None:
-                    served[name] = count
-                if row[0] is not None:
-                    heads[name].append(_Head(*row))
-            for items in heads.values():
-                items.sort(key=lambda h: (-h.priority, h.id))
-        else:
-            # SQLite: the host's clock (one host), one time for every queue's heads.
-            now = clock.local_now()
-            for queue in serve:  # in-process calls under the write lock, cheap one by one
-                cursor.execute(
-                    f"SELECT {columns} FROM {JOB} AS c WHERE c.state IN {READY_SQL} AND c.queue = %s {floor}"
-                    f"AND c.visible_at <= %s ORDER BY c.priority DESC, c.id LIMIT %s",
-                    [queue, *floor_params, now, limit],
-                )
-                heads[queue] = [_Head(*row) for row in cursor.fetchall()]
-            cursor.execute(f"SELECT queue, served FROM {QSTATE} WHERE queue IN ({marks(len(queues))})", list(queues))
-            served = dict(cursor.fetchall())
+        heads, served, now = self.dialect.heads(cursor, queues, serve, limit, clock, columns, floor, floor_params)
         missing = [q for q in queues if q not in served]
         if missing:
             # A queue's first claim (or its row was deleted): without the row the served counters
@@ -571,25 +467,16 @@ class OrmBroker(Broker):
         statement on PostgreSQL, one round trip fewer."""
         prefix, prefix_params = "", []  # type: tuple[str, list]
         if counters is not None:
-            if self.is_postgresql and chosen:
+            if self.dialect.counters_in_claim and chosen:
                 prefix, prefix_params = f"WITH {counters[0]}, counted AS ({counters[1]}) ", counters[2]
             else:
                 cursor.execute(*self._counters_statement(counters))
-        rows: dict[str, tuple] = {}
         until, until_args = self.clock.at(lease)
         sets = (f"UPDATE {JOB} SET state = {RESERVE.to}, deliveries = deliveries + 1, lease_owner = %s, "
                 f"lease_token = %s, lease_until = {until}, cluster = %s")
         values = [owner, token, *until_args, owner.split(":", 1)[0]]
         ids = [c.id for c in chosen]
-        if not self.is_postgresql:
-            for part in _chunks(ids):
-                cursor.execute(f"{sets} WHERE id IN ({marks(len(part))}) RETURNING id, deliveries, yields, payload",
-                               [*values, *part])
-                rows.update((r[0], r) for r in cursor.fetchall())
-        elif ids:  # one array: one statement text, prepared once (see hot_cursor)
-            cursor.execute(f"{prefix}{sets} WHERE id = ANY(%s::text[]) RETURNING id, deliveries, yields, payload",
-                           [*prefix_params, *values, ids])
-            rows.update((r[0], r) for r in cursor.fetchall())
+        rows = self.dialect.claim(cursor, sets, values, ids, prefix, prefix_params)
         return [
             Reservation(c.id, c.queue, c.priority, rows[c.id][1], rows[c.id][2], token, owner,
                         c.max_deliveries, rows[c.id][3])
@@ -616,26 +503,7 @@ class OrmBroker(Broker):
         queues = sorted(set(taken) | set(lifted))
         if not queues:
             return None
-        if self.is_postgresql:
-            # Arrays, not one placeholder per queue: the statement's text stays the same whatever
-            # the queues, so it is prepared once (see hot_cursor).
-            return (f"locked AS MATERIALIZED (SELECT queue FROM {QSTATE} WHERE queue = ANY(%s::text[]) "
-                    f"ORDER BY queue FOR UPDATE)",
-                    f"UPDATE {QSTATE} AS s SET served = CASE WHEN v.lift THEN GREATEST(s.served, v.n) "
-                    f"ELSE s.served + v.n END FROM unnest(%s::text[], %s::bigint[], %s::boolean[]) AS v(queue, n, lift) "
-                    f"WHERE s.queue = v.queue AND s.queue IN (SELECT queue FROM locked)",
-                    [queues, queues, [taken.get(q, lifted.get(q)) for q in queues], [q not in taken for q in queues]])
-        cases, params = [], []
-        for queue in queues:
-            if queue in taken:
-                cases.append("WHEN %s THEN served + %s")
-                params += [queue, taken[queue]]
-            else:
-                cases.append("WHEN %s THEN MAX(served, %s)")
-                params += [queue, lifted[queue]]
-        # One writer at a time: no lock order to keep.
-        return ("", f"UPDATE {QSTATE} SET served = CASE queue {' '.join(cases)} END WHERE queue IN ({marks(len(queues))})",
-                [*params, *queues])
+        return self.dialect.served_update(queues, taken, lifted)
 
     @staticmethod
     def _counters_statement(counters: tuple[str, str, list]) -> tuple[str, list]:
@@ -645,7 +513,7 @@ class OrmBroker(Broker):
 
     def _mark_expired(self, cursor, ids: Sequence[str]) -> None:
         finished, finished_args = self.clock.stamp(self.connection)
-        for part in _chunks(ids):
+        for part in chunks(ids):
             cursor.execute(
                 f"UPDATE {JOB} SET state = {EXPIRE.to}, finished_at = {finished}, lease_owner = NULL, "
                 f"lease_token = NULL, lease_until = NULL WHERE state IN {EXPIRE.sources} AND id IN ({marks(len(part))})",
@@ -668,7 +536,7 @@ class OrmBroker(Broker):
             ran += ", attempt_log = %s"
         last_errors: dict[str, str] = {}
         if not error:
-            for part in _chunks([j[0] for j in jobs]):
+            for part in chunks([j[0] for j in jobs]):
                 cursor.execute(f"SELECT id, error FROM {JOB} WHERE id IN ({marks(len(part))})", list(part))
                 last_errors.update(cursor.fetchall())
         buried = []
@@ -749,12 +617,9 @@ class OrmBroker(Broker):
             for started in (adapt(a.started_at or now),)  # one adaptation for both of its uses
         ]
         conn = self.connection
-        if self.is_postgresql:
-            # One statement over arrays, whatever the batch: one text to prepare, and the server
-            # updates the rows as one set (an executemany runs the UPDATE once per row).
-            with self.hot_cursor() as cursor:
-                cursor.execute(ACK_ARRAYS_SQL, [list(column) for column in zip(*rows)])
-                return cursor.rowcount
+        done = self.dialect.ack_all(self, rows)
+        if done is not None:
+            return done
         sql = (f"UPDATE {JOB} SET state = {ACK.to}, result_package = %s, started_at = %s, {FIRST_STARTED}, "
                f"finished_at = %s, "
                f"attempt = attempt + 1, lease_owner = NULL, lease_until = NULL, error = '', traceback = '' "
@@ -895,7 +760,7 @@ class OrmBroker(Broker):
         until, until_args = self.clock.at(seconds)
         renewed = 0
         with self.connection.cursor() as cursor:
-            for part in _chunks(list(job_ids)):
+            for part in chunks(list(job_ids)):
                 cursor.execute(
                     f"UPDATE {JOB} SET lease_until = {until} WHERE lease_owner = %s AND state = {RUNNING} "
                     f"AND id IN ({marks(len(part))})",
@@ -963,7 +828,7 @@ class OrmBroker(Broker):
                 self.dead_letters(queue).filter(job__state__in=REPLAY.allowed)
                 .select_for_update(of=("self",)).values_list("pk", "job_id")
             )
-            for part in _chunks(letters):
+            for part in chunks(letters):
                 self._requeue_dead([job_id for _, job_id in part], None, None)
                 DeadLetter.objects.using(self.alias).filter(pk__in=[pk for pk, _ in part]).update(
                     replayed_at=timezone.now(), replay_count=F("replay_count") + 1
@@ -989,7 +854,7 @@ class OrmBroker(Broker):
         changed = 0
         now, now_args = self.clock.stamp(self.connection)
         with transaction.atomic(using=self.alias), self.connection.cursor() as cursor:
-            for part in _chunks(list(job_ids)):
+            for part in chunks(list(job_ids)):
                 cursor.execute(f"UPDATE {JOB} SET {sets.format(now=now)} WHERE {where} AND id IN ({marks(len(part))})",
                                [*now_args, *part])
                 changed += cursor.rowcount
@@ -999,7 +864,7 @@ class OrmBroker(Broker):
         """See :meth:`Broker.cancel_requested`: a primary-key read, one statement per 500 ids."""
         found: list[str] = []
         with self.connection.cursor() as cursor:
-            for part in _chunks(list(job_ids)):
+            for part in chunks(list(job_ids)):
                 cursor.execute(
                     f"SELECT id FROM {JOB} WHERE id IN ({marks(len(part))}) AND state = {RUNNING} "
                     "AND cancel_requested_at IS NOT NULL",
@@ -1027,7 +892,7 @@ class OrmBroker(Broker):
             validate_priority(priority, ConfigError)
         retried = 0
         with self.write_transaction():
-            for part in _chunks(list(job_ids)):
+            for part in chunks(list(job_ids)):
                 jobs = Job.objects.using(self.alias).filter(pk__in=part, state__in=REPLAY.allowed)
                 found = dict(jobs.select_for_update().values_list("pk", "state"))
                 if not found:
@@ -1047,7 +912,7 @@ class OrmBroker(Broker):
             if ids is not None:
                 letters = letters.filter(pk__in=ids)
             letters = list(letters.values_list("pk", "job_id"))
-            for part in _chunks(letters):
+            for part in chunks(letters):
                 Job.objects.using(self.alias).filter(pk__in=[j for _, j in part], state=State.DEAD).delete()
                 DeadLetter.objects.using(self.alias).filter(pk__in=[pk for pk, _ in part]).delete()
         return len(letters)
@@ -1079,24 +944,9 @@ class OrmBroker(Broker):
         return count
 
     def analyze(self) -> None:
-        """Refresh the planner's statistics of the job table (PostgreSQL) when they are stale.
-
-        A grown table without statistics can make the claim scan the whole table instead of the
-        partial index of ready rows: a tenfold slowdown measured on this kind of machine. Stale
-        means never analyzed, or more rows changed since than autovacuum's own threshold (50 +
-        10 %): an ANALYZE of a large table with fresh statistics costs the cluster a tenth of a
-        second of database time for nothing, and the sentinel runs one at every start.
-        """
-        if not self.is_postgresql:
-            return
-        with self.connection.cursor() as cursor:
-            cursor.execute(
-                "SELECT n_mod_since_analyze, n_live_tup, COALESCE(last_analyze, last_autoanalyze) IS NOT NULL "
-                "FROM pg_stat_user_tables WHERE relid = %s::regclass", [JOB])
-            row = cursor.fetchone()
-            if row is not None and row[2] and row[0] <= ANALYZE_BASE + ANALYZE_SHARE * row[1]:
-                return
-            cursor.execute(f"ANALYZE {JOB}")
+        """Refresh the planner's statistics of the job table when they are stale (PostgreSQL: see
+        :meth:`.postgresql.PostgresqlDialect.analyze`)."""
+        self.dialect.analyze(self.connection)
 
     def prune_keys(self, batch: int = 1000) -> int:
         """Delete idempotency keys whose TTL ran out, at most ``batch`` per call."""
@@ -1251,25 +1101,6 @@ def _same(value: Any) -> Any:
 
 def _prepare(field: Any, connection: Any, value: Any) -> Any:
     return field.get_db_prep_save(value, connection)
-
-
-class _Head:
-    """A claim candidate (a ready row's head fields)."""
-
-    __slots__ = ("id", "queue", "priority", "deliveries", "max_deliveries", "expires_at", "func", "key",
-                 "key_limit", "rate")
-
-    def __init__(self, id, queue, priority, deliveries, max_deliveries, expires_at, func, key, key_limit, rate):
-        self.id = id
-        self.queue = queue
-        self.priority = priority
-        self.deliveries = deliveries
-        self.max_deliveries = max_deliveries
-        self.expires_at = expires_at
-        self.func = func
-        self.key = key  # concurrency key, limit and rate limit (flow control)
-        self.key_limit = key_limit
-        self.rate = rate
 
 
 def _aware(epoch: float) -> datetime.datetime:

@@ -15,9 +15,11 @@ which needs no connection, so a missing driver does not hide the reason) and by
 from __future__ import annotations
 
 import importlib
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from ...exceptions import ConfigError
+from .sql import JOB, QSTATE, READY_SQL, Head, chunks, marks
 
 if TYPE_CHECKING:
     from ..clock import Clock
@@ -42,6 +44,74 @@ class Dialect:
     row_locks: bool
     #: The SQL function of the larger of two values (``GREATEST``; SQLite's scalar ``MAX``).
     greatest: str
+    #: True: the served counters' update rides in the claim's own statement (a ``WITH`` prefix).
+    counters_in_claim: bool = False
+
+    # -- statements: the portable form here, an engine's own where it has a faster one ----------
+    def heads(self, cursor: Any, queues: Sequence[str], serve: Sequence[str], limit: int, clock: Clock,
+              columns: str, floor: str, floor_params: list) -> tuple[dict[str, list[Head]], dict[str, int], float | None]:
+        """Return the first ``limit`` ready rows of each queue in ``serve`` (``columns``, filtered by
+        ``floor``), the served counter of each of ``queues``, and the time they were visible at
+        (None: read it from the clock). Locked with ``SKIP LOCKED`` where the engine has row locks."""
+        lock = " FOR UPDATE SKIP LOCKED" if self.row_locks else ""
+        now = clock.local_now()  # one time for every queue's heads on a host clock
+        now_sql, now_args = ("%s", [now]) if now is not None else clock.at()
+        heads: dict[str, list[Head]] = {}
+        for queue in serve:
+            cursor.execute(
+                f"SELECT {columns} FROM {JOB} AS c WHERE c.state IN {READY_SQL} AND c.queue = %s {floor}"
+                f"AND c.visible_at <= {now_sql} ORDER BY c.priority DESC, c.id LIMIT %s{lock}",
+                [queue, *floor_params, *now_args, limit],
+            )
+            heads[queue] = [Head(*row) for row in cursor.fetchall()]
+        cursor.execute(f"SELECT queue, served FROM {QSTATE} WHERE queue IN ({marks(len(queues))})", list(queues))
+        return heads, dict(cursor.fetchall()), now
+
+    def claim(self, cursor: Any, sets: str, values: list, ids: Sequence[str], prefix: str = "",
+              prefix_params: Sequence[Any] = ()) -> dict[str, tuple]:
+        """Run the claim's ``UPDATE`` (``sets``, ``values``) on ``ids``; return (id, deliveries,
+        yields, payload) by id for the rows it updated."""
+        rows: dict[str, tuple] = {}
+        for part in chunks(ids):
+            cursor.execute(f"{sets} WHERE id IN ({marks(len(part))}) RETURNING id, deliveries, yields, payload",
+                           [*values, *part])
+            rows.update((r[0], r) for r in cursor.fetchall())
+        return rows
+
+    def served_update(self, queues: Sequence[str], taken: dict[str, int],
+                      lifted: dict[str, int]) -> tuple[str, str, list]:
+        """Return (lock CTE or "", UPDATE, parameters) that add ``taken`` to the served counters and
+        lift the ``lifted`` queues to at least their value."""
+        cases, params = [], []
+        for queue in queues:
+            if queue in taken:
+                cases.append("WHEN %s THEN served + %s")
+                params += [queue, taken[queue]]
+            else:
+                cases.append(f"WHEN %s THEN {self.greatest}(served, %s)")
+                params += [queue, lifted[queue]]
+        # One writer at a time: no lock order to keep.
+        return ("", f"UPDATE {QSTATE} SET served = CASE queue {' '.join(cases)} END WHERE queue IN ({marks(len(queues))})",
+                [*params, *queues])
+
+    def insert_many(self, cursor: Any, table: str, columns: str, width: int, rows: list[list]) -> None:
+        """Insert ``rows`` (values of ``columns``) into ``table``: multi-row INSERTs."""
+        row = f"({marks(width)})"
+        for part in chunks(rows, 100):
+            cursor.execute(f"INSERT INTO {table} ({columns}) VALUES {', '.join([row] * len(part))}",
+                           [v for values in part for v in values])
+
+    def insert_one(self, connection: Any, table: str, columns: str, width: int, values: list) -> bool:
+        """Insert one row by the engine's fastest path if it has one; False: the broker's INSERT."""
+        return False
+
+    def ack_all(self, broker: Any, rows: list[tuple]) -> int | None:
+        """Acknowledge ``rows`` (see ``OrmBroker._ack_rows``) in one statement if the engine can;
+        None: the broker's statement per row."""
+        return None
+
+    def analyze(self, connection: Any) -> None:
+        """Refresh the planner's statistics of the job table when they are stale (where it matters)."""
 
     def waker(self, broker: Any, burst: bool = False) -> Waker:
         """Return what an idle pusher of ``broker`` sleeps on; this default polls."""

@@ -16,6 +16,7 @@ import ctypes
 import logging
 import os
 import select
+import sqlite3
 import struct
 import time
 from collections.abc import Iterator
@@ -44,6 +45,19 @@ class SqliteDialect(Dialect):
 
     def waker(self, broker: Any, burst: bool = False) -> Waker:
         return DataVersionWaker(broker.connection)
+
+    def insert_many(self, cursor: Any, table: str, columns: str, width: int, rows: list[list]) -> None:
+        # sqlite3's own executemany loops in C over one prepared statement.
+        qmarks = ", ".join(["?"] * width)
+        cursor.cursor.executemany(f"INSERT INTO {table} ({columns}) VALUES ({qmarks})", rows)
+
+    def insert_one(self, connection: Any, table: str, columns: str, width: int, values: list) -> bool:
+        # sqlite3's own execute with its placeholders: Django's cursor would rewrite the %s of
+        # this same statement with a regex on every call. Errors are still Django's.
+        sql = f"INSERT INTO {table} ({columns}) VALUES ({', '.join(['?'] * width)})"
+        with connection.cursor() as cursor, connection.wrap_database_errors:
+            sqlite3.Cursor.execute(cursor.cursor, sql, values)
+        return True
 
     def prepare(self, options: dict[str, Any], dead_connection_timeout: float | None = None) -> None:
         # Every transaction of the cluster writes or must see the latest commit: taking the lock at
