@@ -38,14 +38,12 @@ from ..base import Ack, Broker, Reservation
 from ..clock import Clock, FromNow, Skew
 from .dialect import Dialect, dialect_for
 from .flow import KEY_FREE, FlowGate
-from .sqlite import sqlite_pragma
-from .sql import (ACK, BURY, CANCEL, CHORE, DEAD_LETTER, EXPIRE, FAIL, FINISHED, GIVE, JOB, JOB_LABEL, KEYS, QSTATE,
+from .sql import (ACK, BURY, CANCEL, CHORE, DEAD_LETTER, EXPIRE, FAIL, FINISHED, GIVE, JOB, JOB_LABEL, KEYS,
                   READY_SQL, RECLAIM, REPLAY, RESERVE, RETRY, RUNNING, STOPPED, chunks, literal, marks)
 from .flow import status as flow_status
 
 logger = logging.getLogger(__name__)
 
-SQLITE_SYNC_NORMAL, SQLITE_SYNC_FULL = 1, 2  # PRAGMA synchronous levels
 UNFINISHED = literal(JobState.RETRYING, JobState.RUNNING)  # a burst waits for these, and for...
 RESERVE_FIRST = f"'{JobState.QUEUED.value}'"  # ...queued jobs already visible (not those for later)
 COUNTED = literal(*JobState.READY, JobState.RUNNING, JobState.DEAD)  # the states stats() counts
@@ -76,8 +74,8 @@ class OrmBroker(Broker):
         # (connection, names, converters, fields, quoted columns) for inserts
         self._plan: tuple[Any, list[str], list, list, str, dict[str, Any]] | None = None
         self._flow: FlowGate | None = None
-        # (raw sqlite3 connection, its synchronous level when claims may defer the flush, else None)
-        self._sqlite_sync: tuple[Any, int | None] | None = None
+        # What the dialect keeps per broker (SQLite: the connection's synchronous level).
+        self._engine_state: dict[str, Any] = {}
 
     # -- plumbing ---------------------------------------------------------------------------
     @property
@@ -87,7 +85,7 @@ class OrmBroker(Broker):
     @property
     def flow(self) -> FlowGate:
         if self._flow is None:  # built on first use: it needs the engine, known once connected
-            self._flow = FlowGate(self.settings, self.is_postgresql)
+            self._flow = FlowGate(self.settings, self.dialect)
         return self._flow
 
     def flow_wait(self) -> float | None:
@@ -145,12 +143,7 @@ class OrmBroker(Broker):
 
     def describe(self) -> str:
         """``'default' (postgresql taskmq at 127.0.0.1:5432)``, ``'default' (sqlite /path/db.sqlite3)``."""
-        conn = self.connection
-        conf = conn.settings_dict
-        where = f"{conn.vendor} {conf.get('NAME')}"
-        if conn.vendor == "postgresql":
-            where += f" at {conf.get('HOST') or 'the local socket'}:{conf.get('PORT') or 5432}"
-        return f"{self.alias!r} ({where})"
+        return f"{self.alias!r} ({self.dialect.where(self.connection.settings_dict)})"
 
     @contextlib.contextmanager
     def hot_cursor(self) -> Iterator[Any]:
@@ -204,51 +197,29 @@ class OrmBroker(Broker):
         locked" when another writer committed in between; taking the write lock first (what
         ``BEGIN IMMEDIATE`` does) makes it wait for the busy timeout instead.
 
-        ``durable=False`` commits without waiting for the disk flush on an SQLite database in WAL
-        mode (``synchronous NORMAL`` for the block). Only claims use it: a claim lost in a server or
+        ``durable=False`` commits without waiting for the disk flush where the dialect can
+        (:meth:`.Dialect.flush_deferred`: SQLite in WAL mode). Only claims use it: a claim lost in a server or
         machine crash leaves its job ready to be claimed again (as if the cluster had died before
         claiming), and any later durable commit (an ack) flushes the claim before itself, the log
         being written in order. On PostgreSQL a claim says ``synchronous_commit off`` inside its
-        first read instead (:data:`NO_FLUSH`), which costs no round trip of its own.
+        first read instead (``postgresql.NO_FLUSH``), which costs no round trip of its own.
         """
         conn = self.connection
         outermost = not conn.in_atomic_block
-        if not durable and outermost and conn.vendor == "sqlite":
-            with self._sqlite_flush_deferred():
+        dialect = self.dialect
+        if not durable and outermost and dialect.defers_flush:
+            with dialect.flush_deferred(conn, self._engine_state):
                 with self.write_transaction() as cursor:
                     yield cursor
             return
         with transaction.atomic(using=self.alias):
             cursor = conn.cursor()
-            if (conn.vendor == "sqlite" and outermost
-                    and conn.settings_dict.get("OPTIONS", {}).get("transaction_mode") != "IMMEDIATE"):
-                cursor.execute(f"UPDATE {QSTATE} SET served = served WHERE 0 = 1")
+            if outermost:
+                dialect.write_lock(conn, cursor)
             try:
                 yield cursor
             finally:
                 cursor.close()
-
-    @contextlib.contextmanager
-    def _sqlite_flush_deferred(self) -> Iterator[None]:
-        """Run the block with ``synchronous NORMAL`` if the database is in WAL mode and the
-        connection flushes at every commit (FULL or EXTRA); put the setting back afterwards.
-
-        Outside WAL mode NORMAL could corrupt the database on a power loss: nothing changes there.
-        """
-        conn = self.connection
-        conn.ensure_connection()
-        raw = conn.connection
-        if self._sqlite_sync is None or self._sqlite_sync[0] is not raw:
-            wal = raw.execute("PRAGMA journal_mode").fetchone()[0].lower() == "wal"
-            level = raw.execute("PRAGMA synchronous").fetchone()[0]
-            self._sqlite_sync = (raw, level if wal and level >= SQLITE_SYNC_FULL else None)
-        level = self._sqlite_sync[1]
-        if level is None:
-            yield
-            return
-        # (A connection that could not be put back is closed: it must not go on without flushing its acks.)
-        with sqlite_pragma(conn, "synchronous", SQLITE_SYNC_NORMAL, level):
-            yield
 
     # -- enqueue ----------------------------------------------------------------------------
     def enqueue(self, job: Mapping[str, Any], key: str | None = None) -> str:

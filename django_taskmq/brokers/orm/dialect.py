@@ -14,6 +14,7 @@ which needs no connection, so a missing driver does not hide the reason) and by
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
@@ -46,6 +47,32 @@ class Dialect:
     greatest: str
     #: True: the served counters' update rides in the claim's own statement (a ``WITH`` prefix).
     counters_in_claim: bool = False
+    #: True: :meth:`flush_deferred` does something (the broker enters it only then).
+    defers_flush: bool = False
+    #: (start, end) of an INSERT that skips rows whose key exists.
+    insert_ignore: tuple[str, str] = ("INSERT INTO", " ON CONFLICT DO NOTHING")
+
+    def where(self, settings_dict: dict[str, Any]) -> str:
+        """Name the database for messages: ``sqlite /path/db.sqlite3``."""
+        return f"{self.vendor} {settings_dict.get('NAME')}"
+
+    # -- transactions ------------------------------------------------------------------------
+    def write_lock(self, connection: Any, cursor: Any) -> None:
+        """Take the write lock at the start of a write transaction where the engine would take it late."""
+
+    def flush_deferred(self, connection: Any, state: dict[str, Any]) -> contextlib.AbstractContextManager[None]:
+        """Run a block whose commits need not wait for the disk flush (a claim: see
+        ``OrmBroker.write_transaction``); ``state`` is the broker's, for what the dialect keeps."""
+        return contextlib.nullcontext()
+
+    def lock_wait(self, connection: Any, seconds: float) -> contextlib.AbstractContextManager[None]:
+        """Run a block that waits at most ``seconds`` for a lock another writer holds, where the
+        engine would wait longer (SQLite's busy timeout); elsewhere as it is."""
+        return contextlib.nullcontext()
+
+    def lock_flow(self, cursor: Any, names: Sequence[str]) -> None:
+        """Serialize the claims that admit jobs under the flow-control limits ``names`` (concurrency
+        keys, capped queues) until the transaction ends. Nothing where one writer at a time is the rule."""
 
     # -- statements: the portable form here, an engine's own where it has a faster one ----------
     def heads(self, cursor: Any, queues: Sequence[str], serve: Sequence[str], limit: int, clock: Clock,

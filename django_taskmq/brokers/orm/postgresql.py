@@ -55,6 +55,15 @@ class PostgresqlDialect(Dialect):
     greatest = "GREATEST"
     counters_in_claim = True
 
+    def where(self, settings_dict: dict[str, Any]) -> str:
+        host = settings_dict.get("HOST") or "the local socket"
+        return f"{super().where(settings_dict)} at {host}:{settings_dict.get('PORT') or 5432}"
+
+    def lock_flow(self, cursor: Any, names: Sequence[str]) -> None:
+        if names:
+            cursor.execute("SELECT pg_advisory_xact_lock(hashtext(k)) FROM unnest(%s::text[]) AS k ORDER BY k",
+                           [list(names)])
+
     def waker(self, broker: Any, burst: bool = False) -> Waker:
         alias = broker.settings.listen_database
         listener = connections[alias] if alias is not None and alias != broker.alias else None

@@ -25,10 +25,12 @@ from typing import Any
 
 from ..clock import HOST
 from .dialect import Dialect, register
+from .sql import QSTATE
 from .wakeup import Waker
 
 logger = logging.getLogger(__name__)
 
+SYNC_NORMAL, SYNC_FULL = 1, 2  # PRAGMA synchronous levels
 SQLITE_BUSY_TIMEOUT = 20.0  # seconds a cluster's connection waits for the write lock, at least
 SQLITE_CHECK = 0.01  # seconds between data_version reads where inotify is missing
 # Seconds between looks for the commit of a write seen in the WAL: the writer flushes the WAL to
@@ -42,6 +44,44 @@ class SqliteDialect(Dialect):
     clock = HOST
     row_locks = False
     greatest = "MAX"
+    defers_flush = True
+    insert_ignore = ("INSERT OR IGNORE INTO", "")
+
+    def write_lock(self, connection: Any, cursor: Any) -> None:
+        # A transaction that reads and then writes can fail at once with "database is locked" when
+        # another writer committed in between: a first statement that writes takes the lock, as
+        # BEGIN IMMEDIATE would.
+        if connection.settings_dict.get("OPTIONS", {}).get("transaction_mode") != "IMMEDIATE":
+            cursor.execute(f"UPDATE {QSTATE} SET served = served WHERE 0 = 1")
+
+    @contextlib.contextmanager
+    def flush_deferred(self, connection: Any, state: dict[str, Any]) -> Iterator[None]:
+        """Run the block with ``synchronous NORMAL`` if the database is in WAL mode and the
+        connection flushes at every commit (FULL or EXTRA); put the setting back afterwards.
+
+        Outside WAL mode NORMAL could corrupt the database on a power loss: nothing changes there.
+        """
+        connection.ensure_connection()
+        raw = connection.connection
+        # (raw sqlite3 connection, its synchronous level when claims may defer the flush, else None)
+        sync = state.get("sync")
+        if sync is None or sync[0] is not raw:
+            wal = raw.execute("PRAGMA journal_mode").fetchone()[0].lower() == "wal"
+            level = raw.execute("PRAGMA synchronous").fetchone()[0]
+            sync = state["sync"] = (raw, level if wal and level >= SYNC_FULL else None)
+        level = sync[1]
+        if level is None:
+            yield
+            return
+        # (A connection that could not be put back is closed: it must not go on without flushing its acks.)
+        with sqlite_pragma(connection, "synchronous", SYNC_NORMAL, level):
+            yield
+
+    def lock_wait(self, connection: Any, seconds: float) -> contextlib.AbstractContextManager[None]:
+        connection.ensure_connection()
+        before = connection.connection.execute("PRAGMA busy_timeout").fetchone()[0]
+        # (A connection that could not be put back is closed: it must not give up on the lock so soon.)
+        return sqlite_pragma(connection, "busy_timeout", int(seconds * 1000), before)
 
     def waker(self, broker: Any, burst: bool = False) -> Waker:
         return DataVersionWaker(broker.connection)
