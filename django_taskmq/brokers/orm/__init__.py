@@ -6,6 +6,5 @@ the SQL pieces they share; ``wakeup.py`` the waiting every engine's waker shares
 """
 
 from .broker import OrmBroker
-from .sqlite import sqlite_pragma
 
-__all__ = ["OrmBroker", "sqlite_pragma"]
+__all__ = ["OrmBroker"]

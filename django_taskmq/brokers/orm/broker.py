@@ -117,10 +117,6 @@ class OrmBroker(Broker):
         """An ORM expression of the clock's time plus ``seconds`` (epoch seconds), for updates and filters."""
         return RawSQL(*self.clock.at(seconds), output_field=FloatField())
 
-    @property
-    def is_postgresql(self) -> bool:
-        return self.dialect.vendor == "postgresql"
-
     def atomic(self, *, write: bool = False) -> contextlib.AbstractContextManager[None]:
         """See :meth:`Broker.atomic`: a Django ``atomic`` block (a savepoint when nested)."""
         if write:
