@@ -26,7 +26,7 @@ if TYPE_CHECKING:
     from ..clock import Clock
     from .wakeup import Waker
 
-#: Engines Django supports that django_taskmq does not yet, with what to say about them.
+#: What to say of engines Django supports that have no module here (yet).
 NOT_YET = {"mysql": "MySQL and MariaDB are not supported yet", "oracle": "Oracle is not supported"}
 ADVICE = "Use PostgreSQL (several hosts) or SQLite (one host) for TASKMQ['database']."
 
@@ -161,7 +161,7 @@ def register(dialect: Dialect) -> None:
 
 def dialect_named(vendor: str) -> Dialect | None:
     """The dialect of the engine ``vendor`` (Django's ``connection.vendor``); None: not supported."""
-    if vendor not in _DIALECTS and vendor.isidentifier() and vendor not in NOT_YET:
+    if vendor not in _DIALECTS and vendor.isidentifier():
         try:
             importlib.import_module(f"{__package__}.{vendor}")
         except ModuleNotFoundError as exc:
