@@ -10,7 +10,7 @@ from django.apps import apps
 from django.conf import settings
 from django.core import checks
 
-from .brokers.orm.dialect import ADVICE, engine_problem
+from .brokers.orm.dialect import ADVICE, dialect_named, engine_problem
 from .compat import q_cluster
 from .conf import read
 from .exceptions import ConfigError
@@ -113,23 +113,21 @@ def connections_needed(workers: int, threads: int) -> int:
 
 
 def connection_budget_problem(alias: str, workers: int, threads: int) -> str | None:
-    """Say why one cluster of ``workers`` x ``threads`` may exhaust PostgreSQL's
-    ``max_connections`` on ``alias``; None when it fits (or the database is not PostgreSQL)."""
+    """Say why one cluster of ``workers`` x ``threads`` may exhaust the connections the database
+    ``alias`` allows (PostgreSQL's ``max_connections``); None when it fits or the engine has no limit."""
     from django.db import connections
 
     connection = connections[alias]
-    if connection.vendor != "postgresql":
+    dialect = dialect_named(connection.vendor)
+    found = dialect.connection_limit(connection) if dialect is not None else None
+    if dialect is None or found is None:
         return None
-    with connection.cursor() as cursor:
-        cursor.execute("SELECT current_setting('max_connections')::int, "
-                       "current_setting('superuser_reserved_connections')::int")
-        limit, reserved = cursor.fetchone()
+    limit, how = found
     needed = connections_needed(workers, threads)
-    if needed <= limit - reserved:
+    if needed <= limit:
         return None
     return (f"one cluster of {workers} workers x {threads} threads opens up to {needed} database connections "
-            f"(workers x threads + 3), more than the {limit - reserved} PostgreSQL allows "
-            f"(max_connections {limit} - superuser_reserved_connections {reserved})")
+            f"(workers x threads + 3), more than the {limit} {dialect.name} allows ({how})")
 
 
 def check_database(app_configs=None, databases=None, **kwargs) -> list[checks.CheckMessage]:

@@ -19,8 +19,6 @@ What differs per engine is its dialect's (:meth:`.Dialect.prepare`, ``brokers/or
 
 from __future__ import annotations
 
-import os
-
 from django.db import connections
 
 from ..brokers.orm.dialect import dialect_named
@@ -62,9 +60,8 @@ def check(alias: str, where: str) -> str | None:
 
     conn = connections[alias]
     where = f"database {where}"
-    name = str(conn.settings_dict.get("NAME") or "")
-    if conn.vendor == "sqlite" and not conn.is_in_memory_db() and not name.startswith("file:") \
-            and not os.path.exists(name):
+    dialect = dialect_named(conn.vendor)
+    if dialect is not None and dialect.created_by_connecting(conn):
         # sqlite3 would create an empty file; say what is wrong instead.
         return f"cannot reach {where}: the file does not exist (run manage.py migrate)"
     try:

@@ -177,3 +177,4 @@ def test_every_engine_module_registers_a_complete_dialect_named_for_its_vendor()
         dialect = dialect_named(path.stem)
         assert dialect is not None and dialect.vendor == path.stem
         assert isinstance(dialect.clock, Clock) and isinstance(dialect.row_locks, bool) and dialect.greatest
+        assert dialect.name

@@ -38,6 +38,8 @@ class Dialect:
 
     #: Django's ``connection.vendor`` of the engine, and the name of its module here.
     vendor: str
+    #: The engine's name in messages.
+    name: str
     #: Where the engine's statements read the time.
     clock: Clock
     #: True: a claim locks the heads it reads (``FOR UPDATE ... SKIP LOCKED``) so that concurrent
@@ -51,6 +53,16 @@ class Dialect:
     defers_flush: bool = False
     #: (start, end) of an INSERT that skips rows whose key exists.
     insert_ignore: tuple[str, str] = ("INSERT INTO", " ON CONFLICT DO NOTHING")
+
+    def created_by_connecting(self, connection: Any) -> bool:
+        """True when the database does not exist and connecting would create it empty (an SQLite
+        file): the start-up check says so instead of connecting."""
+        return False
+
+    def connection_limit(self, connection: Any) -> tuple[int, str] | None:
+        """Return how many connections the server allows clients like ours, and how that is
+        computed (for messages); None: no limit worth checking (queries the database)."""
+        return None
 
     def where(self, settings_dict: dict[str, Any]) -> str:
         """Name the database for messages: ``sqlite /path/db.sqlite3``."""

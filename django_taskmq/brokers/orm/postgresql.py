@@ -50,10 +50,18 @@ CONNECT_TIMEOUT = 5  # seconds a cluster's connection attempt may take, unless t
 
 class PostgresqlDialect(Dialect):
     vendor = "postgresql"
+    name = "PostgreSQL"
     clock = POSTGRESQL
     row_locks = True
     greatest = "GREATEST"
     counters_in_claim = True
+
+    def connection_limit(self, connection: Any) -> tuple[int, str] | None:
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT current_setting('max_connections')::int, "
+                           "current_setting('superuser_reserved_connections')::int")
+            limit, reserved = cursor.fetchone()
+        return limit - reserved, f"max_connections {limit} - superuser_reserved_connections {reserved}"
 
     def where(self, settings_dict: dict[str, Any]) -> str:
         host = settings_dict.get("HOST") or "the local socket"

@@ -41,11 +41,16 @@ OWN_WRITE_LOOKS = 8  # of those, after writes that came before the wait (the fir
 
 class SqliteDialect(Dialect):
     vendor = "sqlite"
+    name = "SQLite"
     clock = HOST
     row_locks = False
     greatest = "MAX"
     defers_flush = True
     insert_ignore = ("INSERT OR IGNORE INTO", "")
+
+    def created_by_connecting(self, connection: Any) -> bool:
+        name = str(connection.settings_dict.get("NAME") or "")
+        return not connection.is_in_memory_db() and not name.startswith("file:") and not os.path.exists(name)
 
     def write_lock(self, connection: Any, cursor: Any) -> None:
         # A transaction that reads and then writes can fail at once with "database is locked" when
