@@ -84,7 +84,8 @@ def _install(sql: bool) -> None:
     """Wrap the functions on a job's way (by name: see the module docstring)."""
     from django_taskmq import execution, recorder
     from django_taskmq.brokers import orm
-    from django_taskmq.cluster import monitor, sentinel, wakeup, worker
+    from django_taskmq.brokers.orm import wakeup
+    from django_taskmq.cluster import monitor, sentinel, worker
 
     _wrap(wakeup.Waker, "wait", "wake")
     _wrap(orm.OrmBroker, "reserve", "reserve")

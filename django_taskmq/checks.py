@@ -1,5 +1,6 @@
-"""System checks: a wrong ``TASKMQ`` value fails at start-up with the setting's name; the keys of
-django-q2's ``Q_CLUSTER`` that are not carried over, and django-q2's commands shadowing ours, warn."""
+"""System checks: a wrong ``TASKMQ`` value fails at start-up with the setting's name, and so does a
+database engine the broker does not support; the keys of django-q2's ``Q_CLUSTER`` that are not
+carried over, and django-q2's commands shadowing ours, warn."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from django.apps import apps
 from django.conf import settings
 from django.core import checks
 
+from .brokers.orm.dialect import ADVICE, dialect_named, engine_problem
 from .compat import q_cluster
 from .conf import read
 from .exceptions import ConfigError
@@ -30,6 +32,10 @@ def check_settings(app_configs=None, **kwargs) -> list[checks.CheckMessage]:
             f"TASKMQ['database'] {conf.database!r} is not in DATABASES",
             hint=f"Use one of {sorted(settings.DATABASES)}.", id="taskmq.E002",
         )]
+    problem = engine_problem(conf.database)
+    if problem:
+        # Without a dialect the broker's SQL would fail at every claim: refuse before anything runs.
+        return messages + [checks.Error(problem, hint=ADVICE, id="taskmq.E006")]
     messages += check_listen_database(conf)
     if conf.error_reporter is not None:
         from .reporting import reporter_problem
@@ -107,23 +113,21 @@ def connections_needed(workers: int, threads: int) -> int:
 
 
 def connection_budget_problem(alias: str, workers: int, threads: int) -> str | None:
-    """Say why one cluster of ``workers`` x ``threads`` may exhaust PostgreSQL's
-    ``max_connections`` on ``alias``; None when it fits (or the database is not PostgreSQL)."""
+    """Say why one cluster of ``workers`` x ``threads`` may exhaust the connections the database
+    ``alias`` allows (PostgreSQL's ``max_connections``); None when it fits or the engine has no limit."""
     from django.db import connections
 
     connection = connections[alias]
-    if connection.vendor != "postgresql":
+    dialect = dialect_named(connection.vendor)
+    found = dialect.connection_limit(connection) if dialect is not None else None
+    if dialect is None or found is None:
         return None
-    with connection.cursor() as cursor:
-        cursor.execute("SELECT current_setting('max_connections')::int, "
-                       "current_setting('superuser_reserved_connections')::int")
-        limit, reserved = cursor.fetchone()
+    limit, how = found
     needed = connections_needed(workers, threads)
-    if needed <= limit - reserved:
+    if needed <= limit:
         return None
     return (f"one cluster of {workers} workers x {threads} threads opens up to {needed} database connections "
-            f"(workers x threads + 3), more than the {limit - reserved} PostgreSQL allows "
-            f"(max_connections {limit} - superuser_reserved_connections {reserved})")
+            f"(workers x threads + 3), more than the {limit} {dialect.name} allows ({how})")
 
 
 def check_database(app_configs=None, databases=None, **kwargs) -> list[checks.CheckMessage]:

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import importlib
 import inspect
-import os
 from collections.abc import Iterator
 
 from django.apps import apps
@@ -22,6 +21,7 @@ from django.core.exceptions import ValidationError
 from django.db import connections
 from django.db.migrations.executor import MigrationExecutor
 
+from .brokers.orm.dialect import dialect_named
 from .conf import Settings, get_settings
 from .exceptions import ConfigError
 from .loading import DECLARED, callable_for, is_task, resolve
@@ -55,8 +55,8 @@ def _database(settings: Settings) -> Iterator[str]:
     from .cluster import outage
 
     connection = connections[settings.database]
-    name = str(connection.settings_dict.get("NAME") or "")
-    if connection.vendor == "sqlite" and not connection.is_in_memory_db() and not os.path.exists(name):
+    dialect = dialect_named(connection.vendor)
+    if dialect is not None and dialect.created_by_connecting(connection):
         yield f"database: {outage.check(settings.database, get_broker().describe())}"  # (not created by us)
         return
     try:

@@ -27,6 +27,7 @@ from django.db import close_old_connections, connections
 from .. import execution as ex
 from .. import reporting
 from ..brokers.base import Broker
+from ..brokers.orm.dialect import dialect_named
 from ..conf import Settings
 from ..exceptions import JobCancelled, TaskTimeout
 from .interrupts import Interrupts, Running
@@ -267,22 +268,19 @@ def drop_failed_connections() -> None:
 
 @contextlib.contextmanager
 def _brief_lock_wait(alias: str) -> Iterator[None]:
-    """On SQLite, wait at most :data:`LOCK_WAIT` for the write lock inside the block.
+    """Wait at most :data:`LOCK_WAIT` for the write lock inside the block (SQLite: see
+    :meth:`.Dialect.lock_wait`).
 
     Another writer (a large ``enqueue_many``, a prune) can hold SQLite's one write lock for a
     while; the monitor may wait for it, an idle worker's own ack should not: it gives the outcome to
     the monitor instead, and stays free for the next task (and clear of its task's timeout).
     """
     conn = connections[alias]
-    if conn.vendor != "sqlite":
+    dialect = dialect_named(conn.vendor)
+    if dialect is None:
         yield
         return
-    from ..brokers.orm import sqlite_pragma
-
-    conn.ensure_connection()
-    before = conn.connection.execute("PRAGMA busy_timeout").fetchone()[0]
-    # (A connection that could not be put back is closed: it must not give up on the lock so soon.)
-    with sqlite_pragma(conn, "busy_timeout", int(LOCK_WAIT * 1000), before):
+    with dialect.lock_wait(conn, LOCK_WAIT):
         yield
 
 

@@ -14,7 +14,7 @@ import pytest
 from django.db import connection
 
 from django_taskmq import async_task
-from django_taskmq.cluster.wakeup import Waker
+from django_taskmq.brokers.orm.sqlite import DataVersionWaker as Waker
 
 pytestmark = [pytest.mark.sqlite_only, pytest.mark.django_db(transaction=True)]
 

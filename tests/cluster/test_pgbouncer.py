@@ -19,7 +19,7 @@ from django.db import OperationalError, connections
 from django_taskmq import async_task
 from django_taskmq.brokers import get_broker, pooling
 from django_taskmq.brokers.base import Ack
-from django_taskmq.cluster.notify_probe import probe
+from django_taskmq.brokers.orm.notify_probe import probe
 
 from .conftest import job_states
 

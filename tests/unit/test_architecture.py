@@ -1,6 +1,7 @@
 """The architecture's rules, read from the source: no import cycles (also inside functions), every
-member used on a broker is declared on the Broker contract, and nothing outside ``brokers/`` opens
-a transaction on the broker's database."""
+member used on a broker is declared on the Broker contract, nothing outside ``brokers/`` opens
+a transaction on the broker's database, and the ORM broker's engines are reached only through its
+dialect seam (``brokers/orm/dialect.py``), so that a new engine is a new module."""
 
 from __future__ import annotations
 
@@ -132,3 +133,48 @@ def transaction_calls(path: Path) -> list[tuple[str, int]]:
 @pytest.mark.parametrize("path", [p for p in SOURCES if "brokers" not in p.parts], ids=lambda p: p.name)
 def test_only_brokers_open_transactions(path):
     assert transaction_calls(path) == [], f"{path.name} opens a transaction itself: ask the broker (Broker.atomic)"
+
+
+ORM = PACKAGE / "brokers" / "orm"
+
+
+def registers_a_dialect(path: Path) -> bool:
+    """An engine module: it calls ``register(...)`` at module level."""
+    return any(isinstance(node, ast.Expr) and isinstance(node.value, ast.Call)
+               and isinstance(node.value.func, ast.Name) and node.value.func.id == "register"
+               for node in ast.parse(path.read_text()).body)
+
+
+ENGINES = sorted(p for p in ORM.glob("*.py") if registers_a_dialect(p))
+
+
+def test_the_engine_modules_are_found():
+    assert [p.stem for p in ENGINES] == ["postgresql", "sqlite"]
+
+
+# The engines' own helpers (notify_probe.py: PostgreSQL's LISTEN probe) may import them.
+NEUTRAL = [p for p in SOURCES if p.parent != ORM or p.stem in ("__init__", "broker", "dialect", "flow", "sql", "wakeup")]
+
+
+@pytest.mark.parametrize("path", NEUTRAL, ids=lambda p: str(p.relative_to(PACKAGE)))
+def test_no_module_but_the_engines_own_imports_an_engine_module(path):
+    """The broker, flow control, the cluster, the checks: each asks the dialect (dialect_for,
+    dialect_named), never an engine module, which is the only place an engine's code lives."""
+    engines = {module_name(p) for p in ENGINES}
+    assert imported_modules(path) & engines == set()
+
+
+@pytest.mark.parametrize("path", sorted((PACKAGE / "brokers").rglob("*.py")), ids=lambda p: str(p.relative_to(PACKAGE)))
+def test_the_brokers_import_nothing_of_the_cluster(path):
+    assert not {m for m in imported_modules(path) if m.startswith("django_taskmq.cluster")}
+
+
+def test_every_engine_module_registers_a_complete_dialect_named_for_its_vendor():
+    from django_taskmq.brokers.clock import Clock
+    from django_taskmq.brokers.orm.dialect import dialect_named
+
+    for path in ENGINES:
+        dialect = dialect_named(path.stem)
+        assert dialect is not None and dialect.vendor == path.stem
+        assert isinstance(dialect.clock, Clock) and isinstance(dialect.row_locks, bool) and dialect.greatest
+        assert dialect.name

@@ -5,9 +5,10 @@ transaction and writes back what changed. Counts come from the job table itself 
 key while it is RUNNING), so a crashed cluster's keys free when its leases are reclaimed and no
 count can leak. Rate-limit state is one row per limit (``FlowBucket``).
 
-Concurrent claims on PostgreSQL serialise per key, per capped queue and per rate limit: a
-transaction-scoped advisory lock per key and queue (taken in one sorted order), ``FOR UPDATE`` on
-the rate rows. SQLite runs the whole claim under its write lock.
+Concurrent claims serialise per key, per capped queue and per rate limit through the engine's
+dialect: on PostgreSQL a transaction-scoped advisory lock per key and queue (taken in one sorted
+order, :meth:`.Dialect.lock_flow`), ``FOR UPDATE`` on the rate rows. SQLite runs the whole claim
+under its write lock.
 """
 
 from __future__ import annotations
@@ -17,11 +18,12 @@ import time
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from ..conf import Settings
-from ..models import FlowBucket, Job
-from ..policy import flow, pick
-from ..signals import job_held
-from .clock import Clock
+from ...conf import Settings
+from ...models import FlowBucket, Job
+from ...policy import flow, pick
+from ...signals import job_held
+from ..clock import Clock
+from .dialect import Dialect
 from .sql import READY_SQL, RUNNING, marks
 
 logger = logging.getLogger("django_taskmq.flow")
@@ -39,9 +41,9 @@ KEY_FREE = (f"(c.concurrency_key IS NULL OR c.concurrency_limit > (SELECT COUNT(
 class FlowGate:
     """The flow-control step of one ORM broker's claims."""
 
-    def __init__(self, settings: Settings, postgresql: bool) -> None:
+    def __init__(self, settings: Settings, dialect: Dialect) -> None:
         self.settings = settings
-        self.postgresql = postgresql
+        self.dialect = dialect  # the engine's locks and INSERT-or-skip
         self.caps = settings.queue_caps()
         self.queue_rates = settings.queue_rates()
         self.seen = bool(self.caps or self.queue_rates)  # once a claim met a keyed or limited job
@@ -80,11 +82,7 @@ class FlowGate:
             return None
         self.seen = True
         keys = sorted({h.key for h in heads if h.key is not None})
-        if self.postgresql:
-            locks = sorted(keys + [f"queue:{q}" for q in capped if q in self.caps])
-            if locks:
-                cursor.execute("SELECT pg_advisory_xact_lock(hashtext(k)) FROM unnest(%s::text[]) AS k ORDER BY k",
-                               [locks])
+        self.dialect.lock_flow(cursor, sorted(keys + [f"queue:{q}" for q in capped if q in self.caps]))
         running_keys = self._running_keys(cursor, keys)
         running_queues = self._running_queues(cursor, capped)
         buckets = sorted({f"task:{h.func}" for h in heads if h.rate is not None}
@@ -130,10 +128,9 @@ class FlowGate:
     def _lock_buckets(self, cursor, buckets: Sequence[str]) -> dict[str, float | None]:
         if not buckets:
             return {}
-        insert = "INSERT INTO" if self.postgresql else "INSERT OR IGNORE INTO"
-        conflict = " ON CONFLICT DO NOTHING" if self.postgresql else ""
+        insert, conflict = self.dialect.insert_ignore
         cursor.executemany(f"{insert} {BUCKET} (key, tat) VALUES (%s, 0){conflict}", [(b,) for b in buckets])
-        lock = " ORDER BY key FOR UPDATE" if self.postgresql else ""
+        lock = " ORDER BY key FOR UPDATE" if self.dialect.row_locks else ""
         cursor.execute(f"SELECT key, tat FROM {BUCKET} WHERE key IN ({marks(len(buckets))}){lock}", list(buckets))
         return {key: (tat or None) for key, tat in cursor.fetchall()}
 

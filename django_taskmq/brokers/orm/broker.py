@@ -13,11 +13,10 @@ import contextlib
 import datetime
 import functools
 import logging
-import sqlite3
 import time
 import uuid
 from collections.abc import Iterable, Iterator, Mapping, Sequence
-from typing import Any, NamedTuple
+from typing import Any
 
 from django.db import connections, transaction
 from django.db.models import F, FloatField, OuterRef, Subquery
@@ -25,73 +24,32 @@ from django.db.models.expressions import RawSQL
 from django.db.models.signals import post_delete, pre_delete
 from django.utils import timezone
 
-from ..conf import Settings
-from ..exceptions import ConfigError, LeaseLost
-from ..models import (Chore, Cluster, DeadLetter, IdempotencyKey, Job, QueuePause, QueueState, Schedule,
+from ...conf import Settings
+from ...exceptions import ConfigError, LeaseLost
+from ...models import (Chore, Cluster, DeadLetter, IdempotencyKey, Job, QueuePause, QueueState, Schedule,
                       State)
-from ..policy import attempts, pick
-from ..policy.priority import validate_priority
-from ..policy.states import HAS_DELIVERIES_LEFT_SQL, TRANSITIONS, Event, JobState, used_up
-from ..signals import job_dead
-from ..signing import seal_result
-from . import pooling
-from .base import Ack, Broker, Reservation
-from .clock import Clock, FromNow, Skew, clock_for
-from .orm_flow import KEY_FREE, FlowGate
-from .sql import READY_SQL, RUNNING, literal, marks
-from .orm_flow import status as flow_status
+from ...policy import attempts, pick
+from ...policy.priority import validate_priority
+from ...policy.states import HAS_DELIVERIES_LEFT_SQL, JobState, used_up
+from ...signals import job_dead
+from ...signing import seal_result
+from .. import pooling
+from ..base import Ack, Broker, Reservation
+from ..clock import Clock, FromNow, Skew
+from .dialect import Dialect, dialect_for
+from .flow import KEY_FREE, FlowGate
+from .sql import (ACK, BURY, CANCEL, CHORE, DEAD_LETTER, EXPIRE, FAIL, FINISHED, GIVE, JOB, JOB_LABEL, KEYS,
+                  READY_SQL, RECLAIM, REPLAY, RESERVE, RETRY, RUNNING, STOPPED, chunks, literal, marks)
+from .flow import status as flow_status
 
 logger = logging.getLogger(__name__)
 
-JOB = Job._meta.db_table
-JOB_LABEL = Job._meta.label
-FINISHED = sorted(state.value for state in JobState.FINAL)
-QSTATE = QueueState._meta.db_table
-DEAD_LETTER = DeadLetter._meta.db_table
-CHORE = Chore._meta.db_table
-KEYS = IdempotencyKey._meta.db_table
-SQLITE_SYNC_NORMAL, SQLITE_SYNC_FULL = 1, 2  # PRAGMA synchronous levels
-ANALYZE_BASE, ANALYZE_SHARE = 50, 0.1  # PostgreSQL's autovacuum_analyze_threshold and _scale_factor
-
-
-# -- states in SQL: every literal comes from policy.states, every state change from its table ------
-class _Move(NamedTuple):
-    """One event of the state table as SQL: the state it sets and the states it may leave."""
-
-    to: str  # "'SUCCEEDED'"
-    sources: str  # "('RUNNING')"
-    target: JobState
-    allowed: frozenset[JobState]
-
-
-def _move(event: Event) -> _Move:
-    allowed = frozenset(state for (state, e) in TRANSITIONS if e is event)
-    (target,) = {TRANSITIONS[state, event] for state in allowed}
-    return _Move(f"'{target.value}'", literal(*allowed), target, allowed)
-
-
-RESERVE, ACK, RETRY, FAIL, BURY, EXPIRE, CANCEL, GIVE, RECLAIM, REPLAY = (
-    _move(e) for e in (Event.RESERVE, Event.ACK, Event.FAIL_RETRY, Event.FAIL_FINAL, Event.DEAD_LETTER,
-                       Event.EXPIRE, Event.CANCEL, Event.DEFER, Event.RECLAIM, Event.REPLAY)
-)
-STOPPED = _move(Event.CANCEL_RUNNING)
-assert STOPPED.allowed == {JobState.RUNNING}  # "state = RUNNING" below (request_cancel, cancel_requested)
-assert _move(Event.YIELD) == GIVE  # defer and yield are the same move
 UNFINISHED = literal(JobState.RETRYING, JobState.RUNNING)  # a burst waits for these, and for...
 RESERVE_FIRST = f"'{JobState.QUEUED.value}'"  # ...queued jobs already visible (not those for later)
 COUNTED = literal(*JobState.READY, JobState.RUNNING, JobState.DEAD)  # the states stats() counts
 # The first execution's start, set by every statement that records an execution (started_at is
 # the latest's); a row from before the column existed falls back on its last known start.
 FIRST_STARTED = "first_started_at = COALESCE(first_started_at, started_at, %s)"
-# The PostgreSQL ack: the rows of _ack_rows as columns, one array each (started appears twice).
-ACK_ARRAYS_SQL = (
-    f"UPDATE {JOB} AS j SET state = {ACK.to}, result_package = a.result, started_at = a.started, "
-    f"first_started_at = COALESCE(j.first_started_at, j.started_at, a.first), finished_at = a.finished, "
-    f"attempt = j.attempt + 1, lease_owner = NULL, lease_until = NULL, error = '', traceback = '' "
-    f"FROM unnest(%s::text[], %s::timestamptz[], %s::timestamptz[], %s::timestamptz[], %s::text[], %s::text[]) "
-    f"AS a(result, started, first, finished, id, token) "
-    f"WHERE j.id = a.id AND j.lease_token = a.token AND j.state IN {ACK.sources}"
-)
 assert RECLAIM.allowed == {JobState.RUNNING}  # the lease sweep says "state = RUNNING" (reclaim_expired)
 LOG_FIELD = Job._meta.get_field("attempt_log")
 # A reservation handed back unstarted (defer, yield, a graceful stop): the delivery its claim
@@ -100,38 +58,9 @@ GIVE_BACK = (f"state = {GIVE.to}, deliveries = deliveries - 1, lease_owner = NUL
              "lease_until = NULL")
 # Job times a caller may give as a duration from now (FromNow): the database's clock counts them.
 TIMED = ("visible_at", "expires_at")
-CHUNK = 500  # rows per statement: well under SQLite's variable limit
-# In a FROM clause of a PostgreSQL claim's read: the transaction commits without waiting for the WAL
-# flush (what SET LOCAL synchronous_commit TO OFF does, without a round trip of its own).
-NO_FLUSH = "set_config('synchronous_commit', 'off', true) AS no_flush"
 # psycopg prepares a statement after this many runs on a connection; the hot statements ask for it at
 # once (prepare=True), so this only keeps psycopg's own counting from preparing anything else.
 NO_AUTOMATIC_PREPARE = 2**31
-
-
-@contextlib.contextmanager
-def sqlite_pragma(conn, name: str, value: int, restore: int) -> Iterator[None]:
-    """Run the block with ``PRAGMA name = value`` on Django's SQLite connection ``conn`` (connected),
-    then set it to ``restore`` again. A connection on which that fails is closed, so that it does
-    not keep the block's setting."""
-    raw = conn.connection
-    raw.execute(f"PRAGMA {name} = {value}")
-    try:
-        yield
-    finally:
-        if conn.connection is raw:  # not closed by a failure inside
-            try:
-                raw.execute(f"PRAGMA {name} = {restore}")
-            except Exception:
-                try:
-                    conn.close()
-                except Exception:  # broken already: nothing more to drop
-                    logger.debug("closing the connection of %r failed", conn.alias, exc_info=True)
-
-
-def _chunks(items: Sequence, size: int = CHUNK) -> Iterator[Sequence]:
-    for start in range(0, len(items), size):
-        yield items[start:start + size]
 
 
 class OrmBroker(Broker):
@@ -145,8 +74,8 @@ class OrmBroker(Broker):
         # (connection, names, converters, fields, quoted columns) for inserts
         self._plan: tuple[Any, list[str], list, list, str, dict[str, Any]] | None = None
         self._flow: FlowGate | None = None
-        # (raw sqlite3 connection, its synchronous level when claims may defer the flush, else None)
-        self._sqlite_sync: tuple[Any, int | None] | None = None
+        # What the dialect keeps per broker (SQLite: the connection's synchronous level).
+        self._engine_state: dict[str, Any] = {}
 
     # -- plumbing ---------------------------------------------------------------------------
     @property
@@ -156,7 +85,7 @@ class OrmBroker(Broker):
     @property
     def flow(self) -> FlowGate:
         if self._flow is None:  # built on first use: it needs the engine, known once connected
-            self._flow = FlowGate(self.settings, self.is_postgresql)
+            self._flow = FlowGate(self.settings, self.dialect)
         return self._flow
 
     def flow_wait(self) -> float | None:
@@ -167,9 +96,14 @@ class OrmBroker(Broker):
             return flow_status(cursor, self.settings, self.clock)
 
     @property
+    def dialect(self) -> Dialect:
+        """What this broker's engine does its own way (see :mod:`.dialect`)."""
+        return dialect_for(self.connection)
+
+    @property
     def clock(self) -> Clock:
-        """The clock this broker's statements compare and store (see :mod:`.clock`)."""
-        return clock_for(self.connection)
+        """The clock this broker's statements compare and store (see :mod:`..clock`)."""
+        return self.dialect.clock
 
     def now(self) -> float:
         """See :meth:`Broker.now`: the database's time on a server engine (one query)."""
@@ -182,10 +116,6 @@ class OrmBroker(Broker):
     def _at(self, seconds: float = 0.0) -> Any:
         """An ORM expression of the clock's time plus ``seconds`` (epoch seconds), for updates and filters."""
         return RawSQL(*self.clock.at(seconds), output_field=FloatField())
-
-    @property
-    def is_postgresql(self) -> bool:
-        return self.connection.vendor == "postgresql"
 
     def atomic(self, *, write: bool = False) -> contextlib.AbstractContextManager[None]:
         """See :meth:`Broker.atomic`: a Django ``atomic`` block (a savepoint when nested)."""
@@ -209,12 +139,7 @@ class OrmBroker(Broker):
 
     def describe(self) -> str:
         """``'default' (postgresql taskmq at 127.0.0.1:5432)``, ``'default' (sqlite /path/db.sqlite3)``."""
-        conn = self.connection
-        conf = conn.settings_dict
-        where = f"{conn.vendor} {conf.get('NAME')}"
-        if conn.vendor == "postgresql":
-            where += f" at {conf.get('HOST') or 'the local socket'}:{conf.get('PORT') or 5432}"
-        return f"{self.alias!r} ({where})"
+        return f"{self.alias!r} ({self.dialect.where(self.connection.settings_dict)})"
 
     @contextlib.contextmanager
     def hot_cursor(self) -> Iterator[Any]:
@@ -230,7 +155,7 @@ class OrmBroker(Broker):
         statement's text.
         """
         conn = self.connection
-        prepared = (_prepared_cursor_class() if conn.vendor == "postgresql" and not conn.queries_logged else None)
+        prepared = self.dialect.prepared_cursor_class() if not conn.queries_logged else None
         if prepared is not None:
             conn.ensure_connection()
             raw = conn.connection
@@ -258,13 +183,7 @@ class OrmBroker(Broker):
             cursor.close()
 
     def waker(self, burst: bool = False):
-        from ..cluster.wakeup import Waker  # engine-specific waiting, used only by the pusher
-
-        alias = self.settings.listen_database
-        listener = connections[alias] if alias is not None and alias != self.alias else None
-        # A burst naps 50 ms at most, and only while its last tasks run: it polls, rather than
-        # spend up to PROBE_WAIT checking that LISTEN works.
-        return Waker(self.connection, listener, self.alias, listen=not burst)
+        return self.dialect.waker(self, burst)
 
     @contextlib.contextmanager
     def write_transaction(self, durable: bool = True) -> Iterator[Any]:
@@ -274,51 +193,29 @@ class OrmBroker(Broker):
         locked" when another writer committed in between; taking the write lock first (what
         ``BEGIN IMMEDIATE`` does) makes it wait for the busy timeout instead.
 
-        ``durable=False`` commits without waiting for the disk flush on an SQLite database in WAL
-        mode (``synchronous NORMAL`` for the block). Only claims use it: a claim lost in a server or
+        ``durable=False`` commits without waiting for the disk flush where the dialect can
+        (:meth:`.Dialect.flush_deferred`: SQLite in WAL mode). Only claims use it: a claim lost in a server or
         machine crash leaves its job ready to be claimed again (as if the cluster had died before
         claiming), and any later durable commit (an ack) flushes the claim before itself, the log
         being written in order. On PostgreSQL a claim says ``synchronous_commit off`` inside its
-        first read instead (:data:`NO_FLUSH`), which costs no round trip of its own.
+        first read instead (``postgresql.NO_FLUSH``), which costs no round trip of its own.
         """
         conn = self.connection
         outermost = not conn.in_atomic_block
-        if not durable and outermost and conn.vendor == "sqlite":
-            with self._sqlite_flush_deferred():
+        dialect = self.dialect
+        if not durable and outermost and dialect.defers_flush:
+            with dialect.flush_deferred(conn, self._engine_state):
                 with self.write_transaction() as cursor:
                     yield cursor
             return
         with transaction.atomic(using=self.alias):
             cursor = conn.cursor()
-            if (conn.vendor == "sqlite" and outermost
-                    and conn.settings_dict.get("OPTIONS", {}).get("transaction_mode") != "IMMEDIATE"):
-                cursor.execute(f"UPDATE {QSTATE} SET served = served WHERE 0 = 1")
+            if outermost:
+                dialect.write_lock(conn, cursor)
             try:
                 yield cursor
             finally:
                 cursor.close()
-
-    @contextlib.contextmanager
-    def _sqlite_flush_deferred(self) -> Iterator[None]:
-        """Run the block with ``synchronous NORMAL`` if the database is in WAL mode and the
-        connection flushes at every commit (FULL or EXTRA); put the setting back afterwards.
-
-        Outside WAL mode NORMAL could corrupt the database on a power loss: nothing changes there.
-        """
-        conn = self.connection
-        conn.ensure_connection()
-        raw = conn.connection
-        if self._sqlite_sync is None or self._sqlite_sync[0] is not raw:
-            wal = raw.execute("PRAGMA journal_mode").fetchone()[0].lower() == "wal"
-            level = raw.execute("PRAGMA synchronous").fetchone()[0]
-            self._sqlite_sync = (raw, level if wal and level >= SQLITE_SYNC_FULL else None)
-        level = self._sqlite_sync[1]
-        if level is None:
-            yield
-            return
-        # (A connection that could not be put back is closed: it must not go on without flushing its acks.)
-        with sqlite_pragma(conn, "synchronous", SQLITE_SYNC_NORMAL, level):
-            yield
 
     # -- enqueue ----------------------------------------------------------------------------
     def enqueue(self, job: Mapping[str, Any], key: str | None = None) -> str:
@@ -366,20 +263,7 @@ class OrmBroker(Broker):
         columns, width, table = self._table(rows)
         with self.write_transaction() as cursor:  # the write lock first, as in enqueue
             self._resolve_times(table)
-            if self.is_postgresql:
-                # COPY fires the INSERT trigger too, so idle clusters are notified as for an INSERT.
-                with cursor.cursor.copy(f"COPY {JOB} ({columns}) FROM STDIN") as copy:
-                    for values in table:
-                        copy.write_row(values)
-            elif self.connection.vendor == "sqlite":
-                # sqlite3's own executemany loops in C over one prepared statement.
-                qmarks = ", ".join(["?"] * width)
-                cursor.cursor.executemany(f"INSERT INTO {JOB} ({columns}) VALUES ({qmarks})", table)
-            else:
-                row = f"({marks(width)})"
-                for part in _chunks(table, 100):
-                    cursor.execute(f"INSERT INTO {JOB} ({columns}) VALUES {', '.join([row] * len(part))}",
-                                   [v for values in part for v in values])
+            self.dialect.insert_many(cursor, JOB, columns, width, table)
         return [row["id"] for row in rows]
 
     def _resolve_times(self, table: list[list]) -> None:
@@ -427,12 +311,7 @@ class OrmBroker(Broker):
         """INSERT jobs given as column values in one statement (the single-enqueue hot path)."""
         columns, width, table = self._table(rows)
         conn = self.connection
-        if conn.vendor == "sqlite" and len(table) == 1:
-            # sqlite3's own execute with its placeholders: Django's cursor would rewrite the %s of
-            # this same statement with a regex on every call. Errors are still Django's.
-            sql = f"INSERT INTO {JOB} ({columns}) VALUES ({', '.join(['?'] * width)})"
-            with conn.cursor() as cursor, conn.wrap_database_errors:
-                sqlite3.Cursor.execute(cursor.cursor, sql, table[0])
+        if len(table) == 1 and self.dialect.insert_one(conn, JOB, columns, width, table[0]):
             return
         # The job times given as durations count from the clock's time at this INSERT.
         clock = self.clock
@@ -538,42 +417,7 @@ class OrmBroker(Broker):
             floor_params += list(closed_funcs)
         columns = ("c.id, c.queue, c.priority, c.deliveries, c.max_deliveries, c.expires_at, c.func, "
                    "c.concurrency_key, c.concurrency_limit, c.rate_limit")
-        heads: dict[str, list] = {queue: [] for queue in serve}
-        now_sql, now_args = clock.at()
-        if self.is_postgresql:
-            # One round trip for every queue's heads and counter: a LATERAL subquery per queue, each
-            # locking its rows with SKIP LOCKED so concurrent clusters claim disjoint sets. It also
-            # says that the claim's commit need not wait for the flush (see write_transaction).
-            cursor.execute(
-                f"SELECT q.name, s.served, {now_sql}, j.* FROM {NO_FLUSH}, unnest(%s::text[]) AS q(name) "
-                f"LEFT JOIN {QSTATE} AS s ON s.queue = q.name LEFT JOIN LATERAL ("
-                f"SELECT {columns} FROM {JOB} AS c WHERE c.state IN {READY_SQL} AND c.queue = q.name "
-                f"AND q.name = ANY(%s::text[]) {floor}"
-                f"AND c.visible_at <= {now_sql} ORDER BY c.priority DESC, c.id LIMIT %s FOR UPDATE OF c SKIP LOCKED) "
-                f"AS j ON TRUE",
-                [*now_args, list(queues), list(serve), *floor_params, *now_args, limit],
-            )
-            served: dict[str, int] = {}
-            now = None
-            for name, count, now, *row in cursor.fetchall():
-                if count is not None:
-                    served[name] = count
-                if row[0] is not None:
-                    heads[name].append(_Head(*row))
-            for items in heads.values():
-                items.sort(key=lambda h: (-h.priority, h.id))
-        else:
-            # SQLite: the host's clock (one host), one time for every queue's heads.
-            now = clock.local_now()
-            for queue in serve:  # in-process calls under the write lock, cheap one by one
-                cursor.execute(
-                    f"SELECT {columns} FROM {JOB} AS c WHERE c.state IN {READY_SQL} AND c.queue = %s {floor}"
-                    f"AND c.visible_at <= %s ORDER BY c.priority DESC, c.id LIMIT %s",
-                    [queue, *floor_params, now, limit],
-                )
-                heads[queue] = [_Head(*row) for row in cursor.fetchall()]
-            cursor.execute(f"SELECT queue, served FROM {QSTATE} WHERE queue IN ({marks(len(queues))})", list(queues))
-            served = dict(cursor.fetchall())
+        heads, served, now = self.dialect.heads(cursor, queues, serve, limit, clock, columns, floor, floor_params)
         missing = [q for q in queues if q not in served]
         if missing:
             # A queue's first claim (or its row was deleted): without the row the served counters
@@ -590,25 +434,16 @@ class OrmBroker(Broker):
         statement on PostgreSQL, one round trip fewer."""
         prefix, prefix_params = "", []  # type: tuple[str, list]
         if counters is not None:
-            if self.is_postgresql and chosen:
+            if self.dialect.counters_in_claim and chosen:
                 prefix, prefix_params = f"WITH {counters[0]}, counted AS ({counters[1]}) ", counters[2]
             else:
                 cursor.execute(*self._counters_statement(counters))
-        rows: dict[str, tuple] = {}
         until, until_args = self.clock.at(lease)
         sets = (f"UPDATE {JOB} SET state = {RESERVE.to}, deliveries = deliveries + 1, lease_owner = %s, "
                 f"lease_token = %s, lease_until = {until}, cluster = %s")
         values = [owner, token, *until_args, owner.split(":", 1)[0]]
         ids = [c.id for c in chosen]
-        if not self.is_postgresql:
-            for part in _chunks(ids):
-                cursor.execute(f"{sets} WHERE id IN ({marks(len(part))}) RETURNING id, deliveries, yields, payload",
-                               [*values, *part])
-                rows.update((r[0], r) for r in cursor.fetchall())
-        elif ids:  # one array: one statement text, prepared once (see hot_cursor)
-            cursor.execute(f"{prefix}{sets} WHERE id = ANY(%s::text[]) RETURNING id, deliveries, yields, payload",
-                           [*prefix_params, *values, ids])
-            rows.update((r[0], r) for r in cursor.fetchall())
+        rows = self.dialect.claim(cursor, sets, values, ids, prefix, prefix_params)
         return [
             Reservation(c.id, c.queue, c.priority, rows[c.id][1], rows[c.id][2], token, owner,
                         c.max_deliveries, rows[c.id][3])
@@ -635,26 +470,7 @@ class OrmBroker(Broker):
         queues = sorted(set(taken) | set(lifted))
         if not queues:
             return None
-        if self.is_postgresql:
-            # Arrays, not one placeholder per queue: the statement's text stays the same whatever
-            # the queues, so it is prepared once (see hot_cursor).
-            return (f"locked AS MATERIALIZED (SELECT queue FROM {QSTATE} WHERE queue = ANY(%s::text[]) "
-                    f"ORDER BY queue FOR UPDATE)",
-                    f"UPDATE {QSTATE} AS s SET served = CASE WHEN v.lift THEN GREATEST(s.served, v.n) "
-                    f"ELSE s.served + v.n END FROM unnest(%s::text[], %s::bigint[], %s::boolean[]) AS v(queue, n, lift) "
-                    f"WHERE s.queue = v.queue AND s.queue IN (SELECT queue FROM locked)",
-                    [queues, queues, [taken.get(q, lifted.get(q)) for q in queues], [q not in taken for q in queues]])
-        cases, params = [], []
-        for queue in queues:
-            if queue in taken:
-                cases.append("WHEN %s THEN served + %s")
-                params += [queue, taken[queue]]
-            else:
-                cases.append("WHEN %s THEN MAX(served, %s)")
-                params += [queue, lifted[queue]]
-        # One writer at a time: no lock order to keep.
-        return ("", f"UPDATE {QSTATE} SET served = CASE queue {' '.join(cases)} END WHERE queue IN ({marks(len(queues))})",
-                [*params, *queues])
+        return self.dialect.served_update(queues, taken, lifted)
 
     @staticmethod
     def _counters_statement(counters: tuple[str, str, list]) -> tuple[str, list]:
@@ -664,7 +480,7 @@ class OrmBroker(Broker):
 
     def _mark_expired(self, cursor, ids: Sequence[str]) -> None:
         finished, finished_args = self.clock.stamp(self.connection)
-        for part in _chunks(ids):
+        for part in chunks(ids):
             cursor.execute(
                 f"UPDATE {JOB} SET state = {EXPIRE.to}, finished_at = {finished}, lease_owner = NULL, "
                 f"lease_token = NULL, lease_until = NULL WHERE state IN {EXPIRE.sources} AND id IN ({marks(len(part))})",
@@ -687,7 +503,7 @@ class OrmBroker(Broker):
             ran += ", attempt_log = %s"
         last_errors: dict[str, str] = {}
         if not error:
-            for part in _chunks([j[0] for j in jobs]):
+            for part in chunks([j[0] for j in jobs]):
                 cursor.execute(f"SELECT id, error FROM {JOB} WHERE id IN ({marks(len(part))})", list(part))
                 last_errors.update(cursor.fetchall())
         buried = []
@@ -768,12 +584,9 @@ class OrmBroker(Broker):
             for started in (adapt(a.started_at or now),)  # one adaptation for both of its uses
         ]
         conn = self.connection
-        if self.is_postgresql:
-            # One statement over arrays, whatever the batch: one text to prepare, and the server
-            # updates the rows as one set (an executemany runs the UPDATE once per row).
-            with self.hot_cursor() as cursor:
-                cursor.execute(ACK_ARRAYS_SQL, [list(column) for column in zip(*rows)])
-                return cursor.rowcount
+        done = self.dialect.ack_all(self, rows)
+        if done is not None:
+            return done
         sql = (f"UPDATE {JOB} SET state = {ACK.to}, result_package = %s, started_at = %s, {FIRST_STARTED}, "
                f"finished_at = %s, "
                f"attempt = attempt + 1, lease_owner = NULL, lease_until = NULL, error = '', traceback = '' "
@@ -914,7 +727,7 @@ class OrmBroker(Broker):
         until, until_args = self.clock.at(seconds)
         renewed = 0
         with self.connection.cursor() as cursor:
-            for part in _chunks(list(job_ids)):
+            for part in chunks(list(job_ids)):
                 cursor.execute(
                     f"UPDATE {JOB} SET lease_until = {until} WHERE lease_owner = %s AND state = {RUNNING} "
                     f"AND id IN ({marks(len(part))})",
@@ -982,7 +795,7 @@ class OrmBroker(Broker):
                 self.dead_letters(queue).filter(job__state__in=REPLAY.allowed)
                 .select_for_update(of=("self",)).values_list("pk", "job_id")
             )
-            for part in _chunks(letters):
+            for part in chunks(letters):
                 self._requeue_dead([job_id for _, job_id in part], None, None)
                 DeadLetter.objects.using(self.alias).filter(pk__in=[pk for pk, _ in part]).update(
                     replayed_at=timezone.now(), replay_count=F("replay_count") + 1
@@ -1008,7 +821,7 @@ class OrmBroker(Broker):
         changed = 0
         now, now_args = self.clock.stamp(self.connection)
         with transaction.atomic(using=self.alias), self.connection.cursor() as cursor:
-            for part in _chunks(list(job_ids)):
+            for part in chunks(list(job_ids)):
                 cursor.execute(f"UPDATE {JOB} SET {sets.format(now=now)} WHERE {where} AND id IN ({marks(len(part))})",
                                [*now_args, *part])
                 changed += cursor.rowcount
@@ -1018,7 +831,7 @@ class OrmBroker(Broker):
         """See :meth:`Broker.cancel_requested`: a primary-key read, one statement per 500 ids."""
         found: list[str] = []
         with self.connection.cursor() as cursor:
-            for part in _chunks(list(job_ids)):
+            for part in chunks(list(job_ids)):
                 cursor.execute(
                     f"SELECT id FROM {JOB} WHERE id IN ({marks(len(part))}) AND state = {RUNNING} "
                     "AND cancel_requested_at IS NOT NULL",
@@ -1046,7 +859,7 @@ class OrmBroker(Broker):
             validate_priority(priority, ConfigError)
         retried = 0
         with self.write_transaction():
-            for part in _chunks(list(job_ids)):
+            for part in chunks(list(job_ids)):
                 jobs = Job.objects.using(self.alias).filter(pk__in=part, state__in=REPLAY.allowed)
                 found = dict(jobs.select_for_update().values_list("pk", "state"))
                 if not found:
@@ -1066,7 +879,7 @@ class OrmBroker(Broker):
             if ids is not None:
                 letters = letters.filter(pk__in=ids)
             letters = list(letters.values_list("pk", "job_id"))
-            for part in _chunks(letters):
+            for part in chunks(letters):
                 Job.objects.using(self.alias).filter(pk__in=[j for _, j in part], state=State.DEAD).delete()
                 DeadLetter.objects.using(self.alias).filter(pk__in=[pk for pk, _ in part]).delete()
         return len(letters)
@@ -1098,24 +911,9 @@ class OrmBroker(Broker):
         return count
 
     def analyze(self) -> None:
-        """Refresh the planner's statistics of the job table (PostgreSQL) when they are stale.
-
-        A grown table without statistics can make the claim scan the whole table instead of the
-        partial index of ready rows: a tenfold slowdown measured on this kind of machine. Stale
-        means never analyzed, or more rows changed since than autovacuum's own threshold (50 +
-        10 %): an ANALYZE of a large table with fresh statistics costs the cluster a tenth of a
-        second of database time for nothing, and the sentinel runs one at every start.
-        """
-        if not self.is_postgresql:
-            return
-        with self.connection.cursor() as cursor:
-            cursor.execute(
-                "SELECT n_mod_since_analyze, n_live_tup, COALESCE(last_analyze, last_autoanalyze) IS NOT NULL "
-                "FROM pg_stat_user_tables WHERE relid = %s::regclass", [JOB])
-            row = cursor.fetchone()
-            if row is not None and row[2] and row[0] <= ANALYZE_BASE + ANALYZE_SHARE * row[1]:
-                return
-            cursor.execute(f"ANALYZE {JOB}")
+        """Refresh the planner's statistics of the job table when they are stale (PostgreSQL: see
+        :meth:`.postgresql.PostgresqlDialect.analyze`)."""
+        self.dialect.analyze(self.connection)
 
     def prune_keys(self, batch: int = 1000) -> int:
         """Delete idempotency keys whose TTL ran out, at most ``batch`` per call."""
@@ -1234,23 +1032,6 @@ class OrmBroker(Broker):
 
 
 @functools.cache
-def _prepared_cursor_class() -> type | None:
-    """psycopg 3's server-binding cursor, whose ``execute`` prepares every statement it runs
-    (``executemany`` does already); None with psycopg2."""
-    from django.db.backends.postgresql.psycopg_any import is_psycopg3
-
-    if not is_psycopg3:
-        return None
-    import psycopg
-
-    class PreparedCursor(psycopg.Cursor):
-        def execute(self, query, params=None, *, prepare=None, binary=None):
-            return super().execute(query, params, prepare=True, binary=binary)
-
-    return PreparedCursor
-
-
-@functools.cache
 def _insert_fields() -> list:
     return [f for f in Job._meta.concrete_fields]
 
@@ -1287,25 +1068,6 @@ def _same(value: Any) -> Any:
 
 def _prepare(field: Any, connection: Any, value: Any) -> Any:
     return field.get_db_prep_save(value, connection)
-
-
-class _Head:
-    """A claim candidate (a ready row's head fields)."""
-
-    __slots__ = ("id", "queue", "priority", "deliveries", "max_deliveries", "expires_at", "func", "key",
-                 "key_limit", "rate")
-
-    def __init__(self, id, queue, priority, deliveries, max_deliveries, expires_at, func, key, key_limit, rate):
-        self.id = id
-        self.queue = queue
-        self.priority = priority
-        self.deliveries = deliveries
-        self.max_deliveries = max_deliveries
-        self.expires_at = expires_at
-        self.func = func
-        self.key = key  # concurrency key, limit and rate limit (flow control)
-        self.key_limit = key_limit
-        self.rate = rate
 
 
 def _aware(epoch: float) -> datetime.datetime:

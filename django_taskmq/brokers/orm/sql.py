@@ -1,0 +1,84 @@
+"""SQL pieces the ORM broker and its engine modules share: table names, placeholders, chunks, and
+the state literals and moves taken from the pure state table (``policy/states.py``), so no query
+spells a state by hand."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from typing import NamedTuple
+
+from ...models import Chore, DeadLetter, IdempotencyKey, Job, QueueState
+from ...policy.states import TRANSITIONS, Event, JobState
+
+
+def marks(n: int) -> str:
+    """Return ``n`` placeholders: ``%s, %s, %s``."""
+    return ", ".join(["%s"] * n)
+
+
+def literal(*states: JobState) -> str:
+    """Return the SQL list of ``states``: ``('QUEUED', 'RETRYING')``."""
+    return "(" + ", ".join(f"'{state.value}'" for state in sorted(states)) + ")"
+
+
+READY_SQL = literal(*JobState.READY)
+RUNNING = f"'{JobState.RUNNING.value}'"
+
+
+JOB = Job._meta.db_table
+JOB_LABEL = Job._meta.label
+FINISHED = sorted(state.value for state in JobState.FINAL)
+QSTATE = QueueState._meta.db_table
+DEAD_LETTER = DeadLetter._meta.db_table
+CHORE = Chore._meta.db_table
+KEYS = IdempotencyKey._meta.db_table
+CHUNK = 500  # rows per statement: well under SQLite's variable limit
+
+
+def chunks(items: Sequence, size: int = CHUNK) -> Iterator[Sequence]:
+    for start in range(0, len(items), size):
+        yield items[start:start + size]
+
+
+# -- states in SQL: every literal comes from policy.states, every state change from its table ------
+class Move(NamedTuple):
+    """One event of the state table as SQL: the state it sets and the states it may leave."""
+
+    to: str  # "'SUCCEEDED'"
+    sources: str  # "('RUNNING')"
+    target: JobState
+    allowed: frozenset[JobState]
+
+
+def move(event: Event) -> Move:
+    allowed = frozenset(state for (state, e) in TRANSITIONS if e is event)
+    (target,) = {TRANSITIONS[state, event] for state in allowed}
+    return Move(f"'{target.value}'", literal(*allowed), target, allowed)
+
+
+RESERVE, ACK, RETRY, FAIL, BURY, EXPIRE, CANCEL, GIVE, RECLAIM, REPLAY = (
+    move(e) for e in (Event.RESERVE, Event.ACK, Event.FAIL_RETRY, Event.FAIL_FINAL, Event.DEAD_LETTER,
+                       Event.EXPIRE, Event.CANCEL, Event.DEFER, Event.RECLAIM, Event.REPLAY)
+)
+STOPPED = move(Event.CANCEL_RUNNING)
+assert STOPPED.allowed == {JobState.RUNNING}  # "state = RUNNING" in the broker (request_cancel, cancel_requested)
+assert move(Event.YIELD) == GIVE  # defer and yield are the same move
+
+
+class Head:
+    """A claim candidate (a ready row's head fields)."""
+
+    __slots__ = ("id", "queue", "priority", "deliveries", "max_deliveries", "expires_at", "func", "key",
+                 "key_limit", "rate")
+
+    def __init__(self, id, queue, priority, deliveries, max_deliveries, expires_at, func, key, key_limit, rate):
+        self.id = id
+        self.queue = queue
+        self.priority = priority
+        self.deliveries = deliveries
+        self.max_deliveries = max_deliveries
+        self.expires_at = expires_at
+        self.func = func
+        self.key = key  # concurrency key, limit and rate limit (flow control)
+        self.key_limit = key_limit
+        self.rate = rate

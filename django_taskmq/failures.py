@@ -1,0 +1,126 @@
+"""Failure logs that do not flood: one component's failures while the database is away, the first
+as one line, then at most one line every :data:`LOG_EVERY` seconds with a count, and one line when
+it works again. Used by the cluster's components and by the brokers' wakers."""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+
+from .policy.connections import disconnect
+
+LOG_EVERY = 5.0  # seconds between two lines of one component while its failures go on
+CAUSE_LENGTH = 300
+
+
+def cause(exc: BaseException, kind: bool = True) -> str:
+    """One line for ``exc``: its class name (unless ``kind`` is False) and the first line of its text."""
+    text = next((line.strip() for line in str(exc).splitlines() if line.strip()), "")
+    if not kind:
+        return (text or type(exc).__name__)[:CAUSE_LENGTH]
+    return f"{type(exc).__name__}: {text}"[:CAUSE_LENGTH] if text else type(exc).__name__
+
+
+def _database_errors() -> tuple[type[BaseException], ...]:
+    """The exception classes that mean "the database failed" (not a bug in the code that called it)."""
+    import sqlite3
+
+    from django.db import Error
+
+    found: list[type[BaseException]] = [Error, sqlite3.Error, OSError]
+    for module in ("psycopg", "psycopg2"):
+        try:
+            found.append(__import__(module).Error)
+        except ImportError:
+            pass
+    return tuple(found)
+
+
+def is_database_error(exc: BaseException) -> bool:
+    return isinstance(exc, _database_errors())
+
+
+class FailureLog:
+    """Log the failures of one component (``"pusher"``, ``"monitor"``, ...) without flooding the log.
+
+    Call :meth:`failed` after each failed attempt and :meth:`succeeded` after each one that worked.
+    The first failure of an outage is logged as one line, with what ``meanwhile`` says and, when the
+    error means the connection is gone (:func:`~django_taskmq.policy.connections.disconnect`), why
+    (a database error without its traceback,
+    unless ``logger`` is enabled for DEBUG; any other error with it, once: it is likely a bug). Then
+    at most one line every ``every`` seconds, with the number of failures since the previous line.
+    The first success after failures logs one line with their count and how long they lasted.
+
+    Each method returns the line it logged (None when it logged nothing). The clock is a parameter so
+    the rate can be checked without waiting.
+    """
+
+    def __init__(self, component: str, logger: logging.Logger, every: float = LOG_EVERY,
+                 clock: Callable[[], float] = time.monotonic, meanwhile: str = "") -> None:
+        self.component = component
+        self.meanwhile = meanwhile  # what the component does while it fails, said in the first line
+        self.logger = logger
+        self.every = every
+        self.clock = clock
+        self.failures = 0  # failed attempts in the current outage
+        self.since: float | None = None  # clock time of the current outage's first failure
+        self.last: str = ""  # what failed last, and why
+        self._last_logged = ""  # the ``last`` of the previous line
+        self._unlogged = 0  # failures since the last line
+        self._logged_at = 0.0
+        self._database = False  # whether a database error was among the failures
+
+    @property
+    def failing(self) -> bool:
+        """True between a failure and the next success."""
+        return self.since is not None
+
+    def down_for(self) -> float:
+        """Seconds since the first failure of the current outage (0 when nothing fails)."""
+        return 0.0 if self.since is None else self.clock() - self.since
+
+    def failed(self, what: str, exc: BaseException) -> str | None:
+        """Count a failed attempt at ``what`` (``"heartbeat"``, ``"claim"``, ...) that raised ``exc``."""
+        now = self.clock()
+        database = is_database_error(exc)
+        self.failures += 1
+        self._database = self._database or database
+        self.last = f"{what}: {cause(exc)}"
+        if self.since is None:
+            self.since = self._logged_at = now
+            self._unlogged = 0
+            self._last_logged = self.last
+            # A lost connection, a server that is no longer the primary or is shutting down: say so.
+            reason = disconnect(exc)
+            retry = f"{reason}: reconnecting" if reason else "retrying"
+            meanwhile = f"; {self.meanwhile}" if self.meanwhile else ""
+            line = f"{self.component}: {self.last}; {retry}{meanwhile} (logging at most every {self.every:g} s)"
+            show = not database or self.logger.isEnabledFor(logging.DEBUG)
+            self.logger.warning("%s", line, exc_info=exc if show else None)
+            return line
+        self._unlogged += 1
+        if now - self._logged_at < self.every:
+            return None
+        last = "the same error" if self.last == self._last_logged else self.last
+        line = (f"{self.component}: still failing, {self._unlogged} failure(s) in the last "
+                f"{now - self._logged_at:.0f} s ({self.failures} in {now - self.since:.0f} s); last: {last}")
+        self._last_logged = self.last
+        self._logged_at = now
+        self._unlogged = 0
+        self.logger.warning("%s", line)
+        return line
+
+    def succeeded(self) -> str | None:
+        """Note a successful attempt; after failures, log that the component works again."""
+        if self.since is None:
+            return None
+        what = "database is back" if self._database else "working again"
+        line = (f"{self.component}: {what} after {self.failures} failure(s) in "
+                f"{self.clock() - self.since:.0f} s")
+        self.failures = 0
+        self.since = None
+        self._unlogged = 0
+        self._database = False
+        self.logger.warning("%s", line)
+        return line

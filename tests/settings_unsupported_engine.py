@@ -1,0 +1,14 @@
+"""``tests.settings_sqlite`` with the broker's database on an engine django_taskmq refuses.
+
+``TASKMQ_ENGINE`` names the ``ENGINE`` (MySQL by default: the server of these machines, whose
+driver may or may not be installed; the refusal must need neither)."""
+
+import os
+
+from tests.settings_sqlite import *  # noqa: F401,F403
+
+DATABASES = {
+    **DATABASES,  # noqa: F405
+    "default": {"ENGINE": os.environ.get("TASKMQ_ENGINE", "django.db.backends.mysql"), "NAME": "taskmq_refused",
+                "HOST": "127.0.0.1", "PORT": "3306", "USER": "root", "PASSWORD": ""},
+}
