@@ -48,6 +48,34 @@ def _is_postgresql() -> bool:
         return False
 
 
+def _is_mysql() -> bool:
+    try:
+        return _default_db()["ENGINE"].endswith("mysql")
+    except Exception:  # settings not configured
+        return False
+
+
+def _server_absent(host: str, port: int) -> bool:
+    try:
+        with socket.create_connection((host, port), timeout=3):
+            return False
+    except OSError:
+        return True
+
+
+def _mysql_address() -> tuple[str, int]:
+    db = _default_db()
+    return db.get("HOST") or "127.0.0.1", int(db.get("PORT") or 3306)
+
+
+def unreachable_database_env() -> dict[str, str]:
+    """An environment (``db_env``) whose "default" database does not answer, on this run's engine."""
+    from django.db import connection
+
+    extra = {"sqlite": {"TASKMQ_DB_NAME": "/nonexistent/dir/db.sqlite3"}, "mysql": {"MYSQL_PORT": "1"}}
+    return db_env(extra.get(connection.vendor, {"PGPORT": "1"}))
+
+
 def _postgresql_address() -> tuple[str, int]:
     """Return the configured server's host (or socket directory) and port: PGHOST and PGPORT by default."""
     db = _default_db()
@@ -60,11 +88,7 @@ def _postgresql_absent() -> bool:
     host, port = _postgresql_address()
     if host.startswith("/"):
         return not Path(host, f".s.PGSQL.{port}").exists()
-    try:
-        with socket.create_connection((host, port), timeout=3):
-            return False
-    except OSError:
-        return True
+    return _server_absent(host, port)
 
 
 def _through_pgbouncer() -> bool:
@@ -88,12 +112,15 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         for item in items:
             item.add_marker(skip)
         return
-    if not _is_postgresql() or not _postgresql_absent():
+    if _is_postgresql() and _postgresql_absent():
+        engine, where = "PostgreSQL", "{}:{}".format(*_postgresql_address())
+    elif _is_mysql() and _server_absent(*_mysql_address()):
+        engine, where = "MySQL/MariaDB", "{}:{}".format(*_mysql_address())
+    else:
         return
-    where = "{}:{}".format(*_postgresql_address())
     if os.environ.get("CI") == "true":
-        raise pytest.UsageError(f"PostgreSQL at {where} is not reachable and CI=true: the PostgreSQL suite must run")
-    skip = pytest.mark.skip(reason=f"PostgreSQL server at {where} not reachable (set CI=true to make this an error)")
+        raise pytest.UsageError(f"{engine} at {where} is not reachable and CI=true: the {engine} suite must run")
+    skip = pytest.mark.skip(reason=f"{engine} server at {where} not reachable (set CI=true to make this an error)")
     for item in items:
         if item.get_closest_marker("django_db") or {"db", "transactional_db", "broker"} & set(item.fixturenames):
             item.add_marker(skip)
@@ -101,11 +128,11 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 @pytest.fixture(scope="session")
 def django_db_modify_db_settings(django_db_modify_db_settings_parallel_suffix: None) -> None:
-    """Give each PostgreSQL test run its own database, so concurrent runs never share one.
+    """Give each PostgreSQL or MySQL test run its own database, so concurrent runs never share one.
 
     (SQLite runs already get their own file.) An explicit ``TASKMQ_DB_NAME`` is kept as is.
     """
-    if _is_postgresql() and not os.environ.get("TASKMQ_DB_NAME"):
+    if (_is_postgresql() or _is_mysql()) and not os.environ.get("TASKMQ_DB_NAME"):
         db = _default_db()
         base = db.get("TEST", {}).get("NAME") or f"test_{db['NAME']}"
         db.setdefault("TEST", {})["NAME"] = f"{base}_{os.getpid()}"

@@ -1,7 +1,7 @@
 """``tests.settings_sqlite`` with the broker's database on an engine django_taskmq refuses.
 
-``TASKMQ_ENGINE`` names the ``ENGINE`` (MySQL by default: the server of these machines, whose
-driver may or may not be installed; the refusal must need neither)."""
+``TASKMQ_ENGINE`` names the ``ENGINE`` (Oracle by default: Django has a backend for it, whose
+driver is not installed here; the refusal must need neither the driver nor a server)."""
 
 import os
 
@@ -9,6 +9,6 @@ from tests.settings_sqlite import *  # noqa: F401,F403
 
 DATABASES = {
     **DATABASES,  # noqa: F405
-    "default": {"ENGINE": os.environ.get("TASKMQ_ENGINE", "django.db.backends.mysql"), "NAME": "taskmq_refused",
+    "default": {"ENGINE": os.environ.get("TASKMQ_ENGINE", "django.db.backends.oracle"), "NAME": "taskmq_refused",
                 "HOST": "127.0.0.1", "PORT": "3306", "USER": "root", "PASSWORD": ""},
 }

@@ -25,7 +25,7 @@ from django.utils import timezone
 from ..exceptions import ConfigError
 from ..policy.times import FromNow
 
-__all__ = ["CLOCKS", "Clock", "DatabaseClock", "FromNow", "HostClock", "Skew", "as_datetime", "clock_for"]
+__all__ = ["CLOCKS", "Clock", "DatabaseClock", "FromNow", "HostClock", "MysqlClock", "Skew", "as_datetime", "clock_for"]
 
 
 @dataclass(frozen=True)
@@ -134,9 +134,31 @@ POSTGRESQL = DatabaseClock(
     stamp_sql="(statement_timestamp() + %s * INTERVAL '1 second')",
     read="SELECT EXTRACT(EPOCH FROM clock_timestamp())::float8",
 )
+
+
+class MysqlClock(DatabaseClock):
+    """MySQL's and MariaDB's clock. ``UTC_TIMESTAMP(6)`` is read once per statement (as ``NOW()``);
+    epoch seconds are counted from it without the session's time zone, which an hour of daylight
+    saving time would make ambiguous. The ``DateTimeField`` columns hold UTC with ``USE_TZ`` (what
+    Django's MySQL backend writes), the session's local time without."""
+
+    def stamp(self, connection: Any, seconds: float = 0.0) -> tuple[str, list[Any]]:
+        from django.conf import settings
+
+        if settings.USE_TZ:
+            return self.stamp_sql, [float(seconds)]
+        return "(NOW(6) + INTERVAL ROUND(%s * 1000000) MICROSECOND)", [float(seconds)]
+
+
+MYSQL = MysqlClock(
+    # 1e6 is a DOUBLE literal: the result is a float, as the columns it is compared with.
+    epoch="(TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', UTC_TIMESTAMP(6)) / 1e6 + %s)",
+    stamp_sql="(UTC_TIMESTAMP(6) + INTERVAL ROUND(%s * 1000000) MICROSECOND)",
+    read="SELECT TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', UTC_TIMESTAMP(6)) / 1e6",
+)
 HOST = HostClock()
 #: The clock of each engine (``connection.vendor``).
-CLOCKS: dict[str, Clock] = {"postgresql": POSTGRESQL, "sqlite": HOST}
+CLOCKS: dict[str, Clock] = {"postgresql": POSTGRESQL, "mysql": MYSQL, "sqlite": HOST}
 
 
 def as_datetime(epoch: float) -> datetime.datetime:

@@ -9,13 +9,12 @@ import subprocess
 import sys
 
 import pytest
-from django.db import connection
 from django.utils import timezone
 
 from django_taskmq import schedule
 from django_taskmq.models import Schedule
 
-from ..conftest import ROOT, db_env
+from ..conftest import ROOT, db_env, unreachable_database_env
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -81,8 +80,7 @@ def test_unapplied_migrations_are_named():
 
 
 def test_an_unreachable_database_is_one_line():
-    env = db_env({"TASKMQ_DB_NAME": "/nonexistent/dir/db.sqlite3"} if connection.vendor == "sqlite"
-                 else {"PGPORT": "1"})
+    env = unreachable_database_env()
     done = subprocess.run([sys.executable, "manage.py", "qconfig", "--check"], cwd=str(ROOT), env=env,
                           capture_output=True, text=True, timeout=120)
     assert done.returncode == 1

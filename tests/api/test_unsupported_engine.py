@@ -15,8 +15,7 @@ from django_taskmq.checks import check_settings
 from django_taskmq.exceptions import ConfigError
 
 ROOT = Path(__file__).resolve().parents[2]
-MYSQL = {"ENGINE": "django.db.backends.mysql", "NAME": "taskmq_refused", "HOST": "127.0.0.1", "PORT": "3306",
-         "USER": "root"}
+ORACLE = {"ENGINE": "django.db.backends.oracle", "NAME": "taskmq_refused", "HOST": "127.0.0.1", "USER": "taskmq"}
 
 pytestmark = pytest.mark.filterwarnings("ignore:Overriding setting DATABASES")
 
@@ -27,12 +26,12 @@ def refusal(settings, database: dict) -> list:
     return [m for m in check_settings() if m.id == "taskmq.E006"]
 
 
-def test_the_check_refuses_mysql_saying_it_is_not_supported_yet(settings):
-    (error,) = refusal(settings, MYSQL)
+def test_the_check_refuses_oracle_saying_it_is_not_supported(settings):
+    (error,) = refusal(settings, ORACLE)
     assert error.is_serious()
-    assert "TASKMQ['database'] 'jobs'" in error.msg and "'django.db.backends.mysql'" in error.msg
-    assert "MySQL and MariaDB are not supported yet" in error.msg
-    assert "PostgreSQL" in error.hint and "SQLite" in error.hint
+    assert "TASKMQ['database'] 'jobs'" in error.msg and "'django.db.backends.oracle'" in error.msg
+    assert "Oracle is not supported" in error.msg
+    assert "PostgreSQL" in error.hint and "MySQL/MariaDB" in error.hint and "SQLite" in error.hint
 
 
 def test_the_check_refuses_an_engine_it_does_not_know_naming_it(settings):
@@ -43,38 +42,29 @@ def test_the_check_refuses_an_engine_it_does_not_know_naming_it(settings):
 def test_the_supported_engines_pass_the_check(settings):
     assert refusal(settings, {"ENGINE": "django.db.backends.sqlite3", "NAME": "x"}) == []
     assert refusal(settings, {"ENGINE": "django.db.backends.postgresql", "NAME": "x"}) == []
+    assert refusal(settings, {"ENGINE": "django.db.backends.mysql", "NAME": "x"}) == []
     assert engine_problem("default") is None
 
 
 def test_the_broker_finds_no_dialect_for_an_unsupported_connection():
     class Connection:  # what dialect_for reads of Django's connection
-        vendor, alias = "mysql", "jobs"
+        vendor, alias = "oracle", "jobs"
 
-    with pytest.raises(ConfigError, match="'jobs': MySQL and MariaDB are not supported yet"):
+    with pytest.raises(ConfigError, match="'jobs': Oracle is not supported"):
         dialect_for(Connection())
-    assert dialect_named("mysql") is None and dialect_named("broker") is None
-    assert (dialect_named("sqlite").vendor, dialect_named("postgresql").vendor) == ("sqlite", "postgresql")
+    assert dialect_named("oracle") is None and dialect_named("broker") is None
+    assert [dialect_named(v).vendor for v in ("sqlite", "postgresql", "mysql")] == ["sqlite", "postgresql", "mysql"]
 
 
-def _has_mysqlclient() -> bool:
-    try:
-        import MySQLdb  # noqa: F401
-    except ImportError:
-        return False
-    return True
-
-
-@pytest.mark.skipif(not _has_mysqlclient() and os.environ.get("CI") != "true",
-                    reason="Django's MySQL backend needs mysqlclient (scripts/test installs it; CI=true requires it)")
-# The checks qcluster runs (its own tag): Django 6.1's plain ``check`` also runs the MySQL backend's
-# own database checks, which connect first.
+# The checks qcluster runs (its own tag): Django 6.1's plain ``check`` also runs a backend's own
+# database checks, which connect first.
 @pytest.mark.parametrize("command", [["check", "--tag", "taskmq"], ["qcluster"]])
-def test_start_up_on_mysql_fails_with_the_check_not_a_loop_of_sql_errors(command):
-    """The real ``manage.py``: the error is the check's, whether or not the MySQL driver is installed,
-    and it comes before any connection (the database named does not exist)."""
+def test_start_up_on_an_unsupported_engine_fails_with_the_check_not_a_loop_of_sql_errors(command):
+    """The real ``manage.py``: the error is the check's, though the Oracle driver is not installed,
+    and it comes before any connection."""
     env = {**os.environ, "DJANGO_SETTINGS_MODULE": "tests.settings_unsupported_engine", "PYTHONUNBUFFERED": "1"}
     done = subprocess.run([sys.executable, "manage.py", *command], cwd=str(ROOT), env=env, capture_output=True,
                           text=True, timeout=60)
     assert done.returncode != 0
-    assert "taskmq.E006" in done.stderr and "MySQL and MariaDB are not supported yet" in done.stderr
+    assert "taskmq.E006" in done.stderr and "Oracle is not supported" in done.stderr
     assert "Use PostgreSQL" in done.stderr

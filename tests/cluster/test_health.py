@@ -17,7 +17,7 @@ from django.utils import timezone
 
 from django_taskmq.models import Cluster
 
-from ..conftest import ROOT, db_env
+from ..conftest import ROOT, db_env, unreachable_database_env
 
 pytestmark = [pytest.mark.cluster, pytest.mark.django_db(transaction=True)]
 
@@ -95,10 +95,7 @@ def test_a_stale_heartbeat_fails_ready_but_not_live(cluster):
 
 
 def test_the_database_away_is_one_line(cluster):
-    from django.db import connection
-
-    env = db_env({"TASKMQ_DB_NAME": "/nonexistent/dir/db.sqlite3"} if connection.vendor == "sqlite"
-                 else {"PGPORT": "1"})
+    env = unreachable_database_env()
     done = subprocess.run([sys.executable, "manage.py", "qhealth"], cwd=str(ROOT), env=env, capture_output=True,
                           text=True, timeout=60)
     assert done.returncode == 1, done.stdout + done.stderr

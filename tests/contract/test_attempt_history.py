@@ -187,7 +187,8 @@ def test_migration_0008_adds_two_columns_without_rebuilding_the_table_and_old_ro
         assert [m.name for m, _ in plan] == ["0008_attempt_history"]
         statements = [s for s in executor.loader.collect_sql(plan) if not s.startswith("--")]
         assert len(statements) == 2, statements
-        assert all(s.startswith(f'ALTER TABLE "{table}" ADD COLUMN') and " NULL" in s and "DEFAULT" not in s
+        quoted = connection.ops.quote_name(table)
+        assert all(s.startswith(f"ALTER TABLE {quoted} ADD COLUMN") and " NULL" in s and "DEFAULT" not in s
                    for s in statements), statements
         adapt = connection.ops.adapt_datetimefield_value
         with connection.cursor() as cursor:

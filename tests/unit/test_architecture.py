@@ -149,7 +149,7 @@ ENGINES = sorted(p for p in ORM.glob("*.py") if registers_a_dialect(p))
 
 
 def test_the_engine_modules_are_found():
-    assert [p.stem for p in ENGINES] == ["postgresql", "sqlite"]
+    assert [p.stem for p in ENGINES] == ["mysql", "postgresql", "sqlite"]
 
 
 # The engines' own helpers (notify_probe.py: PostgreSQL's LISTEN probe) may import them.

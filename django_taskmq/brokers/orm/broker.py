@@ -26,7 +26,7 @@ from django.utils import timezone
 
 from ...conf import Settings
 from ...exceptions import ConfigError, LeaseLost
-from ...models import (Chore, Cluster, DeadLetter, IdempotencyKey, Job, QueuePause, QueueState, Schedule,
+from ...models import (Chore, Cluster, DeadLetter, IdempotencyKey, Job, QueuePause, Schedule,
                       State)
 from ...policy import attempts, pick
 from ...policy.priority import validate_priority
@@ -38,7 +38,7 @@ from ..base import Ack, Broker, Reservation
 from ..clock import Clock, FromNow, Skew
 from .dialect import Dialect, dialect_for
 from .flow import KEY_FREE, FlowGate
-from .sql import (ACK, BURY, CANCEL, CHORE, DEAD_LETTER, EXPIRE, FAIL, FINISHED, GIVE, JOB, JOB_LABEL, KEYS,
+from .sql import (ACK, BURY, CANCEL, CHORE, DEAD_LETTER, EXPIRE, FAIL, FINISHED, GIVE, JOB, JOB_LABEL, KEYS, QSTATE,
                   READY_SQL, RECLAIM, REPLAY, RESERVE, RETRY, RUNNING, STOPPED, chunks, literal, marks)
 from .flow import status as flow_status
 
@@ -61,6 +61,7 @@ TIMED = ("visible_at", "expires_at")
 # psycopg prepares a statement after this many runs on a connection; the hot statements ask for it at
 # once (prepare=True), so this only keeps psycopg's own counting from preparing anything else.
 NO_AUTOMATIC_PREPARE = 2**31
+CLAIM_ATTEMPTS = 5  # tries of a claim the database rolled back for a deadlock or a lock wait timeout
 
 
 class OrmBroker(Broker):
@@ -229,6 +230,7 @@ class OrmBroker(Broker):
             return job_id
         until, until_args = self.clock.at(self.settings.idempotency_ttl)
         now, now_args = self.clock.at()
+        key_column = self.connection.ops.quote_name("key")  # a reserved word on MySQL
         # Our own transaction takes SQLite's write lock at its start (see write_transaction), so a
         # statement added before the inserts can never make it fail with "database is locked" on
         # Django's default (deferred) transactions.
@@ -237,16 +239,16 @@ class OrmBroker(Broker):
             # loser's insert fails (after waiting for the winner's commit on PostgreSQL).
             try:
                 with transaction.atomic(using=self.alias), self.connection.cursor() as cursor:
-                    cursor.execute(f"INSERT INTO {KEYS} (key, job_id, expires_at) VALUES (%s, %s, {until})",
+                    cursor.execute(f"INSERT INTO {KEYS} ({key_column}, job_id, expires_at) VALUES (%s, %s, {until})",
                                    [key, job_id, *until_args])
             except Exception:
                 with self.connection.cursor() as cursor:
                     # A key whose TTL ran out (by the clock) is taken again; of concurrent callers
                     # the first to update it wins, the others then read its job.
                     cursor.execute(f"UPDATE {KEYS} SET job_id = %s, expires_at = {until} "
-                                   f"WHERE key = %s AND expires_at <= {now}", [job_id, *until_args, key, *now_args])
+                                   f"WHERE {key_column} = %s AND expires_at <= {now}", [job_id, *until_args, key, *now_args])
                     if not cursor.rowcount:
-                        cursor.execute(f"SELECT job_id FROM {KEYS} WHERE key = %s", [key])
+                        cursor.execute(f"SELECT job_id FROM {KEYS} WHERE {key_column} = %s", [key])
                         row = cursor.fetchone()
                         if row is None:
                             raise
@@ -336,6 +338,20 @@ class OrmBroker(Broker):
         if time.monotonic() - self._last_reclaim >= self.reclaim_every:
             self.reclaim_expired()
             self._last_reclaim = time.monotonic()
+        for attempt in range(CLAIM_ATTEMPTS):
+            try:
+                return self._reserve(queues, limit, lease, owner, above)
+            except Exception as exc:
+                # A deadlock or lock wait timeout (MySQL) rolled the whole claim back: nothing was
+                # claimed or counted, and another try usually goes through. Not inside a caller's
+                # transaction, which the rollback ended too.
+                if attempt + 1 == CLAIM_ATTEMPTS or self.connection.in_atomic_block or not self.dialect.retryable(exc):
+                    raise
+                logger.debug("claim rolled back (%s): trying again", exc)
+        raise AssertionError("unreachable")
+
+    def _reserve(self, queues: list[str], limit: int, lease: float, owner: str,
+                 above: int | None) -> list[Reservation]:
         # Read the clock after the sweep: reclaimed messages are visible from the sweep's time on,
         # and this claim must see them. A database clock is read by the heads' statement instead.
         clock = self.clock
@@ -375,16 +391,18 @@ class OrmBroker(Broker):
             if cursor.fetchone():
                 self._mark_expired(cursor, [job_id])
                 return None
-            cursor.execute(
+            rows = self.dialect.update_returning(
+                cursor,
                 f"UPDATE {JOB} SET state = {RESERVE.to}, deliveries = deliveries + 1, lease_owner = %s, "
                 f"lease_token = %s, lease_until = {until} WHERE id = %s AND state IN {RESERVE.sources} "
-                f"AND {HAS_DELIVERIES_LEFT_SQL} "
-                f"RETURNING id, queue, priority, deliveries, yields, max_deliveries, payload",
+                f"AND {HAS_DELIVERIES_LEFT_SQL}",
                 [owner, token, *until_args, job_id],
+                "id, queue, priority, deliveries, yields, max_deliveries, payload",
+                "id = %s AND lease_token = %s", [job_id, token],
             )
-            row = cursor.fetchone()
-        if row is None:
+        if not rows:
             return None
+        row = rows[0]
         return Reservation(row[0], row[1], row[2], row[3], row[4], token, owner, row[5], row[6])
 
     def has_ready(self, queues: Sequence[str], above: int | None = None) -> bool:
@@ -423,8 +441,7 @@ class OrmBroker(Broker):
             # A queue's first claim (or its row was deleted): without the row the served counters
             # would silently stop counting. Created here, in the claim's own transaction, it costs
             # no commit of its own, and nothing at all once the rows exist (every later start).
-            QueueState.objects.using(self.alias).bulk_create([QueueState(queue=q) for q in missing],
-                                                             ignore_conflicts=True)
+            self.dialect.insert_or_skip(cursor, QSTATE, ["queue", "served"], [(q, 0) for q in missing])
         return heads, served, now if now is not None else clock.now(self.connection)
 
     def _claim(self, cursor, chosen: list, token: str, owner: str, lease: float,
@@ -793,7 +810,9 @@ class OrmBroker(Broker):
         with transaction.atomic(using=self.alias):
             letters = list(
                 self.dead_letters(queue).filter(job__state__in=REPLAY.allowed)
-                .select_for_update(of=("self",)).values_list("pk", "job_id")
+                # (MariaDB has no FOR UPDATE OF: the jobs joined are locked too, which is harmless.)
+                .select_for_update(of=("self",) if self.connection.features.has_select_for_update_of else ())
+                .values_list("pk", "job_id")
             )
             for part in chunks(letters):
                 self._requeue_dead([job_id for _, job_id in part], None, None)

@@ -27,8 +27,8 @@ if TYPE_CHECKING:
     from .wakeup import Waker
 
 #: What to say of engines Django supports that have no module here (yet).
-NOT_YET = {"mysql": "MySQL and MariaDB are not supported yet", "oracle": "Oracle is not supported"}
-ADVICE = "Use PostgreSQL (several hosts) or SQLite (one host) for TASKMQ['database']."
+NOT_YET = {"oracle": "Oracle is not supported"}
+ADVICE = "Use PostgreSQL or MySQL/MariaDB (several hosts) or SQLite (one host) for TASKMQ['database']."
 
 _DIALECTS: dict[str, Dialect] = {}
 
@@ -51,8 +51,18 @@ class Dialect:
     counters_in_claim: bool = False
     #: True: :meth:`flush_deferred` does something (the broker enters it only then).
     defers_flush: bool = False
-    #: (start, end) of an INSERT that skips rows whose key exists.
+    #: (start, end) of an INSERT that skips rows whose key exists; {last} in the end is the last column.
     insert_ignore: tuple[str, str] = ("INSERT INTO", " ON CONFLICT DO NOTHING")
+
+    def server_problems(self, connection: Any) -> list[tuple[str, str, str]]:
+        """Return (check id, problem, what to change) for each reason the broker cannot run on the
+        server behind ``connection`` (its version, its settings); queries the database."""
+        return []
+
+    def retryable(self, exc: BaseException) -> bool:
+        """True when ``exc`` rolled a transaction back for a reason that may not happen again
+        (MySQL's deadlock and lock wait timeout): the claim that met it is retried whole."""
+        return False
 
     def created_by_connecting(self, connection: Any) -> bool:
         """True when the database does not exist and connecting would create it empty (an SQLite
@@ -117,6 +127,13 @@ class Dialect:
             rows.update((r[0], r) for r in cursor.fetchall())
         return rows
 
+    def update_returning(self, cursor: Any, update: str, params: Sequence[Any], columns: str, key: str,
+                         key_params: Sequence[Any]) -> list[tuple]:
+        """Run ``update`` and return ``columns`` of the rows it changed; ``key`` (a condition on the
+        job table, with ``key_params``) finds them again where the engine has no ``RETURNING``."""
+        cursor.execute(f"{update} RETURNING {columns}", list(params))
+        return list(cursor.fetchall())
+
     def served_update(self, queues: Sequence[str], taken: dict[str, int],
                       lifted: dict[str, int]) -> tuple[str, str, list]:
         """Return (lock CTE or "", UPDATE, parameters) that add ``taken`` to the served counters and
@@ -132,6 +149,14 @@ class Dialect:
         # One writer at a time: no lock order to keep.
         return ("", f"UPDATE {QSTATE} SET served = CASE queue {' '.join(cases)} END WHERE queue IN ({marks(len(queues))})",
                 [*params, *queues])
+
+    def insert_or_skip(self, cursor: Any, table: str, columns: Sequence[str], rows: Sequence[Sequence[Any]]) -> None:
+        """Insert ``rows`` (values of the quoted ``columns``, the key first) into ``table``, skipping
+        those whose key exists; where the engine locks rows, an existing row is locked for writing
+        (sorted: concurrent callers lock in one order)."""
+        start, end = self.insert_ignore
+        cursor.executemany(f"{start} {table} ({', '.join(columns)}) VALUES ({marks(len(columns))})"
+                           f"{end.format(last=columns[-1])}", sorted(rows))
 
     def insert_many(self, cursor: Any, table: str, columns: str, width: int, rows: list[list]) -> None:
         """Insert ``rows`` (values of ``columns``) into ``table``: multi-row INSERTs."""

@@ -19,17 +19,16 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 from ...conf import Settings
-from ...models import FlowBucket, Job
+from ...models import Job
 from ...policy import flow, pick
 from ...signals import job_held
 from ..clock import Clock
 from .dialect import Dialect
-from .sql import READY_SQL, RUNNING, marks
+from .sql import BUCKET, READY_SQL, RUNNING, marks
 
 logger = logging.getLogger("django_taskmq.flow")
 
 JOB = Job._meta.db_table
-BUCKET = FlowBucket._meta.db_table
 HELD_LOG_EVERY = 10.0  # seconds between two log lines for the same reason a job waits
 
 # Ready rows whose key is already at its limit are not candidates at all, so they cannot block
@@ -60,7 +59,8 @@ class FlowGate:
         if not self.seen:
             return list(queues), []
         now, now_args = clock.at()
-        cursor.execute(f"SELECT key, tat - {now} FROM {BUCKET} WHERE tat > {now}", [*now_args, *now_args])
+        key = cursor.db.ops.quote_name("key")  # a reserved word on MySQL
+        cursor.execute(f"SELECT {key}, tat - {now} FROM {BUCKET} WHERE tat > {now}", [*now_args, *now_args])
         shut = {key: opens_in for key, opens_in in cursor.fetchall()}  # seconds until each opens
         funcs = [key[5:] for key in shut if key.startswith("task:")]
         full = {q for q, n in self._running_queues(cursor, queues).items() if n >= self.caps[q]}
@@ -97,7 +97,7 @@ class FlowGate:
             running_keys=running_keys, queue_caps=self.caps, running_queues=running_queues, tats=tats,
         )
         if verdict.tats:
-            cursor.executemany(f"UPDATE {BUCKET} SET tat = %s WHERE key = %s",
+            cursor.executemany(f"UPDATE {BUCKET} SET tat = %s WHERE {cursor.db.ops.quote_name('key')} = %s",
                                [(tat, key) for key, tat in sorted(verdict.tats.items())])
         if verdict.opens_at is not None:
             opens_at = time.monotonic() + verdict.opens_at - now
@@ -128,10 +128,10 @@ class FlowGate:
     def _lock_buckets(self, cursor, buckets: Sequence[str]) -> dict[str, float | None]:
         if not buckets:
             return {}
-        insert, conflict = self.dialect.insert_ignore
-        cursor.executemany(f"{insert} {BUCKET} (key, tat) VALUES (%s, 0){conflict}", [(b,) for b in buckets])
-        lock = " ORDER BY key FOR UPDATE" if self.dialect.row_locks else ""
-        cursor.execute(f"SELECT key, tat FROM {BUCKET} WHERE key IN ({marks(len(buckets))}){lock}", list(buckets))
+        key = cursor.db.ops.quote_name("key")
+        self.dialect.insert_or_skip(cursor, BUCKET, [key, "tat"], [(b, 0) for b in buckets])
+        lock = f" ORDER BY {key} FOR UPDATE" if self.dialect.row_locks else ""
+        cursor.execute(f"SELECT {key}, tat FROM {BUCKET} WHERE {key} IN ({marks(len(buckets))}){lock}", list(buckets))
         return {key: (tat or None) for key, tat in cursor.fetchall()}
 
     def _report(self, held: dict[str, list]) -> None:
@@ -170,6 +170,9 @@ def status(cursor, settings: Settings, clock: Clock) -> dict[str, Any]:
     running = count_by(cursor, "queue", list(caps))
     queues = {q: {"running": running.get(q, 0), "cap": cap} for q, cap in sorted(caps.items())}
     now, now_args = clock.at()
-    cursor.execute(f"SELECT key, tat - {now} FROM {BUCKET} ORDER BY key", now_args)
-    rates = {key: {"next_start_in": round(max(opens_in, 0.0), 3)} for key, opens_in in cursor.fetchall()}
+    key = cursor.db.ops.quote_name("key")
+    cursor.execute(f"SELECT {key}, tat - {now} FROM {BUCKET} ORDER BY {key}", now_args)
+    # (Rows named lock:... are MySQL's flow-control locks, not rate limits: see brokers/orm/mysql.py.)
+    rates = {key: {"next_start_in": round(max(opens_in, 0.0), 3)} for key, opens_in in cursor.fetchall()
+             if not key.startswith("lock:")}
     return {"keys": keys, "queues": queues, "rates": rates}

@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Iterator, Sequence
 from typing import NamedTuple
 
-from ...models import Chore, DeadLetter, IdempotencyKey, Job, QueueState
+from ...models import Chore, DeadLetter, FlowBucket, IdempotencyKey, Job, QueueState
 from ...policy.states import TRANSITIONS, Event, JobState
 
 
@@ -29,6 +29,7 @@ JOB = Job._meta.db_table
 JOB_LABEL = Job._meta.label
 FINISHED = sorted(state.value for state in JobState.FINAL)
 QSTATE = QueueState._meta.db_table
+BUCKET = FlowBucket._meta.db_table
 DEAD_LETTER = DeadLetter._meta.db_table
 CHORE = Chore._meta.db_table
 KEYS = IdempotencyKey._meta.db_table

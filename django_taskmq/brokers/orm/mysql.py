@@ -1,0 +1,222 @@
+"""MySQL and MariaDB: what the ORM broker does differently on them, and how an idle pusher is woken.
+
+Many hosts share one server, as on PostgreSQL: the clock is the server's (``UTC_TIMESTAMP(6)``),
+and a claim locks the heads it reads (``FOR UPDATE SKIP LOCKED``: MySQL 8.0.1+, MariaDB 10.6+) so
+concurrent clusters claim disjoint sets. What MySQL lacks, and what stands in for it:
+
+* **No partial index.** Migration 0015 adds, on MySQL only, a virtual column ``pick_queue`` (the
+  queue of a ready job, NULL otherwise) and ``pick_rank`` (``-priority``), and one index on
+  ``(pick_queue, pick_rank, id)``: the ready set in the exact order of the pick, whatever the
+  number of finished rows (MariaDB before 10.8 has no descending index, hence the negated rank).
+* **No UPDATE ... RETURNING.** The claim updates the rows it has locked, then reads them back.
+* **Gap locks.** Under ``REPEATABLE READ`` a locking read of the ready range also locks the gaps
+  between rows, where new jobs are inserted: the cluster's connections run ``READ COMMITTED``
+  (Django's default for MySQL) and a system check refuses another level.
+* **No advisory locks that survive a pooler.** Flow control serializes on rows of the rate-limit
+  table (``lock:`` keys), locked in one sorted order by ``INSERT ... ON DUPLICATE KEY UPDATE``.
+* **No LISTEN/NOTIFY.** An idle pusher polls the newest job id (one primary-key lookup), every
+  few milliseconds just after work and more slowly while nothing arrives (:class:`NewestJobWaker`).
+* **Deadlocks (1213) and lock wait timeouts (1205)** roll back the transaction: a claim's is
+  retried whole (:meth:`retryable`), nothing it did stays, and no delivery is counted.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from multiprocessing.connection import Connection
+from typing import Any
+
+from ..clock import MYSQL, Clock
+from .dialect import Dialect, register
+from .sql import BUCKET, JOB, QSTATE, Head, chunks, marks
+from .wakeup import Waker
+
+MIN_VERSION = (8, 0, 1)  # SKIP LOCKED
+MIN_MARIADB = (10, 6, 0)  # SKIP LOCKED
+DEADLOCK, LOCK_WAIT_TIMEOUT = 1213, 1205
+CONNECT_TIMEOUT = 5  # seconds a cluster's connection attempt may take, unless the project says
+# Seconds between two looks for new jobs of an idle pusher: short right after a job arrived (work
+# comes in bursts), longer and longer while none does.
+LOOK_FIRST, LOOK_LAST, LOOK_GROWTH = 0.002, 0.05, 1.25
+FLOW_LOCK = "lock:"  # rows of the rate-limit table that serve as flow control's locks
+ISOLATION_OK = {"read committed", "read uncommitted"}
+
+
+class MysqlDialect(Dialect):
+    vendor = "mysql"
+    name = "MySQL/MariaDB"
+    clock = MYSQL
+    row_locks = True
+    greatest = "GREATEST"
+    # An existing row is locked for writing (INSERT IGNORE would take a shared lock, and two
+    # claims upgrading theirs deadlock).
+    insert_ignore = ("INSERT INTO", " ON DUPLICATE KEY UPDATE {last} = {last}")
+
+    def connection_limit(self, connection: Any) -> tuple[int, str] | None:
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT @@max_connections")
+            (limit,) = cursor.fetchone()
+        return int(limit), f"max_connections {limit}"
+
+    def where(self, settings_dict: dict[str, Any]) -> str:
+        host = settings_dict.get("HOST") or "the local socket"
+        return f"{super().where(settings_dict)} at {host}:{settings_dict.get('PORT') or 3306}"
+
+    def lock_flow(self, cursor: Any, names: Sequence[str]) -> None:
+        if names:
+            self.insert_or_skip(cursor, BUCKET, [cursor.db.ops.quote_name("key"), "tat"],
+                                [(FLOW_LOCK + name, 0) for name in names])
+
+    def heads(self, cursor: Any, queues: Sequence[str], serve: Sequence[str], limit: int, clock: Clock,
+              columns: str, floor: str, floor_params: list) -> tuple[dict[str, list[Head]], dict[str, int], float | None]:
+        # The counters' read also reads the server's time, which every comparison of the claim then
+        # uses; then one statement per queue on the pick index (migration 0015), in its order.
+        now_sql, now_args = clock.at()
+        cursor.execute(f"SELECT queue, served, {now_sql} FROM {QSTATE} WHERE queue IN ({marks(len(queues))})",
+                       [*now_args, *queues])
+        rows = cursor.fetchall()
+        served = {queue: count for queue, count, _ in rows}
+        if rows:
+            now = rows[0][2]
+        else:  # no counter yet (a queue's first claim)
+            cursor.execute(f"SELECT {now_sql}", now_args)
+            (now,) = cursor.fetchone()
+        heads: dict[str, list[Head]] = {}
+        for queue in serve:
+            cursor.execute(
+                f"SELECT {columns} FROM {JOB} AS c FORCE INDEX (taskmq_job_ready) WHERE c.pick_queue = %s {floor}"
+                f"AND c.visible_at <= %s ORDER BY c.pick_rank, c.id LIMIT %s FOR UPDATE SKIP LOCKED",
+                [queue, *floor_params, now, limit],
+            )
+            heads[queue] = [Head(*row) for row in cursor.fetchall()]
+        return heads, served, now
+
+    def claim(self, cursor: Any, sets: str, values: list, ids: Sequence[str], prefix: str = "",
+              prefix_params: Sequence[Any] = ()) -> dict[str, tuple]:
+        rows: dict[str, tuple] = {}
+        for part in chunks(ids):
+            # The rows are locked by this transaction (heads): the UPDATE changes each of them,
+            # and the read that follows sees its own writes.
+            cursor.execute(f"{sets} WHERE id IN ({marks(len(part))})", [*values, *part])
+            cursor.execute(f"SELECT id, deliveries, yields, payload FROM {JOB} WHERE id IN ({marks(len(part))})",
+                           list(part))
+            rows.update((r[0], r) for r in cursor.fetchall())
+        return rows
+
+    def update_returning(self, cursor: Any, update: str, params: Sequence[Any], columns: str, key: str,
+                         key_params: Sequence[Any]) -> list[tuple]:
+        cursor.execute(update, list(params))
+        if not cursor.rowcount:
+            return []
+        cursor.execute(f"SELECT {columns} FROM {JOB} WHERE {key}", list(key_params))
+        return list(cursor.fetchall())
+
+    def retryable(self, exc: BaseException) -> bool:
+        code = _error_code(exc)
+        return code in (DEADLOCK, LOCK_WAIT_TIMEOUT)
+
+    def waker(self, broker: Any, burst: bool = False) -> Waker:
+        return NewestJobWaker(broker.connection)
+
+    def analyze(self, connection: Any) -> None:
+        # InnoDB samples its statistics itself (innodb_stats_auto_recalc); the claim names its index.
+        return None
+
+    def prepare(self, options: dict[str, Any], dead_connection_timeout: float | None = None) -> None:
+        options.setdefault("connect_timeout", CONNECT_TIMEOUT)
+        # Django's default; a project's other level is refused by a system check (taskmq.E012).
+        options.setdefault("isolation_level", "read committed")
+
+    def server_problems(self, connection: Any) -> list[tuple[str, str, str]]:
+        return server_problems(connection)
+
+
+register(MysqlDialect())
+
+
+
+def _error_code(exc: BaseException) -> int | None:
+    """The MySQL error number of ``exc`` or of the driver error Django wrapped in it."""
+    for error in (exc, exc.__cause__):
+        args = getattr(error, "args", ())
+        if args and isinstance(args[0], int):
+            return args[0]
+    return None
+
+
+def server_problems(connection: Any) -> list[tuple[str, str, str]]:
+    """Return (check id, problem, what to change) for each reason the broker cannot run on the
+    MySQL/MariaDB server behind ``connection``: its version, the job table's storage engine, the
+    session's isolation level. Queries the server."""
+    problems = []
+    connection.ensure_connection()
+    version = connection.mysql_version
+    mariadb = connection.mysql_is_mariadb
+    least = MIN_MARIADB if mariadb else MIN_VERSION
+    product = "MariaDB" if mariadb else "MySQL"
+    if version < least:
+        problems.append((
+            "taskmq.E012",
+            f"{product} {'.'.join(map(str, version))} is too old for django_taskmq: it needs {product} "
+            f"{'.'.join(map(str, least))} or later (FOR UPDATE SKIP LOCKED)",
+            "Upgrade the server, or use PostgreSQL or SQLite for TASKMQ['database'].",
+        ))
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT TABLE_NAME, ENGINE FROM information_schema.TABLES WHERE TABLE_SCHEMA = DATABASE() "
+                       "AND TABLE_NAME LIKE 'django\\_taskmq\\_%%'")
+        other = sorted(f"{name} ({engine})" for name, engine in cursor.fetchall() if (engine or "").lower() != "innodb")
+        cursor.execute("SELECT @@SESSION.tx_isolation" if mariadb and version < (11, 1) else
+                       "SELECT @@SESSION.transaction_isolation")
+        (isolation,) = cursor.fetchone()
+    if other:
+        problems.append((
+            "taskmq.E013",
+            f"django_taskmq's tables must use InnoDB (row locks, transactions); these do not: {', '.join(other)}",
+            "ALTER TABLE <table> ENGINE=InnoDB for each, or set default_storage_engine=InnoDB before migrating.",
+        ))
+    level = str(isolation).replace("-", " ").lower()
+    if level not in ISOLATION_OK:
+        problems.append((
+            "taskmq.E014",
+            f"the database's connections run at {level.upper()}: the claim needs READ COMMITTED (under "
+            f"REPEATABLE READ its locking reads also lock the gaps where new jobs are inserted)",
+            "Set DATABASES[...]['OPTIONS']['isolation_level'] = 'read committed' (Django's default for MySQL) and "
+            "remove any 'SET TRANSACTION ISOLATION LEVEL' from OPTIONS['init_command'].",
+        ))
+    return problems
+
+
+class NewestJobWaker(Waker):
+    """Wakes when a newer job id appears: job ids sort by their creation time (``ids.py``), so the
+    largest is one primary-key lookup. Looks every :data:`LOOK_FIRST` seconds after a job
+    arrived, growing to :data:`LOOK_LAST` while none does; retries and delays that come due wait
+    for the poll interval, as they do on PostgreSQL."""
+
+    def __init__(self, connection) -> None:
+        super().__init__(connection)
+        self._newest: str | None = None
+        self._every = LOOK_FIRST
+
+    def _wait(self, timeout: float, pipe: Connection | None) -> None:
+        deadline = time.monotonic() + timeout
+        while True:
+            with self.connection.cursor() as cursor:  # autocommit: each look sees the latest commits
+                cursor.execute(f"SELECT MAX(id) FROM {JOB}")
+                (newest,) = cursor.fetchone()
+            if self._newest is None:
+                self._newest = newest or ""
+            elif (newest or "") != self._newest:
+                self._newest = newest or ""
+                self._every = LOOK_FIRST
+                self.woken = True
+                return
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                return
+            if pipe is not None:
+                if pipe.poll(min(self._every, remaining)):
+                    return
+            else:
+                time.sleep(min(self._every, remaining))
+            self._every = min(self._every * LOOK_GROWTH, LOOK_LAST)
