@@ -17,6 +17,8 @@ class TaskMQConfig(AppConfig):
 
         checks.register(taskmq_checks.check_settings, taskmq_checks.TAG)
         checks.register(taskmq_checks.check_database, checks.Tags.database, taskmq_checks.TAG)
+        checks.register(taskmq_checks.check_database_server, checks.Tags.database, taskmq_checks.TAG,
+                        taskmq_checks.SERVER_TAG)
         setting_changed.connect(reset_settings, dispatch_uid="taskmq_reset_settings")
         setting_changed.connect(reset_signers, dispatch_uid="taskmq_reset_signers")
         self._connect_django_tasks(checks)

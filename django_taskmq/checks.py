@@ -18,6 +18,9 @@ from .exceptions import ConfigError
 # Every check of django_taskmq carries this tag: ``manage.py check --tag taskmq`` runs them alone,
 # and so does qcluster at start-up.
 TAG = "taskmq"
+# The checks that ask the database server (its version, its settings): qcluster runs them at
+# start-up once the database answers; ``manage.py check --database <alias>`` too.
+SERVER_TAG = "taskmq_server"
 
 
 def check_settings(app_configs=None, **kwargs) -> list[checks.CheckMessage]:
@@ -149,3 +152,25 @@ def check_database(app_configs=None, databases=None, **kwargs) -> list[checks.Ch
     # No warning on SQLite without transaction_mode IMMEDIATE (taskmq.W001 until 0.2.0): the cluster
     # sets it on its own connections and our enqueue transactions take the write lock first.
     return messages
+
+
+def check_database_server(app_configs=None, databases=None, **kwargs) -> list[checks.CheckMessage]:
+    """The server behind ``TASKMQ['database']`` must suit the broker (MySQL: version, InnoDB,
+    isolation level); each reason is an error naming what to change. Queries the server."""
+    try:
+        conf = read(settings)
+    except ConfigError:
+        return []
+    if not databases or conf.database not in databases:
+        return []
+    from django.db import connections
+
+    connection = connections[conf.database]
+    dialect = dialect_named(connection.vendor)
+    if dialect is None:
+        return []  # taskmq.E006
+    try:
+        problems = dialect.server_problems(connection)
+    except Exception:  # the database does not answer: qcluster's start-up check says so
+        return []
+    return [checks.Error(problem, hint=hint, id=check_id) for check_id, problem, hint in problems]

@@ -1,7 +1,7 @@
 """``tests.settings_sqlite`` with the broker's database on an engine django_taskmq refuses.
 
-``TASKMQ_ENGINE`` names the ``ENGINE`` (Oracle by default: Django has a backend for it, whose
-driver is not installed here; the refusal must need neither the driver nor a server)."""
+``TASKMQ_ENGINE`` names the ``ENGINE``: by default ``tests.fancydb``, a working Django backend of
+an engine django_taskmq does not know (see its module)."""
 
 import os
 
@@ -9,6 +9,6 @@ from tests.settings_sqlite import *  # noqa: F401,F403
 
 DATABASES = {
     **DATABASES,  # noqa: F405
-    "default": {"ENGINE": os.environ.get("TASKMQ_ENGINE", "django.db.backends.oracle"), "NAME": "taskmq_refused",
-                "HOST": "127.0.0.1", "PORT": "3306", "USER": "root", "PASSWORD": ""},
+    # (A path that cannot exist: the refusal must come before any connection.)
+    "default": {"ENGINE": os.environ.get("TASKMQ_ENGINE", "tests.fancydb"), "NAME": "/nonexistent/taskmq_refused"},
 }

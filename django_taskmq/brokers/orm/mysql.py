@@ -149,19 +149,10 @@ def server_problems(connection: Any) -> list[tuple[str, str, str]]:
     """Return (check id, problem, what to change) for each reason the broker cannot run on the
     MySQL/MariaDB server behind ``connection``: its version, the job table's storage engine, the
     session's isolation level. Queries the server."""
-    problems = []
     connection.ensure_connection()
     version = connection.mysql_version
     mariadb = connection.mysql_is_mariadb
-    least = MIN_MARIADB if mariadb else MIN_VERSION
-    product = "MariaDB" if mariadb else "MySQL"
-    if version < least:
-        problems.append((
-            "taskmq.E012",
-            f"{product} {'.'.join(map(str, version))} is too old for django_taskmq: it needs {product} "
-            f"{'.'.join(map(str, least))} or later (FOR UPDATE SKIP LOCKED)",
-            "Upgrade the server, or use PostgreSQL or SQLite for TASKMQ['database'].",
-        ))
+    problems = [p for p in [version_problem(version, mariadb)] if p is not None]
     with connection.cursor() as cursor:
         cursor.execute("SELECT TABLE_NAME, ENGINE FROM information_schema.TABLES WHERE TABLE_SCHEMA = DATABASE() "
                        "AND TABLE_NAME LIKE 'django\\_taskmq\\_%%'")
@@ -181,10 +172,22 @@ def server_problems(connection: Any) -> list[tuple[str, str, str]]:
             "taskmq.E014",
             f"the database's connections run at {level.upper()}: the claim needs READ COMMITTED (under "
             f"REPEATABLE READ its locking reads also lock the gaps where new jobs are inserted)",
-            "Set DATABASES[...]['OPTIONS']['isolation_level'] = 'read committed' (Django's default for MySQL) and "
-            "remove any 'SET TRANSACTION ISOLATION LEVEL' from OPTIONS['init_command'].",
+            f"Set DATABASES[{connection.alias!r}]['OPTIONS']['isolation_level'] = 'read committed' (Django's default "
+            f"for MySQL) and remove any 'SET TRANSACTION ISOLATION LEVEL' from OPTIONS['init_command'].",
         ))
     return problems
+
+
+def version_problem(version: tuple[int, ...], mariadb: bool) -> tuple[str, str, str] | None:
+    """The check of the server's version (see :func:`server_problems`); None when it will do."""
+    least = MIN_MARIADB if mariadb else MIN_VERSION
+    if tuple(version) >= least:
+        return None
+    product = "MariaDB" if mariadb else "MySQL"
+    return ("taskmq.E012",
+            f"{product} {'.'.join(map(str, version))} is too old for django_taskmq: it needs {product} "
+            f"{'.'.join(map(str, least))} or later (FOR UPDATE SKIP LOCKED)",
+            "Upgrade the server, or use PostgreSQL or SQLite for TASKMQ['database'].")
 
 
 class NewestJobWaker(Waker):

@@ -63,6 +63,11 @@ class Command(BaseCommand):
         if problem:
             self.stderr.write(f"qcluster: {problem}")
             raise SystemExit(1)
+        if not options.get("skip_checks"):  # the server's version and settings, now that it answers
+            from django_taskmq.checks import SERVER_TAG
+
+            self.check(tags=[SERVER_TAG], databases=[settings.database])
+            outage.close_quietly(settings.database)  # the sentinel connects afresh, after forking
         from django_taskmq.checks import connection_budget_problem
 
         budget = connection_budget_problem(settings.database, options["workers"] or settings.workers,

@@ -1,0 +1,1 @@
+"""A Django database backend of an engine django_taskmq does not know (the unsupported-engine tests)."""
