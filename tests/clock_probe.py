@@ -26,13 +26,26 @@ from django_taskmq.scheduler import schedule, tick
 SLACK = 0.05  # seconds: float rounding between the clock's readings and the stored values
 
 
-def reference() -> float:
-    """The clock the queue must use, read without the broker: the server's on PostgreSQL, the host's on SQLite."""
-    if connection.vendor != "postgresql":
-        return time.time()
+#: SQL reading a server's own clock now (epoch seconds), written apart from the broker's.
+SERVER_TIME = {
+    "postgresql": "SELECT EXTRACT(EPOCH FROM clock_timestamp())::float8",
+    "mysql": "SELECT TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', SYSDATE(6)) / 1e6 "
+             "- TIMESTAMPDIFF(SECOND, UTC_TIMESTAMP(), NOW())",
+}
+
+
+def server_time(connection) -> float:
+    """The time of the server behind ``connection`` (PostgreSQL, MySQL), epoch seconds."""
     with connection.cursor() as cursor:
-        cursor.execute("SELECT EXTRACT(EPOCH FROM clock_timestamp())::float8")
+        cursor.execute(SERVER_TIME[connection.vendor])
         return float(cursor.fetchone()[0])
+
+
+def reference() -> float:
+    """The clock the queue must use, read without the broker: the server's, the host's on SQLite."""
+    if connection.vendor == "sqlite":
+        return time.time()
+    return server_time(connection)
 
 
 def problems() -> list[str]:

@@ -20,6 +20,7 @@ What differs per engine is its dialect's (:meth:`.Dialect.prepare`, ``brokers/or
 from __future__ import annotations
 
 from django.db import connections
+from django.db.backends.signals import connection_created
 
 from ..brokers.orm.dialect import dialect_named
 from ..conf import DEAD_CONNECTION_TIMEOUT
@@ -43,6 +44,15 @@ def prepare(alias: str, dead_connection_timeout: float | None = DEAD_CONNECTION_
     if dialect is None:  # an engine the broker refuses (a system check says why)
         return
     dialect.prepare(options, dead_connection_timeout)
+
+    def connected(sender, connection, **kwargs) -> None:
+        if connection.alias == alias:
+            dialect.connected(connection, dead_connection_timeout)
+
+    # One receiver per alias (the latest call's), for the connections opened from now on.
+    uid = f"django_taskmq.outage.prepare:{alias}"
+    connection_created.disconnect(dispatch_uid=uid)
+    connection_created.connect(connected, weak=False, dispatch_uid=uid)
     close_quietly(alias)
     settings_dict["OPTIONS"] = options
     if conn.settings_dict is not settings_dict:  # a wrapper built from a copy (tests overriding DATABASES)

@@ -279,3 +279,10 @@ def engine_is_postgresql() -> bool:
     from django.conf import settings
 
     return settings.DATABASES["default"]["ENGINE"].endswith("postgresql")
+
+
+def engine_is_server() -> bool:
+    """True when this run's database is a server that many hosts share (PostgreSQL, MySQL/MariaDB)."""
+    from django.conf import settings
+
+    return settings.DATABASES["default"]["ENGINE"].endswith(("postgresql", "mysql"))

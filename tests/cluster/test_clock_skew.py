@@ -22,14 +22,15 @@ import pytest
 from django_taskmq import enqueue_many
 from django_taskmq.models import Job
 
+from tests.clock_probe import server_time
 from tests.conftest import db_env, finish, start_script
 
-from .conftest import engine_is_postgresql, job_states  # noqa: F401 (engine_is_postgresql: in skipif)
+from .conftest import engine_is_server, job_states  # noqa: F401 (engine_is_server: in skipif)
 
 pytestmark = [
     pytest.mark.cluster,
     pytest.mark.django_db(transaction=True),
-    pytest.mark.skipif("not engine_is_postgresql()",
+    pytest.mark.skipif("not engine_is_server()",
                        reason="many hosts share one database on a server engine only (SQLite keeps the host's clock)"),
 ]
 
@@ -58,9 +59,7 @@ def faked():
 def database_time() -> float:
     from django.db import connection
 
-    with connection.cursor() as cursor:
-        cursor.execute("SELECT EXTRACT(EPOCH FROM clock_timestamp())::float8")
-        return float(cursor.fetchone()[0])
+    return server_time(connection)
 
 
 PROBE = """
@@ -114,11 +113,10 @@ ENQUEUE = """
 import json, sys
 from django.db import connection
 from django_taskmq import async_task
+from tests.clock_probe import server_time
 
 def database_time():
-    with connection.cursor() as cursor:
-        cursor.execute("SELECT EXTRACT(EPOCH FROM clock_timestamp())::float8")
-        return cursor.fetchone()[0]
+    return server_time(connection)
 
 tag, delay = sys.argv[1], float(sys.argv[2])
 before = database_time()

@@ -1,4 +1,4 @@
-"""The cluster's PostgreSQL connections carry the keepalive options (read back from the socket).
+"""The cluster's PostgreSQL and MySQL connections carry the keepalive options (read back from the socket).
 
 ``outage.prepare`` runs in a fresh process (it changes the settings of connection "default" for
 the whole process, as in ``qcluster``), which connects and prints what the kernel holds for its
@@ -14,12 +14,12 @@ import pytest
 
 from tests.conftest import db_env, finish, start_script
 
-from .conftest import engine_is_postgresql
+from .conftest import engine_is_postgresql, engine_is_server
 
 pytestmark = [
     pytest.mark.cluster,
     pytest.mark.django_db(transaction=True),
-    pytest.mark.skipif(not engine_is_postgresql(), reason="libpq's TCP options (SQLite has no connection)"),
+    pytest.mark.skipif(not engine_is_server(), reason="TCP options (SQLite has no connection)"),
 ]
 
 SCRIPT = """
@@ -57,6 +57,7 @@ def test_the_setting_changes_them():
                                                            "user_timeout": 120000}
 
 
+@pytest.mark.skipif(not engine_is_postgresql(), reason="libpq's options (mysqlclient has none: they are set on its socket)")
 def test_the_projects_own_options_win():
     found = socket_options({"keepalives_idle": 60, "tcp_user_timeout": 0})
     assert found == {"keepalive": 1, "idle": 60, "interval": 5, "count": 3, "user_timeout": 0}

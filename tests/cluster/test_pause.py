@@ -12,7 +12,7 @@ import pytest
 from django_taskmq import enqueue_many, pause_queue, resume_queue
 from django_taskmq.models import Job
 
-from .conftest import engine_is_postgresql, job_states  # noqa: F401 (engine_is_postgresql: in skipif)
+from .conftest import engine_is_server, job_states  # noqa: F401 (engine_is_server: in skipif)
 
 pytestmark = [pytest.mark.cluster, pytest.mark.django_db(transaction=True)]
 
@@ -22,7 +22,7 @@ def started(cluster, ids: list[str]) -> set[str]:
     return {job_id for job_id, tag in cluster.log() if job_id in wanted and tag.startswith("start:")}
 
 
-@pytest.mark.skipif("not engine_is_postgresql()", reason="several clusters share one database on PostgreSQL")
+@pytest.mark.skipif("not engine_is_server()", reason="several clusters share one database on a server engine")
 def test_two_clusters_start_nothing_of_a_paused_queue_until_it_resumes(cluster):
     pause_queue("a")
     a_ids = enqueue_many("tests.cluster.tasks_cluster.slow", [("a", 0.01) for _ in range(60)], queue="a")

@@ -12,13 +12,13 @@ from django.utils import timezone
 from django_taskmq import enqueue_many, schedule
 from django_taskmq.models import Cluster, Job, Schedule
 
-from .conftest import engine_is_postgresql, job_states  # noqa: F401 (engine_is_postgresql: in skipif)
+from .conftest import engine_is_server, job_states  # noqa: F401 (engine_is_server: in skipif)
 
 pytestmark = [
     pytest.mark.cluster,
     pytest.mark.django_db(transaction=True),
-    pytest.mark.skipif("not engine_is_postgresql()",
-                       reason="several clusters share one database in production on PostgreSQL only"),
+    pytest.mark.skipif("not engine_is_server()",
+                       reason="several clusters share one database in production on a server engine only"),
 ]
 
 

@@ -190,6 +190,9 @@ class Dialect:
     def prepare(self, options: dict[str, Any], dead_connection_timeout: float | None = None) -> None:
         """Set the ``OPTIONS`` of the cluster's connections (timeouts, locking) in ``options``."""
 
+    def connected(self, connection: Any, dead_connection_timeout: float | None) -> None:
+        """Set up a new connection of the cluster (Django's, connected) where ``OPTIONS`` cannot."""
+
 
 def register(dialect: Dialect) -> None:
     """Make ``dialect`` the one of its engine (an engine module calls this when imported)."""
