@@ -1,10 +1,10 @@
-"""A host cut off from the database (PostgreSQL, root): a ``qcluster`` in its own network namespace
+"""A host cut off from the database (PostgreSQL or MySQL/MariaDB, root): a ``qcluster`` in its own network namespace
 loses its link mid-work for longer than the lease.
 
 The namespace reaches the server through a veth pair on a private /30: packets to the host side's
 address and the server's port are sent on (DNAT) to the address the tests use (127.0.0.1), with
 that address as their source (SNAT), so the server needs no new ``listen_addresses`` (no restart)
-and no ``pg_hba.conf`` line: the machine's PostgreSQL configuration is not touched. The link is cut
+and no ``pg_hba.conf`` line or MySQL grant: the machine's server configuration is not touched. The link is cut
 by dropping every packet inside the namespace (its own iptables), both ways, as a host whose
 network fails silently: no reset, no error, nothing answers.
 
@@ -30,13 +30,20 @@ from django.db import connections
 
 from django_taskmq import enqueue_many
 
-from .conftest import engine_is_postgresql, job_states, jobs
+from .conftest import engine_is_server, job_states, jobs
 
 pytestmark = [
     pytest.mark.cluster,
-    pytest.mark.skipif(not engine_is_postgresql(), reason="cuts a host off its PostgreSQL server"),
+    pytest.mark.skipif(not engine_is_server(), reason="cuts a host off its database server"),
 ]
 
+# How the test settings of each engine are told the server's host, and its port when not set.
+HOST_VARIABLE = {"postgresql": "PGHOST", "mysql": "MYSQL_HOST"}
+DEFAULT_PORT = {"postgresql": 5432, "mysql": 3306}
+# What a cluster logs when a query's connection timed out (libpq: the socket's ETIMEDOUT; the
+# MySQL driver: "Lost connection to server during query"), and how it reads that error.
+NOTICED = {"postgresql": ("Connection timed out", "the connection failed or was lost"),
+           "mysql": ("(2013, ", "the connection was lost")}
 LEASE = 8  # seconds: the cut lasts longer (until the other cluster has finished the jobs)
 
 
@@ -55,11 +62,11 @@ def run(*command: str) -> None:
 
 @dataclass
 class Namespace:
-    """A network namespace whose one link leads to this machine's PostgreSQL server."""
+    """A network namespace whose one link leads to this machine's database server."""
 
     name: str
     host_link: str  # the veth end in the root namespace
-    host_ip: str  # its address: the namespace's PGHOST
+    host_ip: str  # its address: the namespace's database HOST
     inside_ip: str
     server: tuple[str, int]  # where the server listens in the root namespace
 
@@ -123,8 +130,8 @@ def _server_address() -> tuple[str, int]:
         try:
             probe.bind((address, 0))
         except OSError:
-            cannot(f"the PostgreSQL server ({host}) is not on this machine")
-    return address, int(db.get("PORT") or 5432)
+            cannot(f"the database server ({host}) is not on this machine")
+    return address, int(db.get("PORT") or DEFAULT_PORT[connections["default"].vendor])
 
 
 @pytest.fixture
@@ -156,8 +163,16 @@ def namespace() -> Iterator[Namespace]:
 
 def _end_other_sessions() -> None:
     with connections["default"].cursor() as cursor:
-        cursor.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
-                       "WHERE datname = current_database() AND pid <> pg_backend_pid()")
+        if connections["default"].vendor == "postgresql":
+            cursor.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+                           "WHERE datname = current_database() AND pid <> pg_backend_pid()")
+            return
+        cursor.execute("SELECT ID FROM information_schema.PROCESSLIST WHERE DB = DATABASE() AND ID <> CONNECTION_ID()")
+        for (session,) in cursor.fetchall():
+            try:
+                cursor.execute(f"KILL {int(session)}")
+            except Exception:  # it ended meanwhile
+                pass
 
 
 def starts(log: list[tuple[str, str]], tag: str) -> collections.Counter:
@@ -169,7 +184,8 @@ def test_a_host_cut_off_longer_than_the_lease(cluster, namespace, tmp_path):
     cluster.configure(lease=LEASE)
     hold = tmp_path / "hold"  # the cut-off cluster's tasks run until this file exists
     cut_off = cluster.start("-w", "2", "-n", "cut-off", prefix=namespace.exec,
-                            env={"PGHOST": namespace.host_ip, "TASKMQ_TEST_HOLD": str(hold)})
+                            env={HOST_VARIABLE[connections["default"].vendor]: namespace.host_ip,
+                                 "TASKMQ_TEST_HOLD": str(hold)})
     ids = enqueue_many("tests.cluster.tasks_cluster.held_in", [("first",)] * 6)
     # Mid-work: its two workers run a task each (and it holds the others, prefetched).
     cluster.wait_until(lambda: len(starts(cluster.log(), "first")) >= 2, "the cut-off cluster to start two tasks",
@@ -185,11 +201,12 @@ def test_a_host_cut_off_longer_than_the_lease(cluster, namespace, tmp_path):
     assert job_states(ids) == {"SUCCEEDED": 6}
     # The cut-off cluster noticed that its connections were dead (no answer, no reset: only the
     # keepalives and tcp_user_timeout say so) and said so, and keeps its running tasks.
-    cluster.wait_until(lambda: "Connection timed out" in cut_off.output(tail=10**7),
+    timed_out, reconnecting = NOTICED[connections["default"].vendor]
+    cluster.wait_until(lambda: timed_out in cut_off.output(tail=10**7),
                        lambda: f"the cut-off cluster to log its dead connection:\n{cut_off.output()}", alive=[cut_off])
     lines = cut_off.output(tail=10**7).splitlines()
-    noticed = [line for line in lines if "Connection timed out" in line]
-    assert any("the connection failed or was lost: reconnecting" in line for line in noticed), noticed
+    noticed = [line for line in lines if timed_out in line]
+    assert any(f"{reconnecting}: reconnecting" in line for line in noticed), noticed
     assert "Traceback" not in cut_off.output(tail=10**7)
     assert sum(1 for pid in cut_off.children() if pid) == 4, "its workers, pusher and monitor live on"
 
