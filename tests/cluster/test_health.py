@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import datetime
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -85,7 +86,8 @@ def test_a_stale_heartbeat_fails_ready_but_not_live(cluster):
     try:
         Cluster.objects.filter(pid=qc.pid).update(beat_at=timezone.now() - datetime.timedelta(minutes=1))
         code, line = qhealth()
-        assert code == 1 and "last beat 60 s ago" in line, line
+        # (60 s, and the second qhealth may take to start on a busy machine)
+        assert code == 1 and re.search(r"last beat 6[0-9] s ago", line), line
         status, body = get(port, "/health/ready")
         assert status == 503 and "last beat" in body, body
         assert get(port, "/health/live")[0] == 200

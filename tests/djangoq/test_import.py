@@ -154,7 +154,7 @@ def test_the_import_works_without_django_q2_installed(run_log, settings):
 
     q_async(RECORD, "x")
     q_schedule(RECORD, "y", name="y", schedule_type="H")
-    plain = "tests.settings_postgresql" if connection.vendor == "postgresql" else "tests.settings_sqlite"
+    plain = f"tests.settings_{connection.vendor}"  # this engine's settings, without django_q
     # Settings without django_q, and django_q made unimportable: only its tables are left.
     out = finish(start_script("""
         import sys

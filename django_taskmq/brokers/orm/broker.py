@@ -49,7 +49,9 @@ RESERVE_FIRST = f"'{JobState.QUEUED.value}'"  # ...queued jobs already visible (
 COUNTED = literal(*JobState.READY, JobState.RUNNING, JobState.DEAD)  # the states stats() counts
 # The first execution's start, set by every statement that records an execution (started_at is
 # the latest's); a row from before the column existed falls back on its last known start.
-FIRST_STARTED = "first_started_at = COALESCE(first_started_at, started_at, %s)"
+# Both placeholders take the same value. The first start is set before the latest: MySQL runs an
+# UPDATE's assignments in order, each seeing the ones before it (PostgreSQL and SQLite: the old row).
+STARTED = "first_started_at = COALESCE(first_started_at, started_at, %s), started_at = %s"
 assert RECLAIM.allowed == {JobState.RUNNING}  # the lease sweep says "state = RUNNING" (reclaim_expired)
 LOG_FIELD = Job._meta.get_field("attempt_log")
 # A reservation handed back unstarted (defer, yield, a graceful stop): the delivery its claim
@@ -515,7 +517,7 @@ class OrmBroker(Broker):
         """
         finished, finished_args = self.clock.stamp(self.connection)
         fence = "AND lease_token = %s" if token else ""
-        ran = f", attempt = attempt + 1, started_at = %s, {FIRST_STARTED}" if started_at else ""
+        ran = f", attempt = attempt + 1, {STARTED}" if started_at else ""
         if started_at and attempt_log is not None:
             ran += ", attempt_log = %s"
         last_errors: dict[str, str] = {}
@@ -604,7 +606,7 @@ class OrmBroker(Broker):
         done = self.dialect.ack_all(self, rows)
         if done is not None:
             return done
-        sql = (f"UPDATE {JOB} SET state = {ACK.to}, result_package = %s, started_at = %s, {FIRST_STARTED}, "
+        sql = (f"UPDATE {JOB} SET state = {ACK.to}, result_package = %s, {STARTED}, "
                f"finished_at = %s, "
                f"attempt = attempt + 1, lease_owner = NULL, lease_until = NULL, error = '', traceback = '' "
                f"WHERE id = %s AND lease_token = %s AND state IN {ACK.sources}")
@@ -650,7 +652,7 @@ class OrmBroker(Broker):
             visible, visible_args = self.clock.at(max(delay, 0))
             retried = self._fenced(
                 reservation,
-                f"state = {RETRY.to}, visible_at = {visible}, attempt = attempt + 1, started_at = %s, {FIRST_STARTED}, "
+                f"state = {RETRY.to}, visible_at = {visible}, attempt = attempt + 1, {STARTED}, "
                 "error = %s, traceback = %s, attempt_log = %s, lease_owner = NULL, lease_until = NULL",
                 [*visible_args, self._adapt(started_at), self._adapt(started_at), error, traceback,
                  self._logged(held, started_at, error, traceback)],
@@ -670,7 +672,7 @@ class OrmBroker(Broker):
                 return False
             return self._fenced(
                 reservation,
-                f"state = {FAIL.to}, error = %s, traceback = %s, started_at = %s, {FIRST_STARTED}, finished_at = %s, "
+                f"state = {FAIL.to}, error = %s, traceback = %s, {STARTED}, finished_at = %s, "
                 "attempt = attempt + 1, attempt_log = %s, lease_owner = NULL, lease_until = NULL",
                 [error, traceback, adapt(started_at), adapt(started_at), adapt(finished_at or now),
                  self._logged(held, started_at, error, traceback)],
@@ -866,7 +868,7 @@ class OrmBroker(Broker):
         sets = f"state = {STOPPED.to}, error = %s, traceback = %s, finished_at = %s, lease_owner = NULL, lease_until = NULL"
         params: list[Any] = [error, traceback, self._adapt(finished_at or timezone.now())]
         if started_at is not None:  # it ran: an execution counts
-            sets += f", attempt = attempt + 1, started_at = %s, {FIRST_STARTED}"
+            sets += f", attempt = attempt + 1, {STARTED}"
             params += [self._adapt(started_at), self._adapt(started_at)]
         return self._fenced(reservation, sets, params)
 
