@@ -13,7 +13,8 @@ concurrent clusters claim disjoint sets. What MySQL lacks, and what stands in fo
   between rows, where new jobs are inserted: the cluster's connections run ``READ COMMITTED``
   (Django's default for MySQL) and a system check refuses another level.
 * **No advisory locks that survive a pooler.** Flow control serializes on rows of the rate-limit
-  table (``lock:`` keys), locked in one sorted order by ``INSERT ... ON DUPLICATE KEY UPDATE``.
+  table (``lock:<slot>``, a hash of the key or capped queue into 1024 slots), locked in one sorted
+  order by ``INSERT ... ON DUPLICATE KEY UPDATE``.
 * **No LISTEN/NOTIFY.** An idle pusher polls the newest job id (one primary-key lookup), every
   few milliseconds just after work and more slowly while nothing arrives (:class:`NewestJobWaker`).
 * **Deadlocks (1213) and lock wait timeouts (1205)** roll back the transaction: a claim's is
@@ -25,6 +26,7 @@ from __future__ import annotations
 import os
 import socket
 import time
+import zlib
 from collections.abc import Sequence
 from multiprocessing.connection import Connection
 from typing import Any
@@ -43,6 +45,7 @@ CONNECT_TIMEOUT = 5  # seconds a cluster's connection attempt may take, unless t
 # comes in bursts), longer and longer while none does.
 LOOK_FIRST, LOOK_LAST, LOOK_GROWTH = 0.002, 0.05, 1.25
 FLOW_LOCK = "lock:"  # rows of the rate-limit table that serve as flow control's locks
+FLOW_SLOTS = 1024  # of them at most
 ISOLATION_OK = {"read committed", "read uncommitted"}
 
 
@@ -68,8 +71,11 @@ class MysqlDialect(Dialect):
 
     def lock_flow(self, cursor: Any, names: Sequence[str]) -> None:
         if names:
-            self.insert_or_skip(cursor, BUCKET, [cursor.db.ops.quote_name("key"), "tat"],
-                                [(FLOW_LOCK + name, 0) for name in names])
+            # One row per slot, not per name: the concurrency keys may be endless (one per
+            # customer), the rows stay FLOW_SLOTS at most. Two names in one slot wait for each
+            # other, as two keys whose hashes collide do on PostgreSQL's advisory locks.
+            slots = sorted({f"{FLOW_LOCK}{zlib.crc32(name.encode()) % FLOW_SLOTS}" for name in names})
+            self.insert_or_skip(cursor, BUCKET, [cursor.db.ops.quote_name("key"), "tat"], [(s, 0) for s in slots])
 
     def heads(self, cursor: Any, queues: Sequence[str], serve: Sequence[str], limit: int, clock: Clock,
               columns: str, floor: str, floor_params: list) -> tuple[dict[str, list[Head]], dict[str, int], float | None]:
