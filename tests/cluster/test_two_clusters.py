@@ -66,3 +66,56 @@ def test_two_clusters_run_5000_jobs_once_and_fire_schedules_once(cluster):
     counts = {c.pid: c.counts["succeeded"] for c in Cluster.objects.filter(pid__in=[a.pid, b.pid])}
     assert len(counts) == 2 and min(counts.values()) > 0, counts
     assert sum(counts.values()) == 5000 + sum(fired.values())
+
+
+# The enqueuer beside the two clusters: single enqueues (each its own transaction), batches, and
+# jobs with a concurrency key (flow control's locks) interleaved; it prints the ids it made.
+ENQUEUER = """
+import json, sys
+from django_taskmq import async_task, enqueue_many
+
+total, ids = int(sys.argv[1]), []
+while len(ids) < total:
+    ids += enqueue_many("tests.tasks.record_run", [() for _ in range(min(200, total - len(ids)))])
+    for i in range(min(100, total - len(ids))):
+        ids.append(async_task("tests.tasks.record_run", concurrency_key=f"k{i % 8}", concurrency_limit=2)
+                   if i % 4 == 0 else async_task("tests.tasks.record_run"))
+print(json.dumps(ids))
+"""
+UNDER_LOAD = 20_000
+
+
+def test_two_clusters_and_an_enqueuer_at_once_lose_nothing_and_run_each_job_once(cluster):
+    """The issue's load: 20,000 jobs enqueued while two clusters claim them (MySQL: their claims,
+    the enqueuer's inserts and flow control's locks meet in InnoDB). Every job succeeds once; no
+    deadlock or lock wait timeout reaches the enqueuer (it exits 0) or a job (none FAILED or DEAD)."""
+    import json
+
+    from tests.conftest import finish, start_script
+
+    a = cluster.start("-w", "2")
+    b = cluster.start("-w", "2")
+    enqueuer = start_script(ENQUEUER, str(UNDER_LOAD))
+    ids = json.loads(finish(enqueuer, timeout=cluster_deadline()))
+    assert len(ids) == len(set(ids)) == UNDER_LOAD
+    cluster.wait_final(ids, alive=[a, b], timeout=cluster_deadline())
+    for qc in (a, b):
+        qc.send(signal.SIGTERM)
+    for qc in (a, b):
+        assert qc.wait() == 0, qc.output()
+        logged = qc.output(tail=10**7)
+        assert not any(word in logged for word in ("Deadlock", "Lock wait timeout", "Traceback")), logged[-4000:]
+
+    assert job_states(ids) == {"SUCCEEDED": UNDER_LOAD}
+    runs = collections.Counter(j for j, _ in cluster.log())
+    assert set(runs) == set(ids)
+    assert set(runs.values()) == {1}, f"ran more than once: {[j for j, n in runs.items() if n > 1][:10]}"
+    assert Job.objects.filter(pk__in=ids, deliveries__gt=1).count() == 0  # no claim was counted twice
+    counts = {c.pid: c.counts["succeeded"] for c in Cluster.objects.filter(pid__in=[a.pid, b.pid])}
+    assert len(counts) == 2 and min(counts.values()) > 0, counts
+
+
+def cluster_deadline() -> float:
+    from .conftest import DEADLINE
+
+    return 2 * DEADLINE  # 20,000 jobs on a shared 2-core machine
