@@ -75,7 +75,7 @@ def check_listen_database(conf) -> list[checks.CheckMessage]:
         return [checks.Error(
             f"TASKMQ['listen_database'] {alias!r} is only for a PostgreSQL broker: both it and "
             f"TASKMQ['database'] {conf.database!r} must be PostgreSQL databases",
-            hint="Remove TASKMQ['listen_database'] (SQLite wakes idle clusters without LISTEN).", id="taskmq.E011")]
+            hint="Remove TASKMQ['listen_database'] (SQLite and MySQL wake idle clusters without LISTEN).", id="taskmq.E011")]
     return []
 
 

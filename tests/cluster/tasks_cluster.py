@@ -82,13 +82,13 @@ def database_time() -> float:
     """Return the database server's clock now (epoch seconds), read by this worker's connection."""
     from django.db import connection
 
-    with connection.cursor() as cursor:
-        cursor.execute("SELECT EXTRACT(EPOCH FROM clock_timestamp())::float8")
-        return float(cursor.fetchone()[0])
+    from tests.clock_probe import server_time
+
+    return server_time(connection)
 
 
 def clocked(tag: str, seconds: float = 0.0) -> str:
-    """Log ``start:<tag> <pid> <database time>``, wait ``seconds``, log ``end:<tag>`` (PostgreSQL).
+    """Log ``start:<tag> <pid> <database time>``, wait ``seconds``, log ``end:<tag>`` (a server engine).
 
     It waits on an event, not with ``time.sleep``: under libfaketime 0.9.10 with
     ``DONT_FAKE_MONOTONIC=1`` (the clock-skew tests) ``clock_nanosleep`` on an absolute monotonic
