@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from django.db import connections
 from django.utils import timezone
 
+from .brokers.orm.dialect import dialect_named
 from .conf import get_settings
 from .models import Job
 from .policy.distribution import BUCKETS, merged, quantile
@@ -56,20 +57,12 @@ class Timing:
     run: Histogram = field(default_factory=Histogram)
 
 
-def _seconds(vendor: str, later: str, earlier: str) -> str:
-    """SQL for the seconds from column ``earlier`` to column ``later`` on ``vendor``."""
-    if vendor == "postgresql":
-        return f"EXTRACT(EPOCH FROM ({later} - {earlier}))"
-    if vendor == "mysql":
-        return f"TIMESTAMPDIFF(MICROSECOND, {earlier}, {later}) / 1000000.0"
-    return f"((julianday({later}) - julianday({earlier})) * 86400.0)"  # SQLite: C, not a Python function per row
-
-
 def _statement(vendor: str, quote) -> str:
     """One statement: the buckets of both histograms per task and queue, over two index ranges."""
     table = quote(Job._meta.db_table)
-    wait = _seconds(vendor, quote("first_started_at"), quote("enqueued_at"))
-    run = _seconds(vendor, quote("finished_at"), quote("started_at"))
+    seconds = dialect_named(vendor).seconds_between  # type: ignore[union-attr]  # (the broker's engine)
+    wait = seconds(quote("first_started_at"), quote("enqueued_at"))
+    run = seconds(quote("finished_at"), quote("started_at"))
     sums = ", ".join(f"SUM(CASE WHEN {kind} <= {bound!r} THEN 1 ELSE 0 END)"
                      for kind in ("w", "r") for bound in BUCKETS)
     # The states literally, and a range closed on both ends, in one branch per partial index of

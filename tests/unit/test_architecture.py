@@ -178,3 +178,4 @@ def test_every_engine_module_registers_a_complete_dialect_named_for_its_vendor()
         assert dialect is not None and dialect.vendor == path.stem
         assert isinstance(dialect.clock, Clock) and isinstance(dialect.row_locks, bool) and dialect.greatest
         assert dialect.name
+        assert dialect.seconds_between("b", "a")  # every engine's own: the base has none

@@ -64,6 +64,10 @@ class Dialect:
         (MySQL's deadlock and lock wait timeout): the claim that met it is retried whole."""
         return False
 
+    def seconds_between(self, later: str, earlier: str) -> str:
+        """SQL for the seconds from the datetime column ``earlier`` to ``later`` (a float)."""
+        raise NotImplementedError(f"{type(self).__name__} must implement seconds_between()")
+
     def created_by_connecting(self, connection: Any) -> bool:
         """True when the database does not exist and connecting would create it empty (an SQLite
         file): the start-up check says so instead of connecting."""

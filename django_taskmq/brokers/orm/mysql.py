@@ -59,6 +59,9 @@ class MysqlDialect(Dialect):
     # claims upgrading theirs deadlock).
     insert_ignore = ("INSERT INTO", " ON DUPLICATE KEY UPDATE {last} = {last}")
 
+    def seconds_between(self, later: str, earlier: str) -> str:
+        return f"TIMESTAMPDIFF(MICROSECOND, {earlier}, {later}) / 1e6"
+
     def connection_limit(self, connection: Any) -> tuple[int, str] | None:
         with connection.cursor() as cursor:
             cursor.execute("SELECT @@max_connections")

@@ -56,6 +56,9 @@ class PostgresqlDialect(Dialect):
     greatest = "GREATEST"
     counters_in_claim = True
 
+    def seconds_between(self, later: str, earlier: str) -> str:
+        return f"EXTRACT(EPOCH FROM ({later} - {earlier}))"
+
     def connection_limit(self, connection: Any) -> tuple[int, str] | None:
         with connection.cursor() as cursor:
             cursor.execute("SELECT current_setting('max_connections')::int, "
