@@ -154,7 +154,7 @@ class Dialect:
         return ("", f"UPDATE {QSTATE} SET served = CASE queue {' '.join(cases)} END WHERE queue IN ({marks(len(queues))})",
                 [*params, *queues])
 
-    def insert_or_skip(self, cursor: Any, table: str, columns: Sequence[str], rows: Sequence[Sequence[Any]]) -> None:
+    def insert_or_skip(self, cursor: Any, table: str, columns: Sequence[str], rows: Sequence[tuple[Any, ...]]) -> None:
         """Insert ``rows`` (values of the quoted ``columns``, the key first) into ``table``, skipping
         those whose key exists; where the engine locks rows, an existing row is locked for writing
         (sorted: concurrent callers lock in one order)."""
