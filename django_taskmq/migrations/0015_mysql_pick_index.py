@@ -12,6 +12,12 @@ adding them is instant on a table of any size) and rebuilds three indexes under 
 * ``taskmq_job_key_running``: ``(concurrency_key, state)``: counting a key's running jobs.
 * ``taskmq_job_succeeded``: ``(state, finished_at)``: retention and the dashboard, per state.
 
+It also adds ``inserted``, numbered by the server (``AUTO_INCREMENT``) at each insert, with its
+unique index: its largest value is one index lookup, and it grows at every insert whatever the
+clocks of the hosts that made the job ids. An idle pusher watches it (MySQL has no ``NOTIFY``).
+Unlike the virtual columns, adding it rewrites the table: a MySQL database had no job table of
+django_taskmq's before this release.
+
 Other engines: nothing.
 """
 
@@ -23,6 +29,7 @@ TABLE = "django_taskmq_job"
 FORWARDS = [
     f"ALTER TABLE {TABLE} ADD COLUMN pick_queue varchar(100) AS (CASE WHEN state IN {READY} THEN queue END) VIRTUAL, "
     f"ADD COLUMN pick_rank integer AS (-priority) VIRTUAL",
+    f"ALTER TABLE {TABLE} ADD COLUMN inserted bigint NOT NULL AUTO_INCREMENT, ADD UNIQUE KEY taskmq_job_inserted (inserted)",
     f"DROP INDEX taskmq_job_ready ON {TABLE}",
     f"CREATE INDEX taskmq_job_ready ON {TABLE} (pick_queue, pick_rank, id)",
     f"DROP INDEX taskmq_job_key_running ON {TABLE}",
@@ -37,7 +44,7 @@ BACKWARDS = [
     f"CREATE INDEX taskmq_job_key_running ON {TABLE} (concurrency_key)",
     f"DROP INDEX taskmq_job_ready ON {TABLE}",
     f"CREATE INDEX taskmq_job_ready ON {TABLE} (queue, priority DESC, id)",
-    f"ALTER TABLE {TABLE} DROP COLUMN pick_rank, DROP COLUMN pick_queue",
+    f"ALTER TABLE {TABLE} DROP COLUMN pick_rank, DROP COLUMN pick_queue, DROP COLUMN inserted",
 ]
 
 

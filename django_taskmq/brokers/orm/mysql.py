@@ -15,8 +15,9 @@ concurrent clusters claim disjoint sets. What MySQL lacks, and what stands in fo
 * **No advisory locks that survive a pooler.** Flow control serializes on rows of the rate-limit
   table (``lock:<slot>``, a hash of the key or capped queue into 1024 slots), locked in one sorted
   order by ``INSERT ... ON DUPLICATE KEY UPDATE``.
-* **No LISTEN/NOTIFY.** An idle pusher polls the newest job id (one primary-key lookup), every
-  few milliseconds just after work and more slowly while nothing arrives (:class:`NewestJobWaker`).
+* **No LISTEN/NOTIFY.** An idle pusher polls the largest ``inserted`` number (a column the server
+  numbers at each insert, migration 0015: one index lookup), every few milliseconds just after work
+  and more slowly while nothing arrives (:class:`NewestJobWaker`).
 * **Deadlocks (1213) and lock wait timeouts (1205)** roll back the transaction: a claim's is
   retried whole (:meth:`retryable`), nothing it did stays, and no delivery is counted.
 """
@@ -228,26 +229,27 @@ def version_problem(version: tuple[int, ...], mariadb: bool) -> tuple[str, str, 
 
 
 class NewestJobWaker(Waker):
-    """Wakes when a newer job id appears: job ids sort by their creation time (``ids.py``), so the
-    largest is one primary-key lookup. Looks every :data:`LOOK_FIRST` seconds after a job
-    arrived, growing to :data:`LOOK_LAST` while none does; retries and delays that come due wait
-    for the poll interval, as they do on PostgreSQL."""
+    """Wakes when a job was inserted: the server numbers each insert (``inserted``, migration 0015),
+    so the largest number is one index lookup, and it grows whatever the clocks of the hosts that
+    made the job ids (ids from a host ahead would hide newer ones from ``MAX(id)``). Looks every
+    :data:`LOOK_FIRST` seconds after a job arrived, growing to :data:`LOOK_LAST` while none does;
+    retries and delays that come due wait for the poll interval, as they do on PostgreSQL."""
 
     def __init__(self, connection) -> None:
         super().__init__(connection)
-        self._newest: str | None = None
+        self._newest: int | None = None
         self._every = LOOK_FIRST
 
     def _wait(self, timeout: float, pipe: Connection | None) -> None:
         deadline = time.monotonic() + timeout
         while True:
             with self.connection.cursor() as cursor:  # autocommit: each look sees the latest commits
-                cursor.execute(f"SELECT MAX(id) FROM {JOB}")
+                cursor.execute(f"SELECT MAX(inserted) FROM {JOB}")
                 (newest,) = cursor.fetchone()
             if self._newest is None:
-                self._newest = newest or ""
-            elif (newest or "") != self._newest:
-                self._newest = newest or ""
+                self._newest = newest or 0
+            elif (newest or 0) != self._newest:
+                self._newest = newest or 0
                 self._every = LOOK_FIRST
                 self.woken = True
                 return
