@@ -84,7 +84,8 @@ class MysqlDialect(Dialect):
     def heads(self, cursor: Any, queues: Sequence[str], serve: Sequence[str], limit: int, clock: Clock,
               columns: str, floor: str, floor_params: list) -> tuple[dict[str, list[Head]], dict[str, int], float | None]:
         # The counters' read also reads the server's time, which every comparison of the claim then
-        # uses; then one statement per queue on the pick index (migration 0015), in its order.
+        # uses; then one statement for every queue's heads: a UNION ALL of one locking read per
+        # queue on the pick index (migration 0015), each in its order.
         now_sql, now_args = clock.at()
         cursor.execute(f"SELECT queue, served, {now_sql} FROM {QSTATE} WHERE queue IN ({marks(len(queues))})",
                        [*now_args, *queues])
@@ -95,14 +96,18 @@ class MysqlDialect(Dialect):
         else:  # no counter yet (a queue's first claim)
             cursor.execute(f"SELECT {now_sql}", now_args)
             (now,) = cursor.fetchone()
-        heads: dict[str, list[Head]] = {}
-        for queue in serve:
-            cursor.execute(
-                f"SELECT {columns} FROM {JOB} AS c FORCE INDEX (taskmq_job_ready) WHERE c.pick_queue = %s {floor}"
-                f"AND c.visible_at <= %s ORDER BY c.pick_rank, c.id LIMIT %s FOR UPDATE SKIP LOCKED",
-                [queue, *floor_params, now, limit],
-            )
-            heads[queue] = [Head(*row) for row in cursor.fetchall()]
+        heads: dict[str, list[Head]] = {queue: [] for queue in serve}
+        if not serve:
+            return heads, served, now
+        part = (f"(SELECT {columns} FROM {JOB} AS c FORCE INDEX (taskmq_job_ready) WHERE c.pick_queue = %s {floor}"
+                f"AND c.visible_at <= %s ORDER BY c.pick_rank, c.id LIMIT %s FOR UPDATE SKIP LOCKED)")
+        cursor.execute(" UNION ALL ".join([part] * len(serve)),
+                       [p for queue in serve for p in (queue, *floor_params, now, limit)])
+        for row in cursor.fetchall():
+            head = Head(*row)
+            heads[head.queue].append(head)
+        for items in heads.values():  # (a UNION keeps no order)
+            items.sort(key=lambda h: (-h.priority, h.id))
         return heads, served, now
 
     def claim(self, cursor: Any, sets: str, values: list, ids: Sequence[str], prefix: str = "",
