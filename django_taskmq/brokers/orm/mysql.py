@@ -32,10 +32,12 @@ from collections.abc import Sequence
 from multiprocessing.connection import Connection
 from typing import Any
 
+from django.db import transaction
+
 from ...policy.connections import keepalive_options
 from ..clock import MYSQL, Clock
 from .dialect import Dialect, register
-from .sql import BUCKET, JOB, QSTATE, Head, chunks, marks
+from .sql import ACK, BUCKET, JOB, QSTATE, Head, chunks, marks
 from .wakeup import Waker
 
 MIN_VERSION = (8, 0, 1)  # SKIP LOCKED
@@ -47,6 +49,7 @@ CONNECT_TIMEOUT = 5  # seconds a cluster's connection attempt may take, unless t
 LOOK_FIRST, LOOK_LAST, LOOK_GROWTH = 0.002, 0.05, 1.25
 FLOW_LOCK = "lock:"  # rows of the rate-limit table that serve as flow control's locks
 FLOW_SLOTS = 1024  # of them at most
+ACK_CHUNK = 100  # acknowledgements a statement
 ISOLATION_OK = {"read committed", "read uncommitted"}
 
 
@@ -121,6 +124,31 @@ class MysqlDialect(Dialect):
                            list(part))
             rows.update((r[0], r) for r in cursor.fetchall())
         return rows
+
+    def ack_all(self, broker: Any, rows: list[tuple]) -> int | None:
+        if len(rows) < 2:
+            return None  # the broker's one UPDATE, in autocommit
+        # One UPDATE joined with the batch as a derived table (UNION ALL: MySQL's and MariaDB's
+        # VALUES constructors differ), instead of one statement per row. The first start before
+        # the latest: MySQL's assignments see the ones before them.
+        # (ACK_CHUNK rows a statement: results may be large, and a statement must fit in the
+        # server's max_allowed_packet.)
+        done = 0
+        with transaction.atomic(using=broker.alias, savepoint=False), broker.connection.cursor() as cursor:
+            for part in chunks(rows, ACK_CHUNK):
+                batch = " UNION ALL ".join(["SELECT %s AS result, %s AS started, %s AS finished, %s AS id, %s AS token"]
+                                           * len(part))
+                cursor.execute(
+                    f"UPDATE {JOB} AS j JOIN ({batch}) AS a ON j.id = a.id AND j.lease_token = a.token "
+                    f"SET j.state = {ACK.to}, j.result_package = a.result, "
+                    f"j.first_started_at = COALESCE(j.first_started_at, j.started_at, a.started), "
+                    f"j.started_at = a.started, j.finished_at = a.finished, j.attempt = j.attempt + 1, "
+                    f"j.lease_owner = NULL, j.lease_until = NULL, j.error = '', j.traceback = '' "
+                    f"WHERE j.state IN {ACK.sources}",
+                    [v for result, started, _, finished, job_id, token in part
+                     for v in (result, started, finished, job_id, token)])
+                done += cursor.rowcount
+        return done
 
     def update_returning(self, cursor: Any, update: str, params: Sequence[Any], columns: str, key: str,
                          key_params: Sequence[Any]) -> list[tuple]:
