@@ -4,11 +4,15 @@ No database and no process. Built only on the ABC (and the pure policy modules i
 with tokens that fence every write, one delivery counted per reservation, the ``max_deliveries``
 poison guard at reserve time and on failure, yields up to ``max_yields``, unstarted give-backs
 (defer, yield, a graceful stop) that take their delivery back, pick order by priority then arrival
-(the queues' weights through ``policy.pick``).
+(the queues' weights through ``policy.pick``), the dead-letter queue and its operator actions
+(replay, retry, purge), ``stats()``, and retention by ``finished_at``. It is a test double of
+the contract: tests/contract runs the same tests on it and on the ORM broker.
 
 ``atomic()`` nests like savepoints (a block that raises restores what it changed) and counts the
 outermost blocks in ``transactions``; ``closes`` counts ``close()``. ``job(id)`` and ``letters``
-show the state. Members the cluster's pure parts never call raise NotImplementedError.
+show the state. Members neither the cluster's pure parts nor the contract suite call raise
+NotImplementedError: flow control (concurrency keys, queue caps, rate limits: ``flow_wait()`` is
+None and nothing is held back), attempt history, groups, the waker and schedules.
 """
 
 from __future__ import annotations
@@ -24,9 +28,10 @@ from typing import Any
 
 from django_taskmq.brokers.base import Ack, Broker, Reservation, Waker
 from django_taskmq.conf import Settings
-from django_taskmq.exceptions import LeaseLost
+from django_taskmq.exceptions import ConfigError, LeaseLost
 from django_taskmq.policy import pick
-from django_taskmq.policy.states import Event, JobState, transition
+from django_taskmq.policy.priority import validate_priority
+from django_taskmq.policy.states import Event, InvalidTransition, JobState, transition
 
 
 @dataclass
@@ -58,7 +63,7 @@ class Job:
 
 @dataclass
 class Letter:
-    """One dead-letter entry."""
+    """One dead-letter entry (``failed_at`` and ``replayed_at`` in epoch seconds)."""
 
     id: int
     job_id: str
@@ -66,7 +71,13 @@ class Letter:
     reason: str
     error: str
     deliveries: int
-    replayed: bool = False
+    failed_at: float = 0.0
+    replayed_at: float | None = None
+    replay_count: int = 0
+
+    @property
+    def pk(self) -> int:
+        return self.id
 
 
 def _epoch(value: Any) -> float:
@@ -89,6 +100,7 @@ class MemoryBroker(Broker):
         self.settings = settings
         self._jobs: dict[str, Job] = {}
         self.letters: list[Letter] = []
+        self._letter_ids = 0  # the last letter's id: never reused, as a database sequence
         self.heartbeats: dict[str, dict[str, Any]] = {}
         self._keys: dict[str, tuple[str, float]] = {}  # idempotency key -> (job id, expires at)
         self._served: dict[str, int] = {}
@@ -214,9 +226,6 @@ class MemoryBroker(Broker):
         return len(expired)
 
     # -- ending or changing a delivery (fenced by the lease token) ----------------------------
-    def _move(self, job: Job, event: Event) -> None:
-        job.state = transition(job.state, event)  # raises on a move the state table does not allow
-
     def _held(self, reservation: Reservation) -> Job | None:
         """The job, when ``reservation`` still holds it; None when this holder already ended it.
 
@@ -226,6 +235,11 @@ class MemoryBroker(Broker):
         if job is None or job.lease_token != reservation.token:
             raise LeaseLost(f"job {reservation.job_id}: lease lost (token {reservation.token} no longer holds it)")
         return job if job.state == JobState.RUNNING else None
+
+    def _move(self, job: Job, event: Event) -> None:
+        job.state = transition(job.state, event)  # raises on a move the state table does not allow
+        if job.state in JobState.FINAL:
+            job.finished_at = time.time()  # the time it ended (a caller may give its own after)
 
     def _end(self, job: Job, event: Event, error: str = "", traceback: str = "", started_at: Any = None) -> None:
         """End a delivery that ran: the token stays (a repeated call by the holder is a no-op)."""
@@ -259,7 +273,7 @@ class MemoryBroker(Broker):
                 continue
             if job is not None:
                 self._end(job, Event.ACK, started_at=a.started_at)
-                job.result, job.finished_at = a.result, a.finished_at
+                job.result, job.finished_at = a.result, a.finished_at or job.finished_at
         return lost
 
     def settle(self, reservation: Reservation, *, requeue: bool = True, delay: float = 0, error: str = "",
@@ -286,7 +300,7 @@ class MemoryBroker(Broker):
         if job is None:
             return False
         self._end(job, Event.FAIL_FINAL, error, traceback, started_at)
-        job.finished_at = finished_at
+        job.finished_at = finished_at or job.finished_at
         return True
 
     def defer(self, reservation: Reservation, delay: float = 0) -> bool:
@@ -339,7 +353,8 @@ class MemoryBroker(Broker):
         self._move(job, Event.DEAD_LETTER)
         job.lease_owner = job.lease_until = None
         job.error = error or job.error
-        self.letters.append(Letter(len(self.letters) + 1, job.id, job.queue, reason, job.error, job.deliveries))
+        self._letter_ids += 1
+        self.letters.append(Letter(self._letter_ids, job.id, job.queue, reason, job.error, job.deliveries, time.time()))
 
     def dead_letter(self, reservation: Reservation, reason: str, error: str = "", traceback: str = "",
                     started_at: Any = None) -> bool:
@@ -359,16 +374,65 @@ class MemoryBroker(Broker):
 
     # -- the DLQ and operator actions -----------------------------------------------------------
     def dead_letters(self, queue: str | None = None) -> list[Letter]:
-        return [x for x in reversed(self.letters) if not x.replayed and queue in (None, x.queue)]
+        return [replace(x) for x in reversed(self.letters) if x.replayed_at is None and queue in (None, x.queue)]
+
+    def _check_target(self, queue: str | None, priority: int | None) -> None:
+        if queue is not None:
+            self.settings.check_queue(queue)
+        if priority is not None:
+            validate_priority(priority, ConfigError)
+
+    def _requeue(self, job: Job, queue: str | None = None, priority: int | None = None) -> bool:
+        """Put a finished job that did not succeed back (REPLAY): counters reset, history kept."""
+        try:
+            self._move(job, Event.REPLAY)
+        except InvalidTransition:
+            return False
+        job.deliveries = job.yields = 0
+        job.visible_at = time.time()
+        job.lease_owner = job.lease_token = job.lease_until = job.finished_at = None
+        job.cancel_requested = False
+        job.queue = queue if queue is not None else job.queue
+        job.priority = priority if priority is not None else job.priority
+        return True
+
+    def _mark_replayed(self, letter: Letter) -> None:
+        letter.replayed_at = time.time()
+        letter.replay_count += 1
 
     def replay_dead(self, dead_letter_id: int, queue: str | None = None, priority: int | None = None) -> str:
-        raise _unused("replay_dead")
+        self._check_target(queue, priority)
+        letter = next((x for x in self.letters if x.id == dead_letter_id), None)
+        if letter is None:
+            raise ConfigError(f"there is no dead letter {dead_letter_id}")
+        if letter.replayed_at is not None:
+            raise ConfigError(f"dead letter {dead_letter_id} was already replayed at {letter.replayed_at}")
+        job = self._jobs.get(letter.job_id)
+        if job is None or job.state != JobState.DEAD or not self._requeue(job, queue, priority):
+            state = job.state if job is not None else "deleted"
+            raise ConfigError(f"dead letter {dead_letter_id}: its job {letter.job_id} is no longer dead ({state}); "
+                              "nothing replayed")
+        self._mark_replayed(letter)
+        return letter.job_id
 
     def replay_all(self, queue: str | None = None) -> int:
-        raise _unused("replay_all")
+        replayed = 0
+        for letter in [x for x in self.letters if x.replayed_at is None and queue in (None, x.queue)]:
+            job = self._jobs.get(letter.job_id)
+            if job is not None and job.state == JobState.DEAD and self._requeue(job):
+                self._mark_replayed(letter)
+                replayed += 1
+        return replayed
 
     def purge_dead(self, queue: str | None = None, ids: Sequence[int] | None = None) -> int:
-        raise _unused("purge_dead")
+        purged = [x for x in self.letters if x.replayed_at is None and queue in (None, x.queue)
+                  and (ids is None or x.id in ids)]
+        for letter in purged:
+            job = self._jobs.get(letter.job_id)
+            if job is not None and job.state == JobState.DEAD:
+                del self._jobs[letter.job_id]
+        self.letters = [x for x in self.letters if x not in purged]
+        return len(purged)
 
     def cancel(self, job_ids: Sequence[str]) -> int:
         cancelled = [j for i in job_ids if (j := self._jobs.get(i)) is not None and j.state in JobState.READY]
@@ -397,11 +461,27 @@ class MemoryBroker(Broker):
             self._move(job, Event.CANCEL_RUNNING)
             job.lease_owner = job.lease_until = None
             job.error = error
-        job.finished_at = finished_at
+        job.finished_at = finished_at or job.finished_at
         return True
 
     def retry_jobs(self, job_ids: Sequence[str], queue: str | None = None, priority: int | None = None) -> int:
-        raise _unused("retry_jobs")
+        self._check_target(queue, priority)
+        retried = 0
+        now = time.time()
+        for job in [j for i in dict.fromkeys(job_ids) if (j := self._jobs.get(i)) is not None]:
+            was = job.state
+            expires_at = job.expires_at
+            if job.expires_at is not None and job.expires_at <= now:
+                job.expires_at = None  # an expiry already past is cleared
+            if not self._requeue(job, queue, priority):
+                job.expires_at = expires_at
+                continue
+            retried += 1
+            if was == JobState.DEAD:
+                for letter in self.letters:
+                    if letter.job_id == job.id and letter.replayed_at is None:
+                        self._mark_replayed(letter)
+        return retried
 
     def forget_group(self, group: str, delete: bool = False) -> int:
         raise _unused("forget_group")
@@ -411,9 +491,10 @@ class MemoryBroker(Broker):
         if keep <= 0:
             return 0
         done = sorted((j for j in self._jobs.values() if j.state == JobState.SUCCEEDED),
-                      key=lambda j: j.arrival, reverse=True)
+                      key=lambda j: _epoch(j.finished_at), reverse=True)
         for job in done[keep:keep + batch]:
             del self._jobs[job.id]
+        self.letters = [letter for letter in self.letters if letter.job_id in self._jobs]
         return len(done[keep:keep + batch])
 
     def prune_keys(self, batch: int = 1000) -> int:
@@ -485,4 +566,16 @@ class MemoryBroker(Broker):
         return {i: replace(self._jobs[i]) for i in job_ids if i in self._jobs}
 
     def stats(self) -> list[dict[str, Any]]:
-        raise _unused("stats")
+        now = time.time()
+        rows: dict[tuple[str, int], dict[str, Any]] = {}
+        for job in self._jobs.values():
+            if job.state in JobState.READY:
+                column = "ready" if job.visible_at <= now else "delayed"
+            elif job.state in (JobState.RUNNING, JobState.DEAD):
+                column = "reserved" if job.state == JobState.RUNNING else "dead"
+            else:
+                continue
+            row = rows.setdefault((job.queue, job.priority), dict(queue=job.queue, priority=job.priority, ready=0,
+                                                                  delayed=0, reserved=0, dead=0))
+            row[column] += 1
+        return sorted(rows.values(), key=lambda r: (r["queue"], -r["priority"]))
