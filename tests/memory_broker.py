@@ -4,7 +4,7 @@ No database and no process. Built only on the ABC (and the pure policy modules i
 with tokens that fence every write, one delivery counted per reservation, the ``max_deliveries``
 poison guard at reserve time and on failure, yields up to ``max_yields``, unstarted give-backs
 (defer, yield, a graceful stop) that take their delivery back, pick order by priority then arrival
-(the queues' weights through ``policy.pick``), the dead-letter queue and its operator actions
+(the queues' weights and the lift of idle queues through ``policy.pick``), the dead-letter queue and its operator actions
 (replay, retry, purge), ``stats()``, and retention by ``finished_at``. It is a test double of
 the contract: tests/contract runs the same tests on it and on the ORM broker.
 
@@ -197,6 +197,11 @@ class MemoryBroker(Broker):
                 reservations.append(self._lease(job, token, owner, now + lease))
         for r in reservations:
             self._served[r.queue] = self._served.get(r.queue, 0) + 1
+        if above is None:  # a claim limited to high priorities says nothing about which queues are idle
+            busy = [q for q, items in heads.items() if items]
+            idle = [q for q, items in heads.items() if not items]
+            served = {q: self._served.get(q, 0) for q in heads}
+            self._served.update(pick.lift_idle(served, self.settings.weights(), busy, idle))
         return reservations
 
     def _lease(self, job: Job, token: str, owner: str, until: float) -> Reservation:
