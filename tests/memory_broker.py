@@ -580,7 +580,7 @@ class MemoryBroker(Broker):
                 column = "reserved" if job.state == JobState.RUNNING else "dead"
             else:
                 continue
-            row = rows.setdefault((job.queue, job.priority), dict(queue=job.queue, priority=job.priority, ready=0,
-                                                                  delayed=0, reserved=0, dead=0))
+            row = rows.setdefault((job.queue, job.priority), {"queue": job.queue, "priority": job.priority,
+                                                              "ready": 0, "delayed": 0, "reserved": 0, "dead": 0})
             row[column] += 1
         return sorted(rows.values(), key=lambda r: (r["queue"], -r["priority"]))

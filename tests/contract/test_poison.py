@@ -101,7 +101,7 @@ def test_crash_loop_with_explicit_reclaim_sweeps(broker):
     """The same guard holds when reclaim_expired() runs separately from reserve()."""
     job_id = put(broker, func="tests.tasks.crash", max_deliveries=2)
     for _ in range(2):
-        (r,) = reserve(broker, lease=SHORT)
+        assert [r.job_id for r in reserve(broker, lease=SHORT)] == [job_id]
         time.sleep(SHORT + 0.15)
         assert broker.reclaim_expired() == 1
     assert reserve(broker) == []
@@ -127,7 +127,7 @@ def test_reserve_job_does_not_deliver_a_message_past_its_deliveries(broker):
     are used up, nor one that is not ready."""
     broker.reclaim_every = float("inf")
     used = put(broker, max_deliveries=1)
-    (r,) = reserve(broker, lease=SHORT)
+    assert [r.job_id for r in reserve(broker, lease=SHORT)] == [used]
     time.sleep(SHORT + 0.15)
     assert broker.reclaim_expired() == 1
     assert broker.reserve_job(used, LONG, "sync") is None
