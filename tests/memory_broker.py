@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import datetime
 import itertools
 import time
 import uuid
@@ -29,7 +30,7 @@ from typing import Any
 from django_taskmq.brokers.base import Ack, Broker, Reservation, Waker
 from django_taskmq.conf import Settings
 from django_taskmq.exceptions import ConfigError, LeaseLost
-from django_taskmq.policy import pick
+from django_taskmq.policy import attempts, pick
 from django_taskmq.policy.priority import validate_priority
 from django_taskmq.policy.states import Event, InvalidTransition, JobState, transition
 
@@ -56,7 +57,9 @@ class Job:
     error: str = ""
     traceback: str = ""
     started_at: Any = None
+    first_started_at: Any = None
     finished_at: Any = None
+    attempt_log: dict[str, Any] | None = None
     arrival: int = 0
     cancel_requested: bool = False
 
@@ -78,6 +81,15 @@ class Letter:
     @property
     def pk(self) -> int:
         return self.id
+
+
+def _moment(value: Any) -> datetime.datetime:
+    """A start time as an aware datetime (None: now), as the ORM broker stores it."""
+    if value is None:
+        return datetime.datetime.now(datetime.UTC)
+    if isinstance(value, datetime.datetime):
+        return value
+    return datetime.datetime.fromtimestamp(float(value), datetime.UTC)
 
 
 def _epoch(value: Any) -> float:
@@ -249,9 +261,19 @@ class MemoryBroker(Broker):
     def _end(self, job: Job, event: Event, error: str = "", traceback: str = "", started_at: Any = None) -> None:
         """End a delivery that ran: the token stays (a repeated call by the holder is a no-op)."""
         self._move(job, event)
-        job.attempt += 1
-        job.error, job.traceback, job.started_at = error, traceback, started_at
+        self._ran(job, started_at, error, traceback, failed=event in (Event.FAIL_RETRY, Event.FAIL_FINAL))
+        job.error, job.traceback = error, traceback
         job.lease_owner = job.lease_until = None
+
+    def _ran(self, job: Job, started_at: Any, error: str = "", traceback: str = "", failed: bool = False) -> None:
+        """Count an execution that started at ``started_at`` (None: now); a failed one joins the
+        attempt history (``policy.attempts``: the newest kept, the rest counted)."""
+        started = _moment(started_at)
+        job.attempt += 1
+        job.first_started_at = job.first_started_at or job.started_at or started
+        job.started_at = started
+        if failed:
+            job.attempt_log = attempts.record(job.attempt_log, job.attempt, started.isoformat(), error, traceback)
 
     def _give_back(self, job: Job, delay: float) -> None:
         """An unstarted delivery goes back: not counted, the lease and its token dropped."""
@@ -366,9 +388,8 @@ class MemoryBroker(Broker):
         job = self._held(reservation)
         if job is None:
             return False
-        if started_at is not None:
-            job.attempt += 1
-            job.started_at = started_at
+        if started_at is not None:  # it ran: a failed execution
+            self._ran(job, started_at, error, traceback, failed=True)
         if error:
             job.traceback = traceback
         self._bury(job, reason, error)
