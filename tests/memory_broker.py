@@ -33,6 +33,7 @@ from django_taskmq.exceptions import ConfigError, LeaseLost
 from django_taskmq.policy import attempts, pick
 from django_taskmq.policy.priority import validate_priority
 from django_taskmq.policy.states import Event, InvalidTransition, JobState, transition
+from django_taskmq.signing import seal_result, verify_result
 
 
 @dataclass
@@ -53,13 +54,20 @@ class Job:
     lease_token: str | None = None
     lease_until: float | None = None
     attempt: int = 0
-    result: Any = None
+    result_package: str | None = None  # the result pickled and signed, as the ORM broker stores it
     error: str = ""
     traceback: str = ""
     started_at: Any = None
     first_started_at: Any = None
     finished_at: Any = None
     attempt_log: dict[str, Any] | None = None
+
+    @property
+    def result(self) -> Any:
+        """The task's return value, verified and unpickled (``models.Job.result``)."""
+        from django_taskmq.conf import get_settings
+
+        return None if self.result_package is None else verify_result(self.result_package, get_settings().name)
     arrival: int = 0
     cancel_requested: bool = False
 
@@ -89,7 +97,9 @@ def _moment(value: Any) -> datetime.datetime:
         return datetime.datetime.now(datetime.UTC)
     if isinstance(value, datetime.datetime):
         return value
-    return datetime.datetime.fromtimestamp(float(value), datetime.UTC)
+    if isinstance(value, (int, float)):
+        return datetime.datetime.fromtimestamp(value, datetime.UTC)
+    raise TypeError(f"a start time must be a datetime or epoch seconds, not {value!r}")  # as a database refuses it
 
 
 def _epoch(value: Any) -> float:
@@ -282,12 +292,16 @@ class MemoryBroker(Broker):
         job.lease_owner = job.lease_token = job.lease_until = None
         job.visible_at = time.time() + max(delay, 0)
 
+    def _seal(self, result: Any) -> str | None:
+        """The result as stored (workers send it sealed already, ``execution.seal``)."""
+        return seal_result(result, self.settings.name, self.settings.compress)
+
     def ack(self, reservation: Reservation, result: Any = None) -> bool:
         job = self._held(reservation)
         if job is None:
             return False
         self._end(job, Event.ACK)
-        job.result = result
+        job.result_package = self._seal(result)
         return True
 
     def ack_many(self, acks: Iterable[Ack]) -> list[Reservation]:
@@ -300,7 +314,7 @@ class MemoryBroker(Broker):
                 continue
             if job is not None:
                 self._end(job, Event.ACK, started_at=a.started_at)
-                job.result, job.finished_at = a.result, a.finished_at or job.finished_at
+                job.result_package, job.finished_at = self._seal(a.result), a.finished_at or job.finished_at
         return lost
 
     def settle(self, reservation: Reservation, *, requeue: bool = True, delay: float = 0, error: str = "",

@@ -4,7 +4,7 @@
 (``options.JobTemplate``: the same option checks, signed package, FromNow delay) and hand them to
 ``broker.enqueue`` / ``broker.enqueue_many``, so a test enqueues into the broker it was given,
 whichever that is. ``job``, ``jobs``, ``states`` and ``letters`` read back through ``Broker.jobs``
-and ``Broker.dead_letters``.
+and ``Broker.dead_letters``; ``run`` runs one stored job here, as sync mode does, on that broker.
 
 Packages for the pusher's checks: ``signed`` (a good one), ``forged`` (a pickle that would run code,
 signed with a key the cluster does not know: it must never be loaded) and ``garbage`` (validly
@@ -42,6 +42,17 @@ def put_many(broker: Broker, calls: Iterable[Sequence[Any]], func: str = NOOP, *
     """Enqueue one job per args tuple of ``calls`` through ``broker.enqueue_many``; return the ids in order."""
     template = JobTemplate(func, options, broker.settings)
     return broker.enqueue_many([template.values(tuple(args), {}) for args in calls])
+
+
+def run(broker: Broker, job_id: str) -> None:
+    """Run the stored job ``job_id`` in this process on ``broker``, as sync mode does (``sync.run``:
+    ``reserve_job``, unpack, execute, record)."""
+    from django_taskmq import sync
+
+    def next_link(*args: Any, **kwargs: Any) -> str:
+        raise AssertionError("the contract suite queues no chains")
+
+    sync.run(job_id, broker, broker.settings, enqueue=next_link)
 
 
 def jobs(broker: Broker, ids: Iterable[str]) -> dict[str, Any]:
