@@ -124,7 +124,7 @@ def test_a_burst_pusher_says_drained_at_once_then_naps_if_asked_again(broker):
     import multiprocessing
     import threading
 
-    from django_taskmq.cluster.messages import Batch, Stop
+    from django_taskmq.cluster.messages import Stop
 
     enqueue(broker, "job")
     sentinel_end, pusher_end = multiprocessing.Pipe()
