@@ -10,9 +10,9 @@ the contract: tests/contract runs the same tests on it and on the ORM broker.
 
 ``atomic()`` nests like savepoints (a block that raises restores what it changed) and counts the
 outermost blocks in ``transactions``; ``closes`` counts ``close()``. ``job(id)`` and ``letters``
-show the state. Members neither the cluster's pure parts nor the contract suite call raise
-NotImplementedError: flow control (concurrency keys, queue caps, rate limits: ``flow_wait()`` is
-None and nothing is held back), attempt history, groups, the waker and schedules.
+show the state. Flow control (concurrency keys, queue caps, rate limits) takes its decisions from
+``policy.flow.admit``, as the ORM broker's does. Members neither the cluster's pure parts nor the
+contract suite call raise NotImplementedError: groups, the waker and schedules.
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ from typing import Any
 from django_taskmq.brokers.base import Ack, Broker, Reservation, Waker
 from django_taskmq.conf import Settings
 from django_taskmq.exceptions import ConfigError, LeaseLost
-from django_taskmq.policy import attempts, pick
+from django_taskmq.policy import attempts, flow, pick
 from django_taskmq.policy.priority import validate_priority
 from django_taskmq.policy.states import Event, InvalidTransition, JobState, transition
 from django_taskmq.signing import seal_result, verify_result
@@ -44,6 +44,10 @@ class Job:
     queue: str = "default"
     priority: int = 0
     payload: str = ""
+    func: str = ""
+    concurrency_key: str | None = None
+    concurrency_limit: int | None = None
+    rate_limit: str | None = None
     state: JobState = JobState.QUEUED
     deliveries: int = 0
     max_deliveries: int = 5
@@ -134,6 +138,8 @@ class MemoryBroker(Broker):
         self._chores: dict[str, tuple[str, float]] = {}  # chore -> (owner, held until)
         self.chore_deleted: dict[str, int] = {}
         self.paused: set[str] = set()
+        self._tats: dict[str, float] = {}  # rate-limit bucket -> when it allows its next start (GCRA)
+        self._opens_at: float | None = None  # when a rate limit that held a job in the last claim opens
 
     def job(self, job_id: str) -> Job:
         return self._jobs[job_id]
@@ -163,10 +169,31 @@ class MemoryBroker(Broker):
         return "memory broker"
 
     def flow_wait(self) -> float | None:
-        return None  # no flow control here: the cluster's pure parts do not depend on it
+        return None if self._opens_at is None else max(self._opens_at - time.time(), 0.0)
 
     def flow_status(self) -> dict[str, Any]:
-        return {"keys": {}, "queues": {}, "rates": {}}
+        keys: dict[str, dict[str, int]] = {}
+        for job in sorted(self._jobs.values(), key=lambda j: j.concurrency_key or ""):
+            if job.concurrency_key is not None and job.state == JobState.RUNNING:
+                entry = keys.setdefault(job.concurrency_key, {"running": 0, "limit": 1})
+                entry["running"] += 1
+                entry["limit"] = max(entry["limit"], job.concurrency_limit or 1)
+        for job in self._jobs.values():
+            if job.concurrency_key in keys and job.state in JobState.READY:
+                keys[job.concurrency_key]["waiting"] = keys[job.concurrency_key].get("waiting", 0) + 1
+        running = self._running_by(lambda j: j.queue)
+        queues = {q: {"running": running.get(q, 0), "cap": cap} for q, cap in sorted(self.settings.queue_caps().items())}
+        now = time.time()
+        rates = {key: {"next_start_in": round(max(tat - now, 0.0), 3)} for key, tat in sorted(self._tats.items())}
+        return {"keys": keys, "queues": queues, "rates": rates}
+
+    def _running_by(self, attribute: Any) -> dict[Any, int]:
+        """How many RUNNING jobs each value of ``attribute(job)`` has."""
+        counts: dict[Any, int] = {}
+        for job in self._jobs.values():
+            if job.state == JobState.RUNNING:
+                counts[attribute(job)] = counts.get(attribute(job), 0) + 1
+        return counts
 
     def waker(self, burst: bool = False) -> Waker:
         raise _unused("waker")
@@ -182,6 +209,8 @@ class MemoryBroker(Broker):
         self._jobs[job["id"]] = Job(
             id=job["id"], queue=job.get("queue") or self.settings.default_queue, priority=job.get("priority") or 0,
             payload=job.get("payload", ""), state=JobState(job.get("state") or JobState.QUEUED),
+            func=job.get("func") or "", concurrency_key=job.get("concurrency_key"),
+            concurrency_limit=job.get("concurrency_limit"), rate_limit=job.get("rate_limit"),
             max_deliveries=job.get("max_deliveries") or self.settings.max_deliveries,
             visible_at=job.get("visible_at") or 0.0, expires_at=job.get("expires_at"), arrival=next(self._arrivals))
         return job["id"]
@@ -190,12 +219,54 @@ class MemoryBroker(Broker):
         return [self.enqueue(row) for row in rows]
 
     # -- reserve ------------------------------------------------------------------------------
-    def _ready(self, queues: Iterable[str], above: int | None, now: float) -> list[Job]:
-        """Visible ready jobs of ``queues`` (above a priority), in pick order within a queue."""
-        wanted = set(queues)
+    def _ready(self, queues: Iterable[str], above: int | None, now: float,
+               closed_funcs: Iterable[str] = ()) -> list[Job]:
+        """Visible ready jobs of ``queues`` (above a priority) whose concurrency key is free and whose
+        task's rate limit is not closed, in pick order within a queue."""
+        wanted, closed = set(queues), set(closed_funcs)
+        keys = self._running_by(lambda j: j.concurrency_key)
         ready = [j for j in self._jobs.values() if j.state in JobState.READY and j.queue in wanted
-                 and j.visible_at <= now and (above is None or j.priority > above)]
+                 and j.visible_at <= now and (above is None or j.priority > above)
+                 and (j.concurrency_key is None or keys.get(j.concurrency_key, 0) < (j.concurrency_limit or 1))
+                 and (j.rate_limit is None or j.func not in closed)]
         return sorted(ready, key=lambda j: (-j.priority, j.arrival))
+
+    def _closed(self, queues: Sequence[str], now: float) -> tuple[list[str], list[str]]:
+        """(queues to serve, tasks whose rate limit is closed): a queue at its cap or with a closed
+        rate limit is left out of the claim (as ``orm.flow.FlowGate.closed``)."""
+        shut = {key: tat for key, tat in self._tats.items() if tat > now}
+        caps = self.settings.queue_caps()
+        running = self._running_by(lambda j: j.queue)
+        serve = [q for q in queues if f"queue:{q}" not in shut and (q not in caps or running.get(q, 0) < caps[q])]
+        self._opens_at = min(shut.values()) if shut else None
+        return serve, [key[5:] for key in shut if key.startswith("task:")]
+
+    def _choose(self, heads: dict[str, list[Job]], limit: int, now: float) -> list[Job]:
+        """The heads to claim, in pick order, within every flow limit (``policy.flow.admit``)."""
+        caps, rates = self.settings.queue_caps(), self.settings.queue_rates()
+        every = [j for items in heads.values() for j in items]
+        if not any(j.concurrency_key is not None or j.rate_limit is not None for j in every) and not any(
+                q in caps or q in rates for q in heads):
+            return pick.plan(heads, self._served, self.settings.weights(), limit)[0]
+        ordered, _ = pick.plan(heads, self._served, self.settings.weights(), len(every))
+
+        def buckets_of(job: Job) -> Iterable[tuple[str, flow.Rate]]:
+            if job.rate_limit is not None:
+                yield f"task:{job.func}", flow.parse_rate(job.rate_limit)
+            if job.queue in rates:
+                yield f"queue:{job.queue}", rates[job.queue]
+
+        verdict = flow.admit(
+            ordered, limit, now,
+            key_of=lambda j: (j.concurrency_key, j.concurrency_limit or 1) if j.concurrency_key is not None else None,
+            queue_of=lambda j: j.queue, buckets_of=buckets_of,
+            running_keys=self._running_by(lambda j: j.concurrency_key), queue_caps=caps,
+            running_queues=self._running_by(lambda j: j.queue), tats=dict(self._tats),
+        )
+        self._tats.update(verdict.tats)
+        if verdict.opens_at is not None:
+            self._opens_at = verdict.opens_at if self._opens_at is None else min(self._opens_at, verdict.opens_at)
+        return verdict.admitted
 
     def reserve(self, queues: Sequence[str], limit: int, lease: float, owner: str,
                 above: int | None = None) -> list[Reservation]:
@@ -205,9 +276,10 @@ class MemoryBroker(Broker):
             self.reclaim_expired()
             self._last_reclaim = time.time()
         now = time.time()
-        ready = self._ready(queues, above, now)
-        heads = {q: [j for j in ready if j.queue == q][:limit] for q in sorted(set(queues))}
-        chosen, _ = pick.plan(heads, self._served, self.settings.weights(), limit)
+        serve, closed_funcs = self._closed(sorted(set(queues)), now)
+        ready = self._ready(serve, above, now, closed_funcs)
+        heads = {q: [j for j in ready if j.queue == q][:limit] for q in serve}
+        chosen = self._choose(heads, limit, now)
         token = uuid.uuid4().hex
         reservations = []
         for job in chosen:
