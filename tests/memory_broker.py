@@ -1,20 +1,20 @@
 """An in-memory broker for unit tests: the Broker contract, kept simple, on dicts.
 
-No database and no process. Built only on the ABC (and the pure policy modules it names): leases
-with tokens that fence every write, one delivery counted per reservation, the ``max_deliveries``
-poison guard at reserve time and on failure, yields up to ``max_yields``, unstarted give-backs
-(defer, yield, a graceful stop) that take their delivery back, pick order by priority then arrival
-(the queues' weights and the lift of idle queues through ``policy.pick``), the dead-letter queue and its operator actions
-(replay, retry, purge), ``stats()``, and retention by ``finished_at``. It is a test double of
-the contract: tests/contract runs the same tests on it and on the ORM broker.
+No database and no process. Built only on the ABC and the pure policy modules: leases with tokens
+that fence every write, one delivery counted per reservation, the ``max_deliveries`` poison guard
+at reserve time and on failure, yields up to ``max_yields``, unstarted give-backs (defer, yield, a
+graceful stop) that take their delivery back, pick order by priority then arrival (the queues'
+weights and the lift of idle queues: ``policy.pick``), flow control (concurrency keys, queue caps,
+rate limits: ``policy.flow.admit``), the attempt history (``policy.attempts``), results sealed as
+stored, the dead-letter queue and its operator actions (replay, retry, purge), ``stats()`` and
+retention by ``finished_at``. It is a test double of the contract: tests/contract runs the same
+tests on it and on the ORM broker.
 
 ``atomic()`` nests like savepoints (a block that raises restores what it changed) and counts the
 outermost blocks in ``transactions``; ``closes`` counts ``close()``. ``job(id)`` and ``letters``
-show the state. Flow control (concurrency keys, queue caps, rate limits) takes its decisions from
-``policy.flow.admit``, as the ORM broker's does. Members neither the cluster's pure parts nor the
-contract suite call raise NotImplementedError: groups, the waker and schedules.
+show the state. Members neither the cluster's pure parts nor the contract suite call raise
+NotImplementedError: groups, the waker and schedules.
 """
-
 from __future__ import annotations
 
 import contextlib
@@ -152,15 +152,22 @@ class MemoryBroker(Broker):
     def _atomic(self) -> Iterator[None]:
         if self._depth == 0:
             self.transactions += 1
-        saved = copy.deepcopy((self._jobs, self.letters, self.heartbeats, self._keys, self._served))
+        saved = copy.deepcopy(self._stored())
         self._depth += 1
         try:
             yield
         except BaseException:
-            self._jobs, self.letters, self.heartbeats, self._keys, self._served = saved
+            (self._jobs, self.letters, self.heartbeats, self._keys, self._served, self._tats, self.paused,
+             self._chores) = saved
             raise
         finally:
             self._depth -= 1
+
+    def _stored(self) -> tuple[Any, ...]:
+        """Everything a database would hold (and roll back): jobs, letters, heartbeats, keys,
+        served counters, rate limits, pauses, chores."""
+        return (self._jobs, self.letters, self.heartbeats, self._keys, self._served, self._tats, self.paused,
+                self._chores)
 
     def close(self) -> None:
         self.closes += 1
