@@ -3,7 +3,9 @@
 Fixtures
 --------
 ``broker``           the configured broker on a clean database (``db``; mark a test
-                     ``pytest.mark.django_db(transaction=True)`` when other processes must see its rows)
+                     ``pytest.mark.django_db(transaction=True)`` when other processes must see its rows).
+                     tests/contract replaces it: there it is parametrised over the in-memory test
+                     broker and the ORM broker (see tests/contract/conftest.py)
 ``taskmq_settings``  ``taskmq_settings(max_yields=2, ...)`` overrides ``TASKMQ`` keys for one test
 ``enqueue``          ``enqueue(n, func="tests.tasks.noop", **options) -> [job ids]`` (one ``async_task`` each)
 ``run_log``          a fresh path for ``tests.tasks.record_run``, also set as ``TASKMQ_RUN_LOG`` here

@@ -1,20 +1,25 @@
 """An in-memory broker for unit tests: the Broker contract, kept simple, on dicts.
 
-No database and no process. Built only on the ABC (and the pure policy modules it names): leases
-with tokens that fence every write, one delivery counted per reservation, the ``max_deliveries``
-poison guard at reserve time and on failure, yields up to ``max_yields``, unstarted give-backs
-(defer, yield, a graceful stop) that take their delivery back, pick order by priority then arrival
-(the queues' weights through ``policy.pick``).
+No database and no process. Built only on the ABC and the pure policy modules: leases with tokens
+that fence every write, one delivery counted per reservation, the ``max_deliveries`` poison guard
+at reserve time and on failure, yields up to ``max_yields``, unstarted give-backs (defer, yield, a
+graceful stop) that take their delivery back, pick order by priority then arrival (the queues'
+weights and the lift of idle queues: ``policy.pick``), flow control (concurrency keys, queue caps,
+rate limits: ``policy.flow.admit``), the attempt history (``policy.attempts``), results sealed as
+stored, the dead-letter queue and its operator actions (replay, retry, purge), ``stats()`` and
+retention by ``finished_at``. It is a test double of the contract: tests/contract runs the same
+tests on it and on the ORM broker.
 
 ``atomic()`` nests like savepoints (a block that raises restores what it changed) and counts the
 outermost blocks in ``transactions``; ``closes`` counts ``close()``. ``job(id)`` and ``letters``
-show the state. Members the cluster's pure parts never call raise NotImplementedError.
+show the state. Members neither the cluster's pure parts nor the contract suite call raise
+NotImplementedError: groups, the waker and schedules.
 """
-
 from __future__ import annotations
 
 import contextlib
 import copy
+import datetime
 import itertools
 import time
 import uuid
@@ -24,9 +29,11 @@ from typing import Any
 
 from django_taskmq.brokers.base import Ack, Broker, Reservation, Waker
 from django_taskmq.conf import Settings
-from django_taskmq.exceptions import LeaseLost
-from django_taskmq.policy import pick
-from django_taskmq.policy.states import Event, JobState, transition
+from django_taskmq.exceptions import ConfigError, LeaseLost
+from django_taskmq.policy import attempts, flow, pick
+from django_taskmq.policy.priority import validate_priority
+from django_taskmq.policy.states import Event, InvalidTransition, JobState, transition
+from django_taskmq.signing import seal_result, verify_result
 
 
 @dataclass
@@ -37,6 +44,10 @@ class Job:
     queue: str = "default"
     priority: int = 0
     payload: str = ""
+    func: str = ""
+    concurrency_key: str | None = None
+    concurrency_limit: int | None = None
+    rate_limit: str | None = None
     state: JobState = JobState.QUEUED
     deliveries: int = 0
     max_deliveries: int = 5
@@ -47,18 +58,27 @@ class Job:
     lease_token: str | None = None
     lease_until: float | None = None
     attempt: int = 0
-    result: Any = None
+    result_package: str | None = None  # the result pickled and signed, as the ORM broker stores it
     error: str = ""
     traceback: str = ""
     started_at: Any = None
+    first_started_at: Any = None
     finished_at: Any = None
+    attempt_log: dict[str, Any] | None = None
+
+    @property
+    def result(self) -> Any:
+        """The task's return value, verified and unpickled (``models.Job.result``)."""
+        from django_taskmq.conf import get_settings
+
+        return None if self.result_package is None else verify_result(self.result_package, get_settings().name)
     arrival: int = 0
     cancel_requested: bool = False
 
 
 @dataclass
 class Letter:
-    """One dead-letter entry."""
+    """One dead-letter entry (``failed_at`` and ``replayed_at`` in epoch seconds)."""
 
     id: int
     job_id: str
@@ -66,7 +86,24 @@ class Letter:
     reason: str
     error: str
     deliveries: int
-    replayed: bool = False
+    failed_at: float = 0.0
+    replayed_at: float | None = None
+    replay_count: int = 0
+
+    @property
+    def pk(self) -> int:
+        return self.id
+
+
+def _moment(value: Any) -> datetime.datetime:
+    """A start time as an aware datetime (None: now), as the ORM broker stores it."""
+    if value is None:
+        return datetime.datetime.now(datetime.UTC)
+    if isinstance(value, datetime.datetime):
+        return value
+    if isinstance(value, (int, float)):
+        return datetime.datetime.fromtimestamp(value, datetime.UTC)
+    raise TypeError(f"a start time must be a datetime or epoch seconds, not {value!r}")  # as a database refuses it
 
 
 def _epoch(value: Any) -> float:
@@ -89,6 +126,7 @@ class MemoryBroker(Broker):
         self.settings = settings
         self._jobs: dict[str, Job] = {}
         self.letters: list[Letter] = []
+        self._letter_ids = 0  # the last letter's id: never reused, as a database sequence
         self.heartbeats: dict[str, dict[str, Any]] = {}
         self._keys: dict[str, tuple[str, float]] = {}  # idempotency key -> (job id, expires at)
         self._served: dict[str, int] = {}
@@ -100,6 +138,8 @@ class MemoryBroker(Broker):
         self._chores: dict[str, tuple[str, float]] = {}  # chore -> (owner, held until)
         self.chore_deleted: dict[str, int] = {}
         self.paused: set[str] = set()
+        self._tats: dict[str, float] = {}  # rate-limit bucket -> when it allows its next start (GCRA)
+        self._opens_at: float | None = None  # when a rate limit that held a job in the last claim opens
 
     def job(self, job_id: str) -> Job:
         return self._jobs[job_id]
@@ -112,15 +152,22 @@ class MemoryBroker(Broker):
     def _atomic(self) -> Iterator[None]:
         if self._depth == 0:
             self.transactions += 1
-        saved = copy.deepcopy((self._jobs, self.letters, self.heartbeats, self._keys, self._served))
+        saved = copy.deepcopy(self._stored())
         self._depth += 1
         try:
             yield
         except BaseException:
-            self._jobs, self.letters, self.heartbeats, self._keys, self._served = saved
+            (self._jobs, self.letters, self.heartbeats, self._keys, self._served, self._tats, self.paused,
+             self._chores) = saved
             raise
         finally:
             self._depth -= 1
+
+    def _stored(self) -> tuple[Any, ...]:
+        """Everything a database would hold (and roll back): jobs, letters, heartbeats, keys,
+        served counters, rate limits, pauses, chores."""
+        return (self._jobs, self.letters, self.heartbeats, self._keys, self._served, self._tats, self.paused,
+                self._chores)
 
     def close(self) -> None:
         self.closes += 1
@@ -129,10 +176,31 @@ class MemoryBroker(Broker):
         return "memory broker"
 
     def flow_wait(self) -> float | None:
-        return None  # no flow control here: the cluster's pure parts do not depend on it
+        return None if self._opens_at is None else max(self._opens_at - time.time(), 0.0)
 
     def flow_status(self) -> dict[str, Any]:
-        return {"keys": {}, "queues": {}, "rates": {}}
+        keys: dict[str, dict[str, int]] = {}
+        for job in sorted(self._jobs.values(), key=lambda j: j.concurrency_key or ""):
+            if job.concurrency_key is not None and job.state == JobState.RUNNING:
+                entry = keys.setdefault(job.concurrency_key, {"running": 0, "limit": 1})
+                entry["running"] += 1
+                entry["limit"] = max(entry["limit"], job.concurrency_limit or 1)
+        for job in self._jobs.values():
+            if job.concurrency_key in keys and job.state in JobState.READY:
+                keys[job.concurrency_key]["waiting"] = keys[job.concurrency_key].get("waiting", 0) + 1
+        running = self._running_by(lambda j: j.queue)
+        queues = {q: {"running": running.get(q, 0), "cap": cap} for q, cap in sorted(self.settings.queue_caps().items())}
+        now = time.time()
+        rates = {key: {"next_start_in": round(max(tat - now, 0.0), 3)} for key, tat in sorted(self._tats.items())}
+        return {"keys": keys, "queues": queues, "rates": rates}
+
+    def _running_by(self, attribute: Any) -> dict[Any, int]:
+        """How many RUNNING jobs each value of ``attribute(job)`` has."""
+        counts: dict[Any, int] = {}
+        for job in self._jobs.values():
+            if job.state == JobState.RUNNING:
+                counts[attribute(job)] = counts.get(attribute(job), 0) + 1
+        return counts
 
     def waker(self, burst: bool = False) -> Waker:
         raise _unused("waker")
@@ -148,6 +216,8 @@ class MemoryBroker(Broker):
         self._jobs[job["id"]] = Job(
             id=job["id"], queue=job.get("queue") or self.settings.default_queue, priority=job.get("priority") or 0,
             payload=job.get("payload", ""), state=JobState(job.get("state") or JobState.QUEUED),
+            func=job.get("func") or "", concurrency_key=job.get("concurrency_key"),
+            concurrency_limit=job.get("concurrency_limit"), rate_limit=job.get("rate_limit"),
             max_deliveries=job.get("max_deliveries") or self.settings.max_deliveries,
             visible_at=job.get("visible_at") or 0.0, expires_at=job.get("expires_at"), arrival=next(self._arrivals))
         return job["id"]
@@ -156,12 +226,54 @@ class MemoryBroker(Broker):
         return [self.enqueue(row) for row in rows]
 
     # -- reserve ------------------------------------------------------------------------------
-    def _ready(self, queues: Iterable[str], above: int | None, now: float) -> list[Job]:
-        """Visible ready jobs of ``queues`` (above a priority), in pick order within a queue."""
-        wanted = set(queues)
+    def _ready(self, queues: Iterable[str], above: int | None, now: float,
+               closed_funcs: Iterable[str] = ()) -> list[Job]:
+        """Visible ready jobs of ``queues`` (above a priority) whose concurrency key is free and whose
+        task's rate limit is not closed, in pick order within a queue."""
+        wanted, closed = set(queues), set(closed_funcs)
+        keys = self._running_by(lambda j: j.concurrency_key)
         ready = [j for j in self._jobs.values() if j.state in JobState.READY and j.queue in wanted
-                 and j.visible_at <= now and (above is None or j.priority > above)]
+                 and j.visible_at <= now and (above is None or j.priority > above)
+                 and (j.concurrency_key is None or keys.get(j.concurrency_key, 0) < (j.concurrency_limit or 1))
+                 and (j.rate_limit is None or j.func not in closed)]
         return sorted(ready, key=lambda j: (-j.priority, j.arrival))
+
+    def _closed(self, queues: Sequence[str], now: float) -> tuple[list[str], list[str]]:
+        """(queues to serve, tasks whose rate limit is closed): a queue at its cap or with a closed
+        rate limit is left out of the claim (as ``orm.flow.FlowGate.closed``)."""
+        shut = {key: tat for key, tat in self._tats.items() if tat > now}
+        caps = self.settings.queue_caps()
+        running = self._running_by(lambda j: j.queue)
+        serve = [q for q in queues if f"queue:{q}" not in shut and (q not in caps or running.get(q, 0) < caps[q])]
+        self._opens_at = min(shut.values()) if shut else None
+        return serve, [key[5:] for key in shut if key.startswith("task:")]
+
+    def _choose(self, heads: dict[str, list[Job]], limit: int, now: float) -> list[Job]:
+        """The heads to claim, in pick order, within every flow limit (``policy.flow.admit``)."""
+        caps, rates = self.settings.queue_caps(), self.settings.queue_rates()
+        every = [j for items in heads.values() for j in items]
+        if not any(j.concurrency_key is not None or j.rate_limit is not None for j in every) and not any(
+                q in caps or q in rates for q in heads):
+            return pick.plan(heads, self._served, self.settings.weights(), limit)[0]
+        ordered, _ = pick.plan(heads, self._served, self.settings.weights(), len(every))
+
+        def buckets_of(job: Job) -> Iterable[tuple[str, flow.Rate]]:
+            if job.rate_limit is not None:
+                yield f"task:{job.func}", flow.parse_rate(job.rate_limit)
+            if job.queue in rates:
+                yield f"queue:{job.queue}", rates[job.queue]
+
+        verdict = flow.admit(
+            ordered, limit, now,
+            key_of=lambda j: (j.concurrency_key, j.concurrency_limit or 1) if j.concurrency_key is not None else None,
+            queue_of=lambda j: j.queue, buckets_of=buckets_of,
+            running_keys=self._running_by(lambda j: j.concurrency_key), queue_caps=caps,
+            running_queues=self._running_by(lambda j: j.queue), tats=dict(self._tats),
+        )
+        self._tats.update(verdict.tats)
+        if verdict.opens_at is not None:
+            self._opens_at = verdict.opens_at if self._opens_at is None else min(self._opens_at, verdict.opens_at)
+        return verdict.admitted
 
     def reserve(self, queues: Sequence[str], limit: int, lease: float, owner: str,
                 above: int | None = None) -> list[Reservation]:
@@ -171,9 +283,10 @@ class MemoryBroker(Broker):
             self.reclaim_expired()
             self._last_reclaim = time.time()
         now = time.time()
-        ready = self._ready(queues, above, now)
-        heads = {q: [j for j in ready if j.queue == q][:limit] for q in sorted(set(queues))}
-        chosen, _ = pick.plan(heads, self._served, self.settings.weights(), limit)
+        serve, closed_funcs = self._closed(sorted(set(queues)), now)
+        ready = self._ready(serve, above, now, closed_funcs)
+        heads = {q: [j for j in ready if j.queue == q][:limit] for q in serve}
+        chosen = self._choose(heads, limit, now)
         token = uuid.uuid4().hex
         reservations = []
         for job in chosen:
@@ -185,6 +298,11 @@ class MemoryBroker(Broker):
                 reservations.append(self._lease(job, token, owner, now + lease))
         for r in reservations:
             self._served[r.queue] = self._served.get(r.queue, 0) + 1
+        if above is None:  # a claim limited to high priorities says nothing about which queues are idle
+            busy = [q for q, items in heads.items() if items]
+            idle = [q for q, items in heads.items() if not items]
+            served = {q: self._served.get(q, 0) for q in heads}
+            self._served.update(pick.lift_idle(served, self.settings.weights(), busy, idle))
         return reservations
 
     def _lease(self, job: Job, token: str, owner: str, until: float) -> Reservation:
@@ -214,9 +332,6 @@ class MemoryBroker(Broker):
         return len(expired)
 
     # -- ending or changing a delivery (fenced by the lease token) ----------------------------
-    def _move(self, job: Job, event: Event) -> None:
-        job.state = transition(job.state, event)  # raises on a move the state table does not allow
-
     def _held(self, reservation: Reservation) -> Job | None:
         """The job, when ``reservation`` still holds it; None when this holder already ended it.
 
@@ -227,12 +342,27 @@ class MemoryBroker(Broker):
             raise LeaseLost(f"job {reservation.job_id}: lease lost (token {reservation.token} no longer holds it)")
         return job if job.state == JobState.RUNNING else None
 
+    def _move(self, job: Job, event: Event) -> None:
+        job.state = transition(job.state, event)  # raises on a move the state table does not allow
+        if job.state in JobState.FINAL:
+            job.finished_at = time.time()  # the time it ended (a caller may give its own after)
+
     def _end(self, job: Job, event: Event, error: str = "", traceback: str = "", started_at: Any = None) -> None:
         """End a delivery that ran: the token stays (a repeated call by the holder is a no-op)."""
         self._move(job, event)
-        job.attempt += 1
-        job.error, job.traceback, job.started_at = error, traceback, started_at
+        self._ran(job, started_at, error, traceback, failed=event in (Event.FAIL_RETRY, Event.FAIL_FINAL))
+        job.error, job.traceback = error, traceback
         job.lease_owner = job.lease_until = None
+
+    def _ran(self, job: Job, started_at: Any, error: str = "", traceback: str = "", failed: bool = False) -> None:
+        """Count an execution that started at ``started_at`` (None: now); a failed one joins the
+        attempt history (``policy.attempts``: the newest kept, the rest counted)."""
+        started = _moment(started_at)
+        job.attempt += 1
+        job.first_started_at = job.first_started_at or job.started_at or started
+        job.started_at = started
+        if failed:
+            job.attempt_log = attempts.record(job.attempt_log, job.attempt, started.isoformat(), error, traceback)
 
     def _give_back(self, job: Job, delay: float) -> None:
         """An unstarted delivery goes back: not counted, the lease and its token dropped."""
@@ -241,12 +371,16 @@ class MemoryBroker(Broker):
         job.lease_owner = job.lease_token = job.lease_until = None
         job.visible_at = time.time() + max(delay, 0)
 
+    def _seal(self, result: Any) -> str | None:
+        """The result as stored (workers send it sealed already, ``execution.seal``)."""
+        return seal_result(result, self.settings.name, self.settings.compress)
+
     def ack(self, reservation: Reservation, result: Any = None) -> bool:
         job = self._held(reservation)
         if job is None:
             return False
         self._end(job, Event.ACK)
-        job.result = result
+        job.result_package = self._seal(result)
         return True
 
     def ack_many(self, acks: Iterable[Ack]) -> list[Reservation]:
@@ -259,7 +393,7 @@ class MemoryBroker(Broker):
                 continue
             if job is not None:
                 self._end(job, Event.ACK, started_at=a.started_at)
-                job.result, job.finished_at = a.result, a.finished_at
+                job.result_package, job.finished_at = self._seal(a.result), a.finished_at or job.finished_at
         return lost
 
     def settle(self, reservation: Reservation, *, requeue: bool = True, delay: float = 0, error: str = "",
@@ -286,7 +420,7 @@ class MemoryBroker(Broker):
         if job is None:
             return False
         self._end(job, Event.FAIL_FINAL, error, traceback, started_at)
-        job.finished_at = finished_at
+        job.finished_at = finished_at or job.finished_at
         return True
 
     def defer(self, reservation: Reservation, delay: float = 0) -> bool:
@@ -339,16 +473,16 @@ class MemoryBroker(Broker):
         self._move(job, Event.DEAD_LETTER)
         job.lease_owner = job.lease_until = None
         job.error = error or job.error
-        self.letters.append(Letter(len(self.letters) + 1, job.id, job.queue, reason, job.error, job.deliveries))
+        self._letter_ids += 1
+        self.letters.append(Letter(self._letter_ids, job.id, job.queue, reason, job.error, job.deliveries, time.time()))
 
     def dead_letter(self, reservation: Reservation, reason: str, error: str = "", traceback: str = "",
                     started_at: Any = None) -> bool:
         job = self._held(reservation)
         if job is None:
             return False
-        if started_at is not None:
-            job.attempt += 1
-            job.started_at = started_at
+        if started_at is not None:  # it ran: a failed execution
+            self._ran(job, started_at, error, traceback, failed=True)
         if error:
             job.traceback = traceback
         self._bury(job, reason, error)
@@ -359,16 +493,65 @@ class MemoryBroker(Broker):
 
     # -- the DLQ and operator actions -----------------------------------------------------------
     def dead_letters(self, queue: str | None = None) -> list[Letter]:
-        return [x for x in reversed(self.letters) if not x.replayed and queue in (None, x.queue)]
+        return [replace(x) for x in reversed(self.letters) if x.replayed_at is None and queue in (None, x.queue)]
+
+    def _check_target(self, queue: str | None, priority: int | None) -> None:
+        if queue is not None:
+            self.settings.check_queue(queue)
+        if priority is not None:
+            validate_priority(priority, ConfigError)
+
+    def _requeue(self, job: Job, queue: str | None = None, priority: int | None = None) -> bool:
+        """Put a finished job that did not succeed back (REPLAY): counters reset, history kept."""
+        try:
+            self._move(job, Event.REPLAY)
+        except InvalidTransition:
+            return False
+        job.deliveries = job.yields = 0
+        job.visible_at = time.time()
+        job.lease_owner = job.lease_token = job.lease_until = job.finished_at = None
+        job.cancel_requested = False
+        job.queue = queue if queue is not None else job.queue
+        job.priority = priority if priority is not None else job.priority
+        return True
+
+    def _mark_replayed(self, letter: Letter) -> None:
+        letter.replayed_at = time.time()
+        letter.replay_count += 1
 
     def replay_dead(self, dead_letter_id: int, queue: str | None = None, priority: int | None = None) -> str:
-        raise _unused("replay_dead")
+        self._check_target(queue, priority)
+        letter = next((x for x in self.letters if x.id == dead_letter_id), None)
+        if letter is None:
+            raise ConfigError(f"there is no dead letter {dead_letter_id}")
+        if letter.replayed_at is not None:
+            raise ConfigError(f"dead letter {dead_letter_id} was already replayed at {letter.replayed_at}")
+        job = self._jobs.get(letter.job_id)
+        if job is None or job.state != JobState.DEAD or not self._requeue(job, queue, priority):
+            state = job.state if job is not None else "deleted"
+            raise ConfigError(f"dead letter {dead_letter_id}: its job {letter.job_id} is no longer dead ({state}); "
+                              "nothing replayed")
+        self._mark_replayed(letter)
+        return letter.job_id
 
     def replay_all(self, queue: str | None = None) -> int:
-        raise _unused("replay_all")
+        replayed = 0
+        for letter in [x for x in self.letters if x.replayed_at is None and queue in (None, x.queue)]:
+            job = self._jobs.get(letter.job_id)
+            if job is not None and job.state == JobState.DEAD and self._requeue(job):
+                self._mark_replayed(letter)
+                replayed += 1
+        return replayed
 
     def purge_dead(self, queue: str | None = None, ids: Sequence[int] | None = None) -> int:
-        raise _unused("purge_dead")
+        purged = [x for x in self.letters if x.replayed_at is None and queue in (None, x.queue)
+                  and (ids is None or x.id in ids)]
+        for letter in purged:
+            job = self._jobs.get(letter.job_id)
+            if job is not None and job.state == JobState.DEAD:
+                del self._jobs[letter.job_id]
+        self.letters = [x for x in self.letters if x not in purged]
+        return len(purged)
 
     def cancel(self, job_ids: Sequence[str]) -> int:
         cancelled = [j for i in job_ids if (j := self._jobs.get(i)) is not None and j.state in JobState.READY]
@@ -397,11 +580,27 @@ class MemoryBroker(Broker):
             self._move(job, Event.CANCEL_RUNNING)
             job.lease_owner = job.lease_until = None
             job.error = error
-        job.finished_at = finished_at
+        job.finished_at = finished_at or job.finished_at
         return True
 
     def retry_jobs(self, job_ids: Sequence[str], queue: str | None = None, priority: int | None = None) -> int:
-        raise _unused("retry_jobs")
+        self._check_target(queue, priority)
+        retried = 0
+        now = time.time()
+        for job in [j for i in dict.fromkeys(job_ids) if (j := self._jobs.get(i)) is not None]:
+            was = job.state
+            expires_at = job.expires_at
+            if job.expires_at is not None and job.expires_at <= now:
+                job.expires_at = None  # an expiry already past is cleared
+            if not self._requeue(job, queue, priority):
+                job.expires_at = expires_at
+                continue
+            retried += 1
+            if was == JobState.DEAD:
+                for letter in self.letters:
+                    if letter.job_id == job.id and letter.replayed_at is None:
+                        self._mark_replayed(letter)
+        return retried
 
     def forget_group(self, group: str, delete: bool = False) -> int:
         raise _unused("forget_group")
@@ -411,9 +610,10 @@ class MemoryBroker(Broker):
         if keep <= 0:
             return 0
         done = sorted((j for j in self._jobs.values() if j.state == JobState.SUCCEEDED),
-                      key=lambda j: j.arrival, reverse=True)
+                      key=lambda j: _epoch(j.finished_at), reverse=True)
         for job in done[keep:keep + batch]:
             del self._jobs[job.id]
+        self.letters = [letter for letter in self.letters if letter.job_id in self._jobs]
         return len(done[keep:keep + batch])
 
     def prune_keys(self, batch: int = 1000) -> int:
@@ -485,4 +685,16 @@ class MemoryBroker(Broker):
         return {i: replace(self._jobs[i]) for i in job_ids if i in self._jobs}
 
     def stats(self) -> list[dict[str, Any]]:
-        raise _unused("stats")
+        now = time.time()
+        rows: dict[tuple[str, int], dict[str, Any]] = {}
+        for job in self._jobs.values():
+            if job.state in JobState.READY:
+                column = "ready" if job.visible_at <= now else "delayed"
+            elif job.state in (JobState.RUNNING, JobState.DEAD):
+                column = "reserved" if job.state == JobState.RUNNING else "dead"
+            else:
+                continue
+            row = rows.setdefault((job.queue, job.priority), {"queue": job.queue, "priority": job.priority,
+                                                              "ready": 0, "delayed": 0, "reserved": 0, "dead": 0})
+            row[column] += 1
+        return sorted(rows.values(), key=lambda r: (r["queue"], -r["priority"]))

@@ -2,7 +2,10 @@
 number, start, error and traceback), oldest first, whichever way the failure is settled (retry,
 acknowledged failure, dead letter); the newest ``policy.attempts.KEEP`` are kept and the rest
 counted. ``first_started_at`` is the first execution's start, ``started_at`` the latest's.
-Deliveries that never ran (poison guard at reserve, a bad package, a give-back) write nothing."""
+Deliveries that never ran (poison guard at reserve, a bad package, a give-back) write nothing.
+
+The tests taking ``broker`` run on each broker (see conftest.py), reading ``Broker.jobs``; the
+migration test is the ORM broker's own."""
 
 from __future__ import annotations
 
@@ -11,17 +14,15 @@ import time
 
 import pytest
 
-from django_taskmq import async_task
 from django_taskmq import execution as ex
 from django_taskmq import recorder
 from django_taskmq.brokers.base import Ack
-from django_taskmq.conf import get_settings
 from django_taskmq.exceptions import LeaseLost
-from django_taskmq.models import DeadLetter, Job, State
 from django_taskmq.policy import attempts
+from django_taskmq.policy.states import JobState
 from django_taskmq.policy.storable import MARK
-
-pytestmark = pytest.mark.django_db
+from tests.contract.helpers import job as job_of
+from tests.contract.helpers import letters, put
 
 T0 = datetime.datetime(2026, 1, 2, 3, 4, 5, tzinfo=datetime.UTC)
 
@@ -35,19 +36,19 @@ def reserve_one(broker, lease=300):
     return r
 
 
-def log_of(job_id):
-    return Job.objects.get(pk=job_id).attempt_log
+def log_of(broker, job_id):
+    return job_of(broker, job_id).attempt_log
 
 
 def test_failed_executions_are_listed_oldest_first_and_a_success_adds_none(broker):
-    job_id = async_task("tests.tasks.fail", max_deliveries=5)
+    job_id = put(broker, func="tests.tasks.fail", max_deliveries=5)
     for n, kind in enumerate(("KeyError", "tests.tasks.Boom"), start=1):
         r = reserve_one(broker)
         assert broker.nack(r, delay=0, error=f"{kind}: failure {n}", traceback=f"Traceback {n}", started_at=at(n))
     r = reserve_one(broker)
     assert broker.ack_many([Ack(r, None, at(3), at(4))]) == []
-    job = Job.objects.get(pk=job_id)
-    assert job.state == State.SUCCEEDED and job.attempt == 3
+    job = job_of(broker, job_id)
+    assert job.state == JobState.SUCCEEDED and job.attempt == 3
     assert job.attempt_log == {"dropped": 0, "attempts": [
         {"attempt": 1, "started_at": at(1).isoformat(), "error": "KeyError: failure 1", "traceback": "Traceback 1"},
         {"attempt": 2, "started_at": at(2).isoformat(), "error": "tests.tasks.Boom: failure 2",
@@ -57,81 +58,81 @@ def test_failed_executions_are_listed_oldest_first_and_a_success_adds_none(broke
 
 
 def test_a_job_that_succeeds_at_once_writes_no_history_and_its_first_start_is_its_start(broker):
-    job_id = async_task("tests.tasks.noop")
+    job_id = put(broker)
     r = reserve_one(broker)
     broker.ack_many([Ack(r, None, at(7), at(8))])
-    job = Job.objects.get(pk=job_id)
+    job = job_of(broker, job_id)
     assert job.attempt_log is None
     assert job.first_started_at == job.started_at == at(7)
 
 
 def test_an_acknowledged_failure_and_a_dead_letter_that_ran_are_recorded(broker):
-    failed = async_task("tests.tasks.fail")
+    failed = put(broker, func="tests.tasks.fail")
     r = reserve_one(broker)
     assert broker.fail(r, "ValueError: once", "tb once", started_at=at(1), finished_at=at(2))
-    assert [(e["attempt"], e["error"]) for e in attempts.entries(log_of(failed))] == [(1, "ValueError: once")]
-    assert Job.objects.get(pk=failed).first_started_at == at(1)
+    assert [(e["attempt"], e["error"]) for e in attempts.entries(log_of(broker, failed))] == [(1, "ValueError: once")]
+    assert job_of(broker, failed).first_started_at == at(1)
 
-    rejected = async_task("tests.tasks.fail")
+    rejected = put(broker, func="tests.tasks.fail")
     r = reserve_one(broker)
     broker.nack(r, delay=0, error="KeyError: first", started_at=at(3))
     r = reserve_one(broker)
     assert broker.dead_letter(r, "rejected", "RuntimeError: reject", "tb reject", started_at=at(4))
-    job = Job.objects.get(pk=rejected)
-    assert job.state == State.DEAD
+    job = job_of(broker, rejected)
+    assert job.state == JobState.DEAD
     assert [e["error"] for e in attempts.entries(job.attempt_log)] == ["KeyError: first", "RuntimeError: reject"]
     assert (job.first_started_at, job.started_at) == (at(3), at(4))
 
 
 def test_the_poison_guards_last_failure_is_recorded_with_the_others(broker):
     """max_deliveries=3: three failed executions, three entries; the third dead-letters the job."""
-    job_id = async_task("tests.tasks.fail", max_deliveries=3)
+    job_id = put(broker, func="tests.tasks.fail", max_deliveries=3)
     for n in (1, 2, 3):
         broker.nack(reserve_one(broker), delay=0, error=f"ValueError: {n}", started_at=at(n))
-    job = Job.objects.get(pk=job_id)
-    assert job.state == State.DEAD
+    job = job_of(broker, job_id)
+    assert job.state == JobState.DEAD
     assert [e["attempt"] for e in attempts.entries(job.attempt_log)] == [1, 2, 3]
 
 
 def test_deliveries_that_never_ran_write_no_entry(broker):
     """A crash loop dead-lettered at reserve and a package that does not verify: no execution, no entry."""
-    crashed = async_task("tests.tasks.noop", max_deliveries=1)
+    crashed = put(broker, max_deliveries=1)
     reserve_one(broker, lease=0.05)
     time.sleep(0.1)
     broker.reclaim_expired()
     assert broker.reserve(["default"], limit=1, lease=300, owner="t") == []  # buried by the guard
-    job = Job.objects.get(pk=crashed)
-    assert (job.state, job.attempt, job.attempt_log, job.first_started_at) == (State.DEAD, 0, None, None)
+    job = job_of(broker, crashed)
+    assert (job.state, job.attempt, job.attempt_log, job.first_started_at) == (JobState.DEAD, 0, None, None)
 
-    bad = async_task("tests.tasks.noop")
+    bad = put(broker)
     assert broker.dead_letter_package(reserve_one(broker), "bad signature")
-    job = Job.objects.get(pk=bad)
-    assert (job.state, job.attempt, job.attempt_log) == (State.DEAD, 0, None)
+    job = job_of(broker, bad)
+    assert (job.state, job.attempt, job.attempt_log) == (JobState.DEAD, 0, None)
 
 
 def test_a_stale_holder_writes_no_entry(broker):
-    job_id = async_task("tests.tasks.fail")
+    job_id = put(broker, func="tests.tasks.fail")
     old = reserve_one(broker, lease=0.05)
     time.sleep(0.1)
     broker.reclaim_expired()
     new = reserve_one(broker)
     with pytest.raises(LeaseLost):
         broker.nack(old, delay=0, error="ValueError: late", started_at=at(1))
-    assert log_of(job_id) is None
+    assert log_of(broker, job_id) is None
     broker.nack(new, delay=0, error="ValueError: current", started_at=at(2))
-    assert [(e["attempt"], e["error"]) for e in attempts.entries(log_of(job_id))] == [(1, "ValueError: current")]
+    assert [(e["attempt"], e["error"]) for e in attempts.entries(log_of(broker, job_id))] == [(1, "ValueError: current")]
 
 
 def test_the_history_is_capped_to_the_newest_entries_and_counts_the_dropped(broker):
     """A job failing KEEP + 5 times keeps its newest KEEP entries; dropped says 5."""
     total = attempts.KEEP + 5
-    job_id = async_task("tests.tasks.fail", max_deliveries=total + 1)
+    job_id = put(broker, func="tests.tasks.fail", max_deliveries=total + 1)
     long_traceback = "frame\n" * 5_000 + "the frame that raised"
     for n in range(1, total + 1):
         broker.nack(reserve_one(broker), delay=0, error=f"ValueError: {n} " + "x" * 5_000,
                     traceback=long_traceback, started_at=at(n))
-    job = Job.objects.get(pk=job_id)
-    assert job.state == State.RETRYING and job.attempt == total
+    job = job_of(broker, job_id)
+    assert job.state == JobState.RETRYING and job.attempt == total
     assert attempts.dropped(job.attempt_log) == 5
     kept = attempts.entries(job.attempt_log)
     assert [e["attempt"] for e in kept] == list(range(6, total + 1))
@@ -145,12 +146,12 @@ def test_the_history_is_capped_to_the_newest_entries_and_counts_the_dropped(brok
 
 
 def test_a_replayed_job_keeps_its_history_and_goes_on_numbering(broker):
-    job_id = async_task("tests.tasks.fail", max_deliveries=1)
+    job_id = put(broker, func="tests.tasks.fail", max_deliveries=1)
     broker.nack(reserve_one(broker), delay=0, error="ValueError: before", started_at=at(1))
-    letter = DeadLetter.objects.get(job_id=job_id)
+    (letter,) = letters(broker)
     broker.replay_dead(letter.pk)
     broker.nack(reserve_one(broker), delay=0, error="ValueError: after", started_at=at(2))
-    job = Job.objects.get(pk=job_id)
+    job = job_of(broker, job_id)
     assert [(e["attempt"], e["error"]) for e in attempts.entries(job.attempt_log)] == [
         (1, "ValueError: before"), (2, "ValueError: after")]
     assert (job.first_started_at, job.started_at) == (at(1), at(2))
@@ -158,26 +159,29 @@ def test_a_replayed_job_keeps_its_history_and_goes_on_numbering(broker):
 
 def test_text_no_engine_can_store_is_cleaned_in_the_history_too(broker):
     """NUL (refused by PostgreSQL's text and jsonb) and a lone surrogate, recorded by the recorder."""
-    job_id = async_task("tests.tasks.fail")
+    job_id = put(broker, func="tests.tasks.fail")
     r = reserve_one(broker)
     now = time.time()
     text = "cannot open report-\udcff.csv\x00 (NUL above)"
     outcome = ex.Outcome(r, None, ex.FAILURE, error=text, traceback=text, started_at=now, finished_at=now)
-    recorder.record([outcome], broker, get_settings())
-    (entry,) = attempts.entries(log_of(job_id))
+    recorder.record([outcome], broker, broker.settings)
+    (entry,) = attempts.entries(log_of(broker, job_id))
     assert "\x00" not in entry["error"] and "report-\\udcff.csv" in entry["error"]
     assert entry["traceback"] == entry["error"]
 
 
 @pytest.mark.django_db(transaction=True)
-def test_migration_0008_adds_two_columns_without_rebuilding_the_table_and_old_rows_go_on(broker):
-    """The migration is ADD COLUMN only (no SQLite table rebuild, no rewrite on PostgreSQL); a job
+def test_migration_0008_adds_two_columns_without_rebuilding_the_table_and_old_rows_go_on(orm_broker):
+    """ORM only: the migration is ADD COLUMN only (no SQLite table rebuild, no rewrite on PostgreSQL); a job
     that failed before it keeps its latest start as its first, and its history starts with the
     next failure, numbered after the executions it already had."""
     from django.db import connection
     from django.db.migrations.executor import MigrationExecutor
     from django.utils import timezone
 
+    from django_taskmq.models import Job
+
+    broker = orm_broker
     table = Job._meta.db_table
     executor = MigrationExecutor(connection)
     executor.migrate([("django_taskmq", "0007_failed_index")])

@@ -1,18 +1,17 @@
 """Batch forms: ``ack_many`` records many successes in one call and reports the lost leases;
 ``enqueue_many`` stores many jobs at once and keeps FIFO order.
+
+The tests taking ``broker`` run on each broker (see conftest.py); the ``orm_broker`` ones are the
+ORM broker's own (the public API, SQL statements counted).
 """
 
 from __future__ import annotations
 
 import time
 
-import pytest
-
-from django_taskmq import enqueue_many
 from django_taskmq.brokers import Ack
-from django_taskmq.models import Job, State
-
-pytestmark = pytest.mark.django_db
+from django_taskmq.policy.states import JobState
+from tests.contract.helpers import jobs, put_many, states
 
 LONG = 300
 SHORT = 0.2
@@ -20,19 +19,19 @@ SHORT = 0.2
 
 def test_ack_many_marks_every_held_reservation_succeeded(broker):
     """ack_many on held reservations: all SUCCEEDED with their results, nothing reported lost."""
-    ids = enqueue_many("tests.tasks.add", [(i, i) for i in range(30)])
+    ids = put_many(broker, [(i, i) for i in range(30)], func="tests.tasks.add")
     got = broker.reserve(["default"], limit=30, lease=LONG, owner="t")
     assert broker.ack_many([Ack(r, result=ids.index(r.job_id) * 2) for r in got]) == []
-    jobs = Job.objects.in_bulk(ids)
-    assert {j.state for j in jobs.values()} == {State.SUCCEEDED}
-    assert [jobs[i].result for i in ids] == [2 * n for n in range(30)]
+    found = jobs(broker, ids)
+    assert {j.state for j in found.values()} == {JobState.SUCCEEDED}
+    assert [found[i].result for i in ids] == [2 * n for n in range(30)]
 
 
 def test_ack_many_reports_lost_leases_and_records_only_the_held_ones(broker):
     """Reservations whose lease ran out and were reclaimed are returned and left as they are."""
-    held_ids = enqueue_many("tests.tasks.noop", [(i,) for i in range(8)])
+    held_ids = put_many(broker, [(i,) for i in range(8)])
     held = broker.reserve(["default"], limit=8, lease=LONG, owner="t")
-    lost_ids = enqueue_many("tests.tasks.noop", [(i,) for i in range(2)])
+    lost_ids = put_many(broker, [(i,) for i in range(2)])
     lost = broker.reserve(["default"], limit=2, lease=SHORT, owner="t")
     assert [r.job_id for r in lost] == lost_ids
     time.sleep(SHORT + 0.15)
@@ -41,34 +40,36 @@ def test_ack_many_reports_lost_leases_and_records_only_the_held_ones(broker):
     reported = broker.ack_many(Ack(r) for r in held + lost)
 
     assert sorted(r.job_id for r in reported) == sorted(lost_ids)
-    assert set(Job.objects.filter(pk__in=held_ids).values_list("state", flat=True)) == {State.SUCCEEDED}
-    assert State.SUCCEEDED not in set(Job.objects.filter(pk__in=lost_ids).values_list("state", flat=True))
+    assert set(states(broker, held_ids).values()) == {JobState.SUCCEEDED}
+    assert set(states(broker, lost_ids).values()) == {JobState.RETRYING}
 
 
 def test_ack_many_does_not_report_a_repeated_ack_by_the_holder_as_lost(broker):
     """Acknowledging again what the same holder already acknowledged is not a lost lease."""
-    enqueue_many("tests.tasks.noop", [(i,) for i in range(3)])
+    ids = put_many(broker, [(i,) for i in range(3)])
     got = broker.reserve(["default"], limit=3, lease=LONG, owner="t")
     assert broker.ack(got[0]) is True
     assert broker.ack_many(Ack(r) for r in got) == []
-    assert Job.objects.filter(state=State.SUCCEEDED).count() == 3
+    assert set(states(broker, ids).values()) == {JobState.SUCCEEDED}
 
 
 def test_enqueue_many_stores_5000_jobs_in_fifo_order(broker):
     """enqueue_many of 5000 jobs: all stored, ids returned in order, reserved back in that order."""
-    ids = enqueue_many("tests.tasks.noop", [(i,) for i in range(5000)])
+    ids = put_many(broker, [(i,) for i in range(5000)])
     assert len(ids) == len(set(ids)) == 5000
-    assert Job.objects.filter(state=State.QUEUED).count() == 5000
+    assert [(s["ready"], s["delayed"]) for s in broker.stats()] == [(5000, 0)]
     got = []
     while batch := broker.reserve(["default"], limit=500, lease=LONG, owner="t"):
         got += [r.job_id for r in batch]
     assert got == ids
 
 
-def test_enqueue_many_applies_options_to_every_job(broker):
-    """Options given to enqueue_many (queue, priority) apply to each job; arguments stay per call."""
+def test_enqueue_many_applies_options_to_every_job(orm_broker):
+    """ORM only (the public API): options given to enqueue_many (queue, priority) apply to each job;
+    arguments stay per call."""
+    from django_taskmq import enqueue_many, result
     from django_taskmq.api import run_sync
-    from django_taskmq import result
+    from django_taskmq.models import Job
 
     ids = enqueue_many("tests.tasks.echo", [(1,), {"args": (2,), "kwargs": {"x": 3}}], queue="b", priority=4)
     assert set(Job.objects.values_list("queue", "priority")) == {("b", 4)}
@@ -86,9 +87,11 @@ def count_queries(func) -> int:
     return len(ctx.captured_queries)
 
 
-def test_reserve_and_ack_many_cost_no_statement_per_job(broker):
-    """A claim of 200 and its batch ack issue as many statements as a claim of 2 (no per-job loops)."""
-    enqueue_many("tests.tasks.noop", [(i,) for i in range(202)])
+def test_reserve_and_ack_many_cost_no_statement_per_job(orm_broker):
+    """ORM only: a claim of 200 and its batch ack issue as many statements as a claim of 2 (no
+    per-job loops)."""
+    broker = orm_broker
+    put_many(broker, [(i,) for i in range(202)])
     broker.reclaim_every = 0  # every reserve sweeps: both claims do the same upkeep
     broker.reserve(["default"], limit=1, lease=LONG, owner="warm-up")  # first-use set-up out of the way
     small, large = [], []

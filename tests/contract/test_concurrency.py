@@ -1,5 +1,7 @@
 """Concurrency: several real processes reserving from one database never receive the same job
 twice while leases hold, and together they receive every job.
+
+ORM only (``orm_broker``): processes share one database; the in-memory broker has no processes.
 """
 
 from __future__ import annotations
@@ -66,14 +68,14 @@ def assert_each_job_received_once(received: list[list[str]], ids: list[str]) -> 
         assert all(owners[job_id] == f"p{i}" for job_id in got)
 
 
-def test_four_processes_never_receive_the_same_job_twice(broker, tmp_path):
+def test_four_processes_never_receive_the_same_job_twice(orm_broker, tmp_path):
     """4 processes reserve batches of 20 from 2000 jobs: every job received exactly once."""
     ids = enqueue_many("tests.tasks.noop", [(i,) for i in range(2000)])
     received = run_reservers(tmp_path, processes=4, limit=20, queues=["default"])
     assert_each_job_received_once(received, ids)
 
 
-def test_four_processes_on_weighted_queues_and_priorities(broker, tmp_path):
+def test_four_processes_on_weighted_queues_and_priorities(orm_broker, tmp_path):
     """The same guarantee across two weighted queues and several priority bands."""
     ids = []
     for queue in ("a", "b"):

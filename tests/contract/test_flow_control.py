@@ -1,5 +1,8 @@
 """Flow control in the claim: concurrency keys, queue caps and rate limits hold jobs back without
-delivering them, and never block the jobs behind them (both engines, through the Broker ABC)."""
+delivering them, and never block the jobs behind them.
+
+The tests taking ``broker`` run on each broker (see conftest.py); the ``orm_broker`` ones read
+flow control back through ``qinfo`` and the admin."""
 
 from __future__ import annotations
 
@@ -7,12 +10,11 @@ import time
 
 import pytest
 
-from django_taskmq import ConfigError, Priority, async_task
+from django_taskmq import ConfigError, Priority
 from django_taskmq.conf import from_mapping
-from django_taskmq.models import Job, State
+from django_taskmq.policy.states import JobState
 from tests import tasks
-
-pytestmark = pytest.mark.django_db
+from tests.contract.helpers import job, put
 
 LONG = 300
 
@@ -26,12 +28,12 @@ def ids(reservations):
 
 
 def test_a_job_whose_key_is_taken_is_not_delivered_until_the_key_frees(broker):
-    first = async_task("tests.tasks.noop", concurrency_key="import:42")
-    second = async_task("tests.tasks.noop", concurrency_key="import:42")
+    first = put(broker, concurrency_key="import:42")
+    second = put(broker, concurrency_key="import:42")
     (r,) = claim(broker)
     assert r.job_id == first
-    held = Job.objects.get(pk=second)
-    assert (held.state, held.deliveries, held.attempt, held.lease_token) == (State.QUEUED, 0, 0, None)
+    held = job(broker, second)
+    assert (held.state, held.deliveries, held.attempt, held.lease_token) == (JobState.QUEUED, 0, 0, None)
     assert claim(broker) == []
     assert broker.has_ready(["default"]) is False  # nothing deliverable: an idle pusher may sleep
     broker.ack(r)
@@ -40,45 +42,45 @@ def test_a_job_whose_key_is_taken_is_not_delivered_until_the_key_frees(broker):
 
 
 def test_held_jobs_do_not_block_the_jobs_behind_them(broker):
-    blocker = async_task("tests.tasks.noop", concurrency_key="k")
-    held = [async_task("tests.tasks.noop", concurrency_key="k") for _ in range(5)]
-    free = [async_task("tests.tasks.noop", concurrency_key=f"other-{i}") for i in range(3)]
-    plain = async_task("tests.tasks.noop")
+    blocker = put(broker, concurrency_key="k")
+    held = [put(broker, concurrency_key="k") for _ in range(5)]
+    free = [put(broker, concurrency_key=f"other-{i}") for i in range(3)]
+    plain = put(broker)
     got = ids(claim(broker, limit=3))
     assert got[0] == blocker and set(got[1:]) <= set(free)
     got += ids(claim(broker, limit=10))  # the held ones stay out of the way of what follows
     assert set(got) == {blocker, *free, plain}
-    assert all(Job.objects.get(pk=j).deliveries == 0 for j in held)
+    assert all(job(broker, j).deliveries == 0 for j in held)
 
 
 def test_priority_holds_among_the_eligible_jobs(broker):
-    running = async_task("tests.tasks.noop", concurrency_key="busy")
+    running = put(broker, concurrency_key="busy")
     claim(broker, limit=1)
-    waiting = [async_task("tests.tasks.noop", concurrency_key="busy") for _ in range(3)]
-    normal = [async_task("tests.tasks.noop") for _ in range(3)]
-    critical = async_task("tests.tasks.noop", concurrency_key="free", priority=Priority.CRITICAL)
+    waiting = [put(broker, concurrency_key="busy") for _ in range(3)]
+    normal = [put(broker) for _ in range(3)]
+    critical = put(broker, concurrency_key="free", priority=Priority.CRITICAL)
     got = ids(claim(broker, limit=2))
     assert got == [critical, normal[0]]
     assert running not in got and not set(waiting) & set(got)
 
 
 def test_a_queue_whose_jobs_are_all_held_does_not_stop_another_queue(broker):
-    first = async_task("tests.tasks.noop", queue="a", concurrency_key="a-key")
+    first = put(broker, queue="a", concurrency_key="a-key")
     assert ids(claim(broker, queues=["a", "b"], limit=1)) == [first]
-    [async_task("tests.tasks.noop", queue="a", concurrency_key="a-key", priority=9) for _ in range(4)]
-    b = [async_task("tests.tasks.noop", queue="b") for _ in range(2)]
+    [put(broker, queue="a", concurrency_key="a-key", priority=9) for _ in range(4)]
+    b = [put(broker, queue="b") for _ in range(2)]
     assert ids(claim(broker, queues=["a", "b"], limit=10)) == b
 
 
 def test_concurrency_limit_admits_that_many_at_once(broker):
-    jobs = [async_task("tests.tasks.noop", concurrency_key="reports", concurrency_limit=3) for _ in range(5)]
+    jobs = [put(broker, concurrency_key="reports", concurrency_limit=3) for _ in range(5)]
     assert ids(claim(broker)) == jobs[:3]
     assert claim(broker) == []
 
 
 def test_a_key_held_by_a_crashed_holder_frees_when_its_lease_is_reclaimed(broker):
-    first = async_task("tests.tasks.noop", concurrency_key="k")
-    second = async_task("tests.tasks.noop", concurrency_key="k")
+    first = put(broker, concurrency_key="k")
+    second = put(broker, concurrency_key="k")
     (r,) = claim(broker, lease=0.05)
     assert r.job_id == first and claim(broker) == []
     time.sleep(0.1)
@@ -88,13 +90,10 @@ def test_a_key_held_by_a_crashed_holder_frees_when_its_lease_is_reclaimed(broker
     assert claim(broker) == []
 
 
-def test_a_queue_concurrency_cap_holds_across_claims(broker, taskmq_settings):
-    from django_taskmq.brokers import get_broker
-
-    taskmq_settings(queues={"default": {}, "reports": {"concurrency": 2}})
-    broker = get_broker()
-    jobs = [async_task("tests.tasks.noop", queue="reports") for _ in range(4)]
-    other = async_task("tests.tasks.noop")
+def test_a_queue_concurrency_cap_holds_across_claims(reconfigure):
+    broker = reconfigure(queues={"default": {}, "reports": {"concurrency": 2}})
+    jobs = [put(broker, queue="reports") for _ in range(4)]
+    other = put(broker)
     got = claim(broker, queues=["default", "reports"])
     assert set(ids(got)) == {other, *jobs[:2]}
     assert claim(broker, queues=["default", "reports"]) == []
@@ -103,23 +102,20 @@ def test_a_queue_concurrency_cap_holds_across_claims(broker, taskmq_settings):
 
 
 def test_a_task_rate_limit_spreads_starts_and_says_when_it_opens(broker):
-    jobs = [async_task("tests.tasks.noop", rate_limit="5/s") for _ in range(4)]
-    other = async_task("tests.tasks.add", 1, 2)
+    jobs = [put(broker, rate_limit="5/s") for _ in range(4)]
+    other = put(broker, 1, 2, func="tests.tasks.add")
     got = ids(claim(broker))
     assert got == [jobs[0], other]  # one start per 1/5 s, the other task is not held
     assert 0 < broker.flow_wait() <= 0.2
     assert claim(broker) == []
     time.sleep(broker.flow_wait() + 0.01)
     assert ids(claim(broker)) == [jobs[1]]
-    assert all(Job.objects.get(pk=j).deliveries == 0 for j in jobs[2:])
+    assert all(job(broker, j).deliveries == 0 for j in jobs[2:])
 
 
-def test_a_queue_rate_limit(broker, taskmq_settings):
-    from django_taskmq.brokers import get_broker
-
-    taskmq_settings(queues={"default": {}, "emails": {"rate_limit": "2/s"}})
-    broker = get_broker()
-    mails = [async_task("tests.tasks.noop", queue="emails") for _ in range(3)]
+def test_a_queue_rate_limit(reconfigure):
+    broker = reconfigure(queues={"default": {}, "emails": {"rate_limit": "2/s"}})
+    mails = [put(broker, queue="emails") for _ in range(3)]
     assert ids(claim(broker, queues=["emails"])) == [mails[0]]
     assert claim(broker, queues=["emails"]) == []
     time.sleep(0.55)
@@ -127,20 +123,17 @@ def test_a_queue_rate_limit(broker, taskmq_settings):
 
 
 def test_a_task_may_compute_its_key_from_the_call(broker):
-    a1 = tasks.import_customer.delay(1, "row")
-    a2 = tasks.import_customer.delay(1, "row")
-    b1 = tasks.import_customer.delay(2, "row")
-    assert Job.objects.get(pk=a1).concurrency_key == "import:1"
+    a1 = put(broker, 1, "row", func=tasks.import_customer)
+    a2 = put(broker, 1, "row", func=tasks.import_customer)
+    b1 = put(broker, 2, "row", func=tasks.import_customer)
+    assert job(broker, a1).concurrency_key == "import:1"
     assert ids(claim(broker)) == [a1, b1]
-    assert Job.objects.get(pk=a2).state == State.QUEUED
+    assert job(broker, a2).state == JobState.QUEUED
 
 
-def test_flow_status_shows_keys_held_waiting_and_limits(broker, taskmq_settings):
-    from django_taskmq.brokers import get_broker
-
-    taskmq_settings(queues={"default": {"concurrency": 5, "rate_limit": "100/s"}})
-    broker = get_broker()
-    [async_task("tests.tasks.noop", concurrency_key="k") for _ in range(3)]
+def test_flow_status_shows_keys_held_waiting_and_limits(reconfigure):
+    broker = reconfigure(queues={"default": {"concurrency": 5, "rate_limit": "100/s"}})
+    [put(broker, concurrency_key="k") for _ in range(3)]
     claim(broker)
     status = broker.flow_status()
     assert status["keys"] == {"k": {"running": 1, "limit": 1, "waiting": 2}}
@@ -153,10 +146,10 @@ def test_flow_status_shows_keys_held_waiting_and_limits(broker, taskmq_settings)
     ({"concurrency_limit": 0}, "concurrency_limit"), ({"concurrency_key": "k" * 256}, "concurrency_key"),
     ({"concurrency_key": 42}, "concurrency_key"),
 ])
-def test_bad_flow_options_are_config_errors_at_the_call(options, match):
+def test_bad_flow_options_are_config_errors_at_the_call(broker, options, match):
     with pytest.raises(ConfigError, match=match):
-        async_task("tests.tasks.noop", **options)
-    assert not Job.objects.exists()
+        put(broker, **options)
+    assert broker.stats() == []
 
 
 @pytest.mark.parametrize("queue, match", [
@@ -168,14 +161,16 @@ def test_bad_queue_flow_settings_name_the_setting(queue, match):
         from_mapping({"queues": {"q": queue}, "default_queue": "q"})
 
 
-def test_qinfo_shows_keys_held_and_what_waits(broker):
+def test_qinfo_shows_keys_held_and_what_waits(orm_broker):
+    """ORM only: qinfo reads the configured broker."""
     import json
     from io import StringIO
 
     from django.core.management import call_command
 
-    [async_task("tests.tasks.noop", concurrency_key="import:7") for _ in range(3)]
-    async_task("tests.tasks.noop", rate_limit="1/m")
+    broker = orm_broker
+    [put(broker, concurrency_key="import:7") for _ in range(3)]
+    put(broker, rate_limit="1/m")
     claim(broker)
     out = StringIO()
     call_command("qinfo", stdout=out)
@@ -186,9 +181,11 @@ def test_qinfo_shows_keys_held_and_what_waits(broker):
     assert json.loads(out.getvalue())["flow"]["keys"]["import:7"] == {"running": 1, "limit": 1, "waiting": 2}
 
 
-def test_the_admin_job_page_and_dashboard_show_why_a_job_waits(admin_client, broker):
-    holder = async_task("tests.tasks.noop", concurrency_key="import:9")
-    waiting = async_task("tests.tasks.noop", concurrency_key="import:9")
+def test_the_admin_job_page_and_dashboard_show_why_a_job_waits(admin_client, orm_broker):
+    """ORM only: the admin reads the job table."""
+    broker = orm_broker
+    holder = put(broker, concurrency_key="import:9")
+    waiting = put(broker, concurrency_key="import:9")
     claim(broker)
     page = admin_client.get(f"/admin/django_taskmq/job/{waiting}/change/").content.decode()
     assert "import:9: 1 of 1 running, this job waits for it" in page

@@ -1,6 +1,8 @@
 """Leases: a reservation is owned for ``lease`` seconds; one that runs out is reclaimed and
 redelivered with ``deliveries + 1``, and the old holder's writes are refused (fenced by the token).
 ``defer`` and ``yield_reservation`` hand a message back without counting a delivery.
+
+Every test runs on each broker (``broker`` is parametrised, see conftest.py).
 """
 
 from __future__ import annotations
@@ -9,13 +11,15 @@ import time
 
 import pytest
 
-from django_taskmq import LeaseLost, async_task
-from django_taskmq.models import DeadLetter, Job, State
-
-pytestmark = pytest.mark.django_db
+from django_taskmq import LeaseLost
+from django_taskmq.policy.states import JobState
+from tests.contract.helpers import job, letters, put
 
 SHORT = 0.2  # seconds: a lease that runs out during the test
 LONG = 300
+# What a fenced write must leave as it was (every field both brokers' state records keep).
+FIELDS = ("state", "deliveries", "yields", "attempt", "error", "lease_owner", "lease_token", "lease_until",
+          "visible_at", "queue", "priority")
 
 
 def expire_leases() -> None:
@@ -23,8 +27,9 @@ def expire_leases() -> None:
     time.sleep(SHORT + 0.15)
 
 
-def job(job_id: str) -> Job:
-    return Job.objects.get(pk=job_id)
+def snapshot(broker, job_id: str) -> dict:
+    j = job(broker, job_id)
+    return {f: getattr(j, f) for f in FIELDS}
 
 
 def reserve_one(broker, lease=LONG, owner="t"):
@@ -35,30 +40,30 @@ def reserve_one(broker, lease=LONG, owner="t"):
 
 def test_reclaim_expired_redelivers_with_one_more_delivery(broker):
     """reclaim_expired() puts a message whose lease ran out back; the next reserve counts delivery 2."""
-    job_id = async_task("tests.tasks.noop")
+    job_id = put(broker)
     first = reserve_one(broker, lease=SHORT, owner="old")
     expire_leases()
     assert broker.reclaim_expired() == 1
-    assert job(job_id).state in (State.QUEUED, State.RETRYING)
+    assert job(broker, job_id).state in (JobState.QUEUED, JobState.RETRYING)
     second = reserve_one(broker, owner="new")
     assert (second.job_id, first.deliveries, second.deliveries) == (job_id, 1, 2)
     assert second.token != first.token
-    assert job(job_id).deliveries == 2
+    assert job(broker, job_id).deliveries == 2
 
 
 def test_reclaim_leaves_live_leases_alone(broker):
     """reclaim_expired() takes back only leases that ran out."""
-    async_task("tests.tasks.noop")
+    put(broker)
     live = reserve_one(broker, lease=LONG)
     assert broker.reclaim_expired() == 0
-    assert job(live.job_id).state == State.RUNNING
+    assert job(broker, live.job_id).state == JobState.RUNNING
     assert broker.ack(live) is True
 
 
 def test_reserve_itself_reclaims_expired_leases(broker):
     """reserve() reclaims leases that ran out before it claims: no separate sweep is needed."""
     broker.reclaim_every = 0  # sweep on every reserve, not at most once a second
-    job_id = async_task("tests.tasks.noop")
+    job_id = put(broker)
     reserve_one(broker, lease=SHORT, owner="old")
     expire_leases()
     again = reserve_one(broker, owner="new")
@@ -67,7 +72,7 @@ def test_reserve_itself_reclaims_expired_leases(broker):
 
 def test_unexpired_lease_is_not_handed_out_twice(broker):
     """While a lease holds, the message is not reserved again."""
-    async_task("tests.tasks.noop")
+    put(broker)
     reserve_one(broker, lease=LONG)
     broker.reclaim_every = 0
     assert broker.reserve(["default"], limit=5, lease=LONG, owner="other") == []
@@ -75,39 +80,39 @@ def test_unexpired_lease_is_not_handed_out_twice(broker):
 
 def test_old_holder_ack_after_reclaim_raises_lease_lost_and_changes_nothing(broker):
     """The old holder's ack raises LeaseLost and leaves the new delivery untouched."""
-    job_id = async_task("tests.tasks.add", 1, 2)
+    job_id = put(broker, 1, 2, func="tests.tasks.add")
     old = reserve_one(broker, lease=SHORT, owner="old")
     expire_leases()
     broker.reclaim_expired()
     new = reserve_one(broker, owner="new")
-    before = Job.objects.filter(pk=job_id).values().get()
+    before = snapshot(broker, job_id)
     with pytest.raises(LeaseLost):
         broker.ack(old, result=3)
-    assert Job.objects.filter(pk=job_id).values().get() == before
+    assert snapshot(broker, job_id) == before
     assert broker.ack(new, result=3) is True
-    assert job(job_id).state == State.SUCCEEDED
+    assert job(broker, job_id).state == JobState.SUCCEEDED
 
 
 def test_old_holder_ack_before_redelivery_raises_lease_lost(broker):
     """After a reclaim and before anyone reserves again, the old holder's ack is refused too."""
-    job_id = async_task("tests.tasks.noop")
+    job_id = put(broker)
     old = reserve_one(broker, lease=SHORT)
     expire_leases()
     broker.reclaim_expired()
-    state = job(job_id).state
+    state = job(broker, job_id).state
     with pytest.raises(LeaseLost):
         broker.ack(old)
-    assert job(job_id).state == state != State.SUCCEEDED
+    assert job(broker, job_id).state == state != JobState.SUCCEEDED
 
 
 def stolen_reservation(broker):
-    """Return (job id, the old holder's reservation, the job's row) after a reclaim and a new claim."""
-    job_id = async_task("tests.tasks.noop")
+    """Return (job id, the old holder's reservation, the job's fields) after a reclaim and a new claim."""
+    job_id = put(broker)
     old = reserve_one(broker, lease=SHORT, owner="old")
     expire_leases()
     broker.reclaim_expired()
     reserve_one(broker, owner="new")
-    return job_id, old, Job.objects.filter(pk=job_id).values().get()
+    return job_id, old, snapshot(broker, job_id)
 
 
 def test_old_holder_nack_after_reclaim_raises_lease_lost_and_changes_nothing(broker):
@@ -117,116 +122,115 @@ def test_old_holder_nack_after_reclaim_raises_lease_lost_and_changes_nothing(bro
         broker.nack(old, requeue=True, error="late failure")
     with pytest.raises(LeaseLost):
         broker.nack(old, requeue=False, error="late failure")
-    assert Job.objects.filter(pk=job_id).values().get() == before
-    assert not DeadLetter.objects.exists()
+    assert snapshot(broker, job_id) == before
+    assert letters(broker) == []
 
 
 def test_old_holder_defer_yield_extend_and_dead_letter_raise_lease_lost(broker):
-    """Every write that ends or changes a delivery is fenced: defer, yield, extend_lease, dead_letter."""
+    """Every write that ends or changes a delivery is fenced: defer, yield, extend_lease, dead_letter,
+    fail and end_cancelled."""
     job_id, old, before = stolen_reservation(broker)
     for write in (lambda: broker.defer(old), lambda: broker.yield_reservation(old),
-                  lambda: broker.extend_lease(old, 60), lambda: broker.dead_letter(old, "late")):
+                  lambda: broker.extend_lease(old, 60), lambda: broker.dead_letter(old, "late"),
+                  lambda: broker.fail(old, "late"), lambda: broker.end_cancelled(old, "late")):
         with pytest.raises(LeaseLost):
             write()
-    assert Job.objects.filter(pk=job_id).values().get() == before
-    assert not DeadLetter.objects.exists()
+    assert snapshot(broker, job_id) == before
+    assert letters(broker) == []
 
 
 def test_second_ack_by_the_holder_is_a_no_op(broker):
     """A repeated ack by the same holder returns False, raises nothing and keeps the first result."""
-    job_id = async_task("tests.tasks.add", 1, 2)
+    job_id = put(broker, 1, 2, func="tests.tasks.add")
     r = reserve_one(broker)
     assert broker.ack(r, result=3) is True
     assert broker.ack(r, result=99) is False
-    j = job(job_id)
-    assert (j.state, j.result) == (State.SUCCEEDED, 3)
+    j = job(broker, job_id)
+    assert (j.state, j.result) == (JobState.SUCCEEDED, 3)
 
 
 def test_extend_lease_keeps_the_message_from_being_reclaimed(broker):
     """A renewed lease outlives its original length: the reclaim sweep leaves it alone."""
-    job_id = async_task("tests.tasks.noop")
+    job_id = put(broker)
     r = reserve_one(broker, lease=SHORT)
     broker.extend_lease(r, LONG)
     expire_leases()
     assert broker.reclaim_expired() == 0
     assert broker.ack(r) is True
-    assert job(job_id).state == State.SUCCEEDED
+    assert job(broker, job_id).state == JobState.SUCCEEDED
 
 
 def test_defer_does_not_count_a_delivery(broker):
     """defer() puts the message back; the next reservation is still delivery 1."""
-    job_id = async_task("tests.tasks.noop")
+    job_id = put(broker)
     for _ in range(3):
         r = reserve_one(broker)
         assert r.deliveries == 1
         assert broker.defer(r) is True
-    assert job(job_id).deliveries == 0
+    assert job(broker, job_id).deliveries == 0
     assert reserve_one(broker).deliveries == 1
 
 
 def test_defer_with_delay_hides_the_message(broker):
     """defer(delay) makes the message invisible until the delay passed."""
-    async_task("tests.tasks.noop")
+    put(broker)
     broker.defer(reserve_one(broker), delay=LONG)
     assert broker.reserve(["default"], limit=1, lease=LONG, owner="t") == []
 
 
 def test_yield_does_not_count_a_delivery_but_counts_a_yield(broker):
     """yield_reservation() hands the message back: deliveries unchanged, yields + 1."""
-    job_id = async_task("tests.tasks.noop")
+    job_id = put(broker)
     r = reserve_one(broker)
     assert broker.yield_reservation(r) is True
     again = reserve_one(broker)
     assert (again.deliveries, again.yields) == (1, 1)
-    j = job(job_id)
+    j = job(broker, job_id)
     assert (j.deliveries, j.yields) == (1, 1)
 
 
-def test_yield_returns_false_once_max_yields_is_reached(broker, taskmq_settings):
+def test_yield_returns_false_once_max_yields_is_reached(reconfigure):
     """After max_yields yields, yield_reservation returns False and the holder keeps the message."""
-    taskmq_settings(max_yields=2)
-    from django_taskmq.brokers import get_broker
-
-    broker = get_broker()
-    job_id = async_task("tests.tasks.noop")
+    broker = reconfigure(max_yields=2)
+    job_id = put(broker)
     results = []
     for _ in range(3):
         r = reserve_one(broker)
         results.append(broker.yield_reservation(r))
     assert results == [True, True, False]
-    j = job(job_id)
-    assert (j.state, j.yields, j.deliveries, j.lease_token) == (State.RUNNING, 2, 1, r.token)
+    j = job(broker, job_id)
+    assert (j.state, j.yields, j.deliveries, j.lease_token) == (JobState.RUNNING, 2, 1, r.token)
     assert broker.ack(r) is True
 
 
 def test_nack_with_delay_hides_the_redelivery(broker):
     """nack(delay) counts the failed delivery and hides the message until the delay passed."""
-    job_id = async_task("tests.tasks.noop")
+    job_id = put(broker)
     broker.nack(reserve_one(broker), delay=LONG, error="later")
     assert broker.reserve(["default"], limit=1, lease=LONG, owner="t") == []
-    j = job(job_id)
-    assert (j.state, j.deliveries, j.error) == (State.RETRYING, 1, "later")
+    j = job(broker, job_id)
+    assert (j.state, j.deliveries, j.error) == (JobState.RETRYING, 1, "later")
 
 
 def test_extend_leases_renews_only_the_named_jobs_of_one_owner(broker):
     """extend_leases(owner, ids) renews just those held leases; others, and other owners', run out."""
     broker.reclaim_every = float("inf")  # only the explicit sweep below reclaims
-    mine = [async_task("tests.tasks.noop", i) for i in range(3)]
+    mine = [put(broker, i) for i in range(3)]
     got_mine = broker.reserve(["default"], limit=3, lease=SHORT, owner="mine")
-    theirs = async_task("tests.tasks.noop")
+    theirs = put(broker)
     broker.reserve(["default"], limit=1, lease=SHORT, owner="theirs")
     assert broker.extend_leases("mine", [*mine[:2], theirs], LONG) == 2
     expire_leases()
     assert broker.reclaim_expired() == 2
-    assert job(theirs).state == State.RETRYING
-    assert job(mine[2]).state == State.RETRYING
-    assert {job(i).state for i in mine[:2]} == {State.RUNNING}
+    assert job(broker, theirs).state == JobState.RETRYING
+    assert job(broker, mine[2]).state == JobState.RETRYING
+    assert {job(broker, i).state for i in mine[:2]} == {JobState.RUNNING}
     assert all(broker.ack(r) for r in got_mine if r.job_id in mine[:2])
 
 
 def held_and_lost(broker):
     """Three jobs: two reserved and held, one whose lease ran out and was reclaimed."""
-    ids = [async_task("tests.tasks.noop", i) for i in range(3)]
+    ids = [put(broker, i) for i in range(3)]
     held = broker.reserve(["default"], limit=2, lease=LONG, owner="t")
     lost = broker.reserve(["default"], limit=1, lease=SHORT, owner="t")
     expire_leases()
@@ -238,8 +242,8 @@ def test_defer_many_puts_unstarted_reservations_back_without_a_delivery(broker):
     """defer_many (a graceful stop) hands back held reservations uncounted and skips lost ones."""
     ids, held, lost = held_and_lost(broker)
     assert broker.defer_many(held + lost) == 2
-    assert {(job(i).state, job(i).deliveries) for i in ids[:2]} == {(State.QUEUED, 0)}
-    assert job(ids[2]).deliveries == 1  # the reclaimed one keeps its counted delivery
+    assert {(job(broker, i).state, job(broker, i).deliveries) for i in ids[:2]} == {(JobState.QUEUED, 0)}
+    assert job(broker, ids[2]).deliveries == 1  # the reclaimed one keeps its counted delivery
 
 
 def test_return_interrupted_gives_back_delivery_and_attempt_visible_at_once_and_skips_lost_ones(broker):
@@ -247,10 +251,25 @@ def test_return_interrupted_gives_back_delivery_and_attempt_visible_at_once_and_
     ids, held, lost = held_and_lost(broker)
     assert broker.return_interrupted(held + lost, "interrupted by shutdown") == 2
     for i in ids[:2]:
-        j = job(i)
+        j = job(broker, i)
         assert (j.state, j.deliveries, j.attempt, j.lease_owner, j.lease_token, j.error) == (
-            State.QUEUED, 0, 0, None, None, "interrupted by shutdown")
+            JobState.QUEUED, 0, 0, None, None, "interrupted by shutdown")
         assert j.visible_at <= time.time()
-    assert (job(ids[2]).deliveries, job(ids[2]).error) == (1, "lease expired")  # the lost one is left alone
+    lost_job = job(broker, ids[2])
+    assert (lost_job.deliveries, lost_job.error) == (1, "lease expired")  # the lost one is left alone
     again = broker.reserve(["default"], limit=3, lease=LONG, owner="u")
     assert sorted(r.job_id for r in again) == sorted(ids) and {r.deliveries for r in again if r.job_id in ids[:2]} == {1}
+
+
+def test_atomic_rolls_back_a_failed_inner_block_only(broker):
+    """atomic() blocks nest: an inner block that raises undoes its own writes, the outer ones stay."""
+    put(broker, 0)
+    put(broker, 1)
+    ra, rb = broker.reserve(["default"], 2, LONG, "t")
+    with broker.atomic(write=True):
+        assert broker.ack(ra) is True
+        with pytest.raises(RuntimeError), broker.atomic(write=True):
+            assert broker.ack(rb) is True
+            raise RuntimeError("roll back")
+    assert (job(broker, ra.job_id).state, job(broker, rb.job_id).state) == (JobState.SUCCEEDED, JobState.RUNNING)
+    assert broker.ack(rb) is True  # its lease still holds

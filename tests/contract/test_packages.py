@@ -2,23 +2,25 @@
 salt = cluster name). A package that fails to verify or to unpickle is never executed and is
 dead-lettered with the reason; ``SECRET_KEY_FALLBACKS`` keep queued packages valid across a key
 rotation; arguments that cannot be pickled are refused at enqueue.
+
+The tests taking ``broker`` run on each broker (see conftest.py): jobs are stored through
+``broker.enqueue`` and run here as sync mode runs them (``helpers.run``). The ``orm_broker`` ones go
+through the public API (``result()``) on the configured broker.
 """
 
 from __future__ import annotations
 
-import pickle
 import threading
 
 import pytest
-from django.core import signing as django_signing
 
-from django_taskmq import ConfigError, async_task, result
-from django_taskmq.api import run_sync
-from django_taskmq.conf import get_settings
-from django_taskmq.models import DeadLetter, Job, State
+from django_taskmq import ConfigError
+from django_taskmq.envelope import Envelope
+from django_taskmq.policy.states import JobState
+from django_taskmq.signing import sign
+from tests.contract import helpers
+from tests.contract.helpers import forged, garbage, job, letters, put, run
 from tests.tasks import read_run_log
-
-pytestmark = pytest.mark.django_db
 
 
 class Vanishing:
@@ -28,124 +30,106 @@ class Vanishing:
         self.value = value
 
 
-class RunsOnUnpickle:
-    """Unpickling this calls tests.tasks.record_run("unpickled"): proof that a package was loaded."""
-
-    def __reduce__(self):
-        from tests.tasks import record_run
-
-        return record_run, ("unpickled",)
-
-
-def dead_letter_of(job_id: str) -> DeadLetter:
-    return DeadLetter.objects.get(job_id=job_id)
+def reason_of(broker, job_id: str) -> str:
+    """The reason of the job's one pending dead letter; the job is DEAD."""
+    assert job(broker, job_id).state == JobState.DEAD
+    (letter,) = [x for x in letters(broker) if x.job_id == job_id]
+    return letter.reason
 
 
 def test_valid_package_runs(broker, run_log):
     """An untouched package verifies and runs (the control for the tests below)."""
-    job_id = async_task("tests.tasks.record_run", "ran")
-    run_sync(job_id)
-    assert Job.objects.get(pk=job_id).state == State.SUCCEEDED
+    job_id = put(broker, "ran", func="tests.tasks.record_run")
+    run(broker, job_id)
+    assert job(broker, job_id).state == JobState.SUCCEEDED
     assert read_run_log(run_log) == [(job_id, "ran")]
 
 
 def test_tampered_payload_is_never_executed_and_dead_lettered_as_bad_signature(broker, run_log):
     """Arguments swapped in the stored package (signature kept) fail verification: DEAD, not run."""
-    job_id = async_task("tests.tasks.record_run", "original")
-    other = async_task("tests.tasks.record_run", "injected")
-    victim = Job.objects.get(pk=job_id)
-    body = Job.objects.get(pk=other).payload.rsplit(":", 1)[0]
-    victim.payload = body + ":" + victim.payload.rsplit(":", 1)[1]
-    victim.save(update_fields=["payload"])
+    name = broker.settings.name
+    original = sign(Envelope(func="tests.tasks.record_run", args=("original",)), name)
+    injected = sign(Envelope(func="tests.tasks.record_run", args=("injected",)), name)
+    job_id = put(broker, payload=injected.rsplit(":", 1)[0] + ":" + original.rsplit(":", 1)[1])
 
-    run_sync(job_id)
+    run(broker, job_id)
 
-    j = Job.objects.get(pk=job_id)
-    assert j.state == State.DEAD
-    assert dead_letter_of(job_id).reason == "bad signature"
+    assert reason_of(broker, job_id) == "bad signature"
     assert read_run_log(run_log) == []
 
 
-def test_package_signed_with_another_key_is_not_unpickled(broker, run_log):
+def test_package_signed_with_another_key_is_not_unpickled(broker):
     """A forged package is rejected before anything is unpickled: its pickle never runs."""
-    job_id = async_task("tests.tasks.noop")
-    body = django_signing.b64_encode(b"p" + pickle.dumps(RunsOnUnpickle())).decode()
-    forged = django_signing.Signer(key="attacker-key", salt=f"django_taskmq.{get_settings().name}").sign(body)
-    Job.objects.filter(pk=job_id).update(payload=forged)
+    job_id = put(broker, payload=forged(broker))
 
-    run_sync(job_id)
+    run(broker, job_id)
 
-    assert Job.objects.get(pk=job_id).state == State.DEAD
-    assert dead_letter_of(job_id).reason == "bad signature"
-    assert read_run_log(run_log) == []
+    assert reason_of(broker, job_id) == "bad signature"
+    assert helpers.UNPICKLED == []
 
 
-def test_package_signed_for_another_cluster_name_fails_verification(broker, taskmq_settings):
+def test_package_signed_for_another_cluster_name_fails_verification(reconfigure):
     """The cluster name is the salt: a package signed under another name does not verify."""
-    taskmq_settings(name="other-cluster")
-    job_id = async_task("tests.tasks.noop")
-    taskmq_settings(name="tests")
-    run_sync(job_id)
-    assert dead_letter_of(job_id).reason == "bad signature"
+    job_id = put(reconfigure(name="other-cluster"))
+    broker = reconfigure(name="tests")
+    run(broker, job_id)
+    assert reason_of(broker, job_id) == "bad signature"
 
 
 def test_validly_signed_garbage_is_dead_lettered_as_cannot_unpickle(broker):
     """A package with a good signature over bytes that do not unpickle: 'cannot unpickle: ...'."""
-    from django_taskmq.signing import _signer
+    job_id = put(broker, payload=garbage(broker))
 
-    job_id = async_task("tests.tasks.noop")
-    body = django_signing.b64_encode(b"p" + b"this is not a pickle").decode()
-    Job.objects.filter(pk=job_id).update(payload=_signer(get_settings().name).sign(body))
+    run(broker, job_id)
 
-    run_sync(job_id)
-
-    assert Job.objects.get(pk=job_id).state == State.DEAD
-    assert dead_letter_of(job_id).reason.startswith("cannot unpickle")
+    assert reason_of(broker, job_id).startswith("cannot unpickle")
 
 
 def test_argument_whose_class_is_gone_is_dead_lettered_as_cannot_unpickle(broker, monkeypatch):
     """An argument whose class no longer exists (a deploy removed it) cannot unpickle: DEAD, reason kept."""
-    job_id = async_task("tests.tasks.echo", Vanishing(1))
+    job_id = put(broker, Vanishing(1), func="tests.tasks.echo")
     monkeypatch.delattr(__import__(__name__, fromlist=["x"]), "Vanishing")
 
-    run_sync(job_id)
+    run(broker, job_id)
 
-    j = Job.objects.get(pk=job_id)
-    assert j.state == State.DEAD
-    reason = dead_letter_of(job_id).reason
+    reason = reason_of(broker, job_id)
     assert reason.startswith("cannot unpickle") and "Vanishing" in reason
 
 
 def test_secret_key_rotation_keeps_queued_packages_valid(broker, settings):
     """After rotating SECRET_KEY with the old key in SECRET_KEY_FALLBACKS, queued jobs still run."""
     old = settings.SECRET_KEY
-    job_id = async_task("tests.tasks.add", 2, 3)
+    job_id = put(broker, 2, 3, func="tests.tasks.add")
     settings.SECRET_KEY = "a-brand-new-secret-key-for-the-rotation-test"
     settings.SECRET_KEY_FALLBACKS = [old]
 
-    run_sync(job_id)
+    run(broker, job_id)
 
-    assert Job.objects.get(pk=job_id).state == State.SUCCEEDED
-    assert result(job_id) == 5
+    j = job(broker, job_id)
+    assert (j.state, j.result) == (JobState.SUCCEEDED, 5)
     # New packages are signed with the new key and verify without the fallback.
-    new_id = async_task("tests.tasks.add", 4, 5)
+    new_id = put(broker, 4, 5, func="tests.tasks.add")
     settings.SECRET_KEY_FALLBACKS = []
-    run_sync(new_id)
-    assert result(new_id) == 9
+    run(broker, new_id)
+    assert job(broker, new_id).result == 9
 
 
 def test_secret_key_change_without_fallback_invalidates_queued_packages(broker, settings):
     """Changing SECRET_KEY without keeping the old one as a fallback: the package fails to verify."""
-    job_id = async_task("tests.tasks.add", 2, 3)
+    job_id = put(broker, 2, 3, func="tests.tasks.add")
     settings.SECRET_KEY = "a-brand-new-secret-key-for-the-rotation-test"
     settings.SECRET_KEY_FALLBACKS = []
-    run_sync(job_id)
-    assert Job.objects.get(pk=job_id).state == State.DEAD
-    assert dead_letter_of(job_id).reason == "bad signature"
+    run(broker, job_id)
+    assert reason_of(broker, job_id) == "bad signature"
 
 
-def test_compressed_packages_are_smaller_and_round_trip(broker, taskmq_settings):
-    """compress=True shrinks a repetitive package and the task still gets its exact arguments."""
+def test_compressed_packages_are_smaller_and_round_trip(orm_broker, taskmq_settings):
+    """ORM only (the public API): compress=True shrinks a repetitive package and the task still
+    gets its exact arguments."""
+    from django_taskmq import async_task, result
+    from django_taskmq.api import run_sync
+    from django_taskmq.models import Job
+
     big = {"text": "spam and eggs " * 2000, "numbers": list(range(500))}
     plain_id = async_task("tests.tasks.echo", big, flag=True)
     taskmq_settings(compress=True)
@@ -156,23 +140,26 @@ def test_compressed_packages_are_smaller_and_round_trip(broker, taskmq_settings)
     assert result(packed_id) == ((big,), {"flag": True})
 
 
-def test_compressed_and_plain_packages_both_verify_with_either_setting(broker, taskmq_settings):
+def test_compressed_and_plain_packages_both_verify_with_either_setting(reconfigure):
     """A package written with compress on runs after compress was switched off, and the reverse."""
-    taskmq_settings(compress=True)
-    packed_id = async_task("tests.tasks.echo", "x" * 5000)
-    taskmq_settings(compress=False)
-    plain_id = async_task("tests.tasks.echo", "y" * 5000)
-    run_sync(packed_id)
-    taskmq_settings(compress=True)
-    run_sync(plain_id)
-    assert result(packed_id) == (("x" * 5000,), {})
-    assert result(plain_id) == (("y" * 5000,), {})
+    packed_id = put(reconfigure(compress=True), "x" * 5000, func="tests.tasks.echo")
+    broker = reconfigure(compress=False)
+    plain_id = put(broker, "y" * 5000, func="tests.tasks.echo")
+    run(broker, packed_id)
+    broker = reconfigure(compress=True)
+    run(broker, plain_id)
+    assert job(broker, packed_id).result == (("x" * 5000,), {})
+    assert job(broker, plain_id).result == (("y" * 5000,), {})
 
 
 @pytest.mark.parametrize("bad", [lambda: (lambda x: x), threading.Lock, lambda: (i for i in range(3))],
                          ids=["lambda", "lock", "generator"])
-def test_unpicklable_arguments_raise_config_error_at_enqueue(broker, bad):
-    """An argument that cannot be pickled raises ConfigError at the call; no job is stored."""
+def test_unpicklable_arguments_raise_config_error_at_enqueue(orm_broker, bad):
+    """ORM only (the public API): an argument that cannot be pickled raises ConfigError at the
+    call; no job is stored."""
+    from django_taskmq import async_task
+    from django_taskmq.models import Job
+
     with pytest.raises(ConfigError, match="pickle"):
         async_task("tests.tasks.echo", bad())
     with pytest.raises(ConfigError, match="pickle"):

@@ -1,72 +1,112 @@
 """Retention through the broker: ``delete_finished`` deletes only jobs of the given final state that
 finished before the cut-off, oldest first, at most ``batch``, with their dead letters; unfinished
-jobs never. ``hold_chore``: one owner at a time, taken over once the holder's time ran out."""
+jobs never. ``hold_chore``: one owner at a time, taken over once the holder's time ran out.
+
+The tests taking ``broker`` run on each broker (see conftest.py): jobs end through the broker's
+own methods, now, a little apart, with the cut-off between them. The ``orm_broker`` one reads the
+chore's row.
+"""
 
 from __future__ import annotations
 
-import datetime
 import time
 
 import pytest
-from django.utils import timezone
 
-from django_taskmq.models import Chore, DeadLetter, Job, State
-
-pytestmark = pytest.mark.django_db
+from django_taskmq.brokers.base import Ack
+from django_taskmq.policy.states import JobState
+from tests.contract.helpers import jobs, letters, put
 
 HOUR = 3600.0
+LONG = 300
+APART = 0.05  # seconds between two ends the cut-off must tell apart
 
 
-def job(state: str, hours_ago: float | None, name: str) -> str:
-    """A job in ``state`` finished ``hours_ago`` (None: not finished)."""
-    at = None if hours_ago is None else timezone.now() - datetime.timedelta(hours=hours_ago)
-    row = Job.objects.create(id=f"{name:0>24}"[:24], func="tests.tasks.noop", task_name="tests.tasks.noop", payload="x",
-                             state=state, visible_at=time.time(), finished_at=at,
-                             enqueued_at=at or timezone.now())
-    return row.pk
+def end(broker, state: JobState) -> str:
+    """A job that ends in ``state`` now; then a short wait, so the next one ends later."""
+    job_id = put(broker, queue="a")
+    if state == JobState.CANCELLED:
+        assert broker.cancel([job_id]) == 1
+    elif state == JobState.EXPIRED:
+        job_id = put(broker, queue="b", expires_at=time.time() + APART)
+        time.sleep(APART * 2)
+        assert broker.reserve(["b"], 1, LONG, "t") == []
+    else:
+        (r,) = broker.reserve(["a"], 1, LONG, "t")
+        if state == JobState.SUCCEEDED:
+            assert broker.ack_many([Ack(r)]) == []
+        elif state == JobState.FAILED:
+            assert broker.fail(r, "it failed")
+        else:
+            assert broker.dead_letter(r, "max deliveries exceeded: failed 5 times", error="boom")
+    assert JobState(jobs(broker, [job_id])[job_id].state) == state
+    time.sleep(APART)
+    return job_id
+
+
+def cut_off() -> float:
+    """Now, between the ends before and after it."""
+    at = time.time()
+    time.sleep(APART)
+    return at
 
 
 def test_delete_finished_takes_the_old_jobs_of_one_state_only(broker):
-    old_dead = [job(State.DEAD, 48 + i, f"d{i}") for i in range(3)]
-    for job_id in old_dead:
-        DeadLetter.objects.create(job_id=job_id, queue="default", reason="max deliveries exceeded: failed 5 times")
-    young_dead = job(State.DEAD, 1, "dy")
-    DeadLetter.objects.create(job_id=young_dead, queue="default", reason="kept")
-    old_failed = job(State.FAILED, 48, "f")
-    queued = job(State.QUEUED, None, "q")
-    running = job(State.RUNNING, None, "r")
-    retrying = job(State.RETRYING, None, "t")
-    cutoff = time.time() - 24 * HOUR
+    old_dead = [end(broker, JobState.DEAD) for _ in range(3)]
+    old_failed = end(broker, JobState.FAILED)
+    cutoff = cut_off()
+    young_dead = end(broker, JobState.DEAD)
+    running = put(broker, queue="a")
+    retrying = put(broker, queue="a")
+    got = broker.reserve(["a"], 2, LONG, "t")
+    assert [r.job_id for r in got] == [running, retrying]
+    broker.nack(got[1], delay=HOUR, error="later")
+    queued = put(broker, queue="a")
 
-    assert broker.count_finished(State.DEAD, cutoff) == 3
-    assert broker.delete_finished(State.DEAD, cutoff, batch=2) == 2
-    assert set(Job.objects.filter(pk__in=old_dead).values_list("pk", flat=True)) == {old_dead[0]}  # oldest first
-    assert broker.delete_finished(State.DEAD, cutoff, batch=2) == 1
-    assert broker.delete_finished(State.DEAD, cutoff, batch=2) == 0
-    assert not DeadLetter.objects.filter(job_id__in=old_dead).exists()  # the letters went with their jobs
-    assert DeadLetter.objects.filter(job_id=young_dead).exists()
-    left = set(Job.objects.values_list("pk", flat=True))
-    assert left == {young_dead, old_failed, queued, running, retrying}
-    for state in (State.QUEUED, State.RUNNING, State.RETRYING):  # unfinished: no finished_at, never deleted
+    assert broker.count_finished(JobState.DEAD, cutoff) == 3
+    assert broker.delete_finished(JobState.DEAD, cutoff, batch=2) == 2
+    assert list(jobs(broker, old_dead)) == [old_dead[2]]  # oldest first
+    assert broker.delete_finished(JobState.DEAD, cutoff, batch=2) == 1
+    assert broker.delete_finished(JobState.DEAD, cutoff, batch=2) == 0
+    assert [x.job_id for x in letters(broker)] == [young_dead]  # the letters went with their jobs
+    kept = [young_dead, old_failed, queued, running, retrying]
+    assert sorted(jobs(broker, kept)) == sorted(kept)
+    for state in (JobState.QUEUED, JobState.RUNNING, JobState.RETRYING):  # unfinished: never deleted
+        assert broker.count_finished(state, time.time() + HOUR) == 0
         assert broker.delete_finished(state, time.time() + HOUR) == 0
-    assert broker.delete_finished(State.FAILED, cutoff) == 1
+    assert broker.delete_finished(JobState.FAILED, cutoff) == 1
+    assert sorted(jobs(broker, kept)) == sorted(kept[:1] + kept[2:])
 
 
-@pytest.mark.parametrize("state", [State.SUCCEEDED, State.FAILED, State.DEAD, State.EXPIRED, State.CANCELLED])
+@pytest.mark.parametrize("state", [JobState.SUCCEEDED, JobState.FAILED, JobState.DEAD, JobState.EXPIRED,
+                                   JobState.CANCELLED])
 def test_each_final_state_can_be_deleted(broker, state):
-    old, young = job(state, 30, "old"), job(state, 0.1, "young")
-    assert broker.delete_finished(state, time.time() - HOUR) == 1
-    assert list(Job.objects.values_list("pk", flat=True)) == [young] and old != young
+    old = end(broker, state)
+    cutoff = cut_off()
+    young = end(broker, state)
+    assert broker.count_finished(state, cutoff) == 1
+    assert broker.delete_finished(state, cutoff) == 1
+    assert list(jobs(broker, [old, young])) == [young]
 
 
 def test_one_owner_holds_a_chore_until_its_time_runs_out(broker):
     assert broker.hold_chore("prune", "a", 30)
     assert not broker.hold_chore("prune", "b", 30)
-    assert broker.hold_chore("prune", "a", 30)  # renewed by its holder
-    Chore.objects.filter(name="prune").update(until=time.time() - 1)  # a died: its time ran out
+    assert broker.hold_chore("prune", "a", 0.2)  # renewed by its holder, for a short time
+    assert not broker.hold_chore("prune", "b", 30)
+    time.sleep(0.3)  # a died: its time ran out
     assert broker.hold_chore("prune", "b", 30)
     assert not broker.hold_chore("prune", "a", 30)
-    broker.chore_done("prune", 7)
-    broker.chore_done("prune", 5)
+
+
+def test_orm_chore_done_adds_up_what_the_chore_deleted(orm_broker):
+    """ORM only: the chore's row (the dashboard shows it) counts the rows deleted and the last run."""
+    from django_taskmq.models import Chore
+
+    assert orm_broker.hold_chore("prune", "b", 30)
+    orm_broker.chore_done("prune", 7)
+    orm_broker.chore_done("prune", 5)
+    orm_broker.chore_done("retention", 3)  # no cluster held it yet: the row is made
     row = Chore.objects.get(name="prune")
     assert (row.owner, row.deleted) == ("b", 12) and row.last_run is not None
+    assert Chore.objects.get(name="retention").deleted == 3

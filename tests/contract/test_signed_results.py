@@ -2,6 +2,9 @@
 
 A row written straight into the job table (raw SQL, as an attacker with database access or a
 compromised backup would) must never run code in whatever process reads it.
+
+ORM only (``orm_broker``): rows written with raw SQL, migrations, and the public readers
+(``result``, ``fetch``, ``qdead``) on the configured broker.
 """
 
 from __future__ import annotations
@@ -54,7 +57,7 @@ def forged_with(key: str, salt: str) -> str:
 
 
 @pytest.mark.parametrize("forgery", ["unsigned pickle", "another key", "package salt"])
-def test_forged_result_is_never_unpickled_by_any_reader(broker, run_log, settings, forgery):
+def test_forged_result_is_never_unpickled_by_any_reader(orm_broker, run_log, settings, forgery):
     """result(), fetch(), result_group and Job.result raise or answer; the forged pickle never runs."""
     job_id = async_task("tests.tasks.add", 1, 2, group="g")
     run_sync(job_id)
@@ -77,7 +80,7 @@ def test_forged_result_is_never_unpickled_by_any_reader(broker, run_log, setting
     assert read_run_log(run_log) == []
 
 
-def test_genuine_results_read_back_and_survive_key_rotation(broker, settings):
+def test_genuine_results_read_back_and_survive_key_rotation(orm_broker, settings):
     """A result the queue stored reads back; after rotating SECRET_KEY (old key as fallback) too."""
     job_id = async_task("tests.tasks.echo", [1, "two"], k={"x": 3})
     run_sync(job_id)
@@ -95,7 +98,7 @@ def test_genuine_results_read_back_and_survive_key_rotation(broker, settings):
         Job.objects.get(pk=job_id).result
 
 
-def test_none_result_stores_nothing(broker):
+def test_none_result_stores_nothing(orm_broker):
     job_id = async_task("tests.tasks.noop")
     run_sync(job_id)
     job = Job.objects.get(pk=job_id)
@@ -135,7 +138,7 @@ def test_results_stored_by_0_1_0_are_signed_by_the_migration(run_log):
         executor.migrate(executor.loader.graph.leaf_nodes())
 
 
-def test_qdead_list_and_the_job_dead_path_never_load_a_forged_result(broker, run_log):
+def test_qdead_list_and_the_job_dead_path_never_load_a_forged_result(orm_broker, run_log):
     """``manage.py qdead list`` reads dead letters with their jobs: a forged result stays unread."""
     from io import StringIO
 

@@ -1,0 +1,113 @@
+"""Helpers of the broker contract suite: they reach the broker only through its own methods.
+
+``put`` and ``put_many`` build a job's values exactly as ``async_task`` and ``enqueue_many`` do
+(``options.JobTemplate``: the same option checks, signed package, FromNow delay) and hand them to
+``broker.enqueue`` / ``broker.enqueue_many``, so a test enqueues into the broker it was given,
+whichever that is. ``job``, ``jobs``, ``states`` and ``letters`` read back through ``Broker.jobs``
+and ``Broker.dead_letters``; ``run`` runs one stored job here, as sync mode does, on that broker.
+
+Packages for the pusher's checks: ``signed`` (a good one), ``forged`` (a pickle that would run code,
+signed with a key the cluster does not know: it must never be loaded) and ``garbage`` (validly
+signed bytes that are not a pickle). ``UNPICKLED`` lists what a forged pickle did when loaded.
+"""
+
+from __future__ import annotations
+
+import pickle
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+from django.core import signing as django_signing
+
+from django_taskmq.brokers.base import Broker
+from django_taskmq.envelope import Envelope
+from django_taskmq.options import JobTemplate
+from django_taskmq.policy.states import JobState
+from django_taskmq.signing import sign, sign_bytes
+
+NOOP = "tests.tasks.noop"
+
+
+def put(broker: Broker, *args: Any, func: str = NOOP, payload: str | None = None, **options: Any) -> str:
+    """Enqueue ``func(*args)`` with ``options`` (as ``async_task`` takes them) through
+    ``broker.enqueue``; return the job id (the first job's, for a repeated idempotency ``key``).
+    ``payload`` replaces the signed package (a forged or broken one)."""
+    values = JobTemplate(func, options, broker.settings).values(args, {})
+    if payload is not None:
+        values["payload"] = payload
+    return broker.enqueue(values, key=values["key"])
+
+
+def put_many(broker: Broker, calls: Iterable[Sequence[Any]], func: str = NOOP, **options: Any) -> list[str]:
+    """Enqueue one job per args tuple of ``calls`` through ``broker.enqueue_many``; return the ids in order."""
+    template = JobTemplate(func, options, broker.settings)
+    return broker.enqueue_many([template.values(tuple(args), {}) for args in calls])
+
+
+def run(broker: Broker, job_id: str) -> None:
+    """Run the stored job ``job_id`` in this process on ``broker``, as sync mode does (``sync.run``:
+    ``reserve_job``, unpack, execute, record)."""
+    from django_taskmq import sync
+
+    def next_link(*args: Any, **kwargs: Any) -> str:
+        raise AssertionError("the contract suite queues no chains")
+
+    sync.run(job_id, broker, broker.settings, enqueue=next_link)
+
+
+def jobs(broker: Broker, ids: Iterable[str]) -> dict[str, Any]:
+    """The broker's state records of ``ids`` (those that exist), by id."""
+    return broker.jobs(list(ids))
+
+
+def job(broker: Broker, job_id: str) -> Any:
+    """The broker's state record of one job (KeyError when it does not exist)."""
+    return broker.jobs([job_id])[job_id]
+
+
+def states(broker: Broker, ids: Iterable[str]) -> dict[str, JobState]:
+    """The state of each job of ``ids`` that exists, by id."""
+    return {i: JobState(j.state) for i, j in jobs(broker, ids).items()}
+
+
+def delivery(broker: Broker, job_id: str) -> tuple[JobState, int, int, bool]:
+    """(state, deliveries, yields, holds a lease token) of one job."""
+    j = job(broker, job_id)
+    return JobState(j.state), j.deliveries, j.yields, j.lease_token is not None
+
+
+def letters(broker: Broker, queue: str | None = None) -> list[Any]:
+    """The pending (not replayed) dead letters, of one queue or all, newest first."""
+    return list(broker.dead_letters(queue))
+
+
+# -- packages ------------------------------------------------------------------------------------
+
+UNPICKLED: list[str] = []
+
+
+def _unpickled(tag: str) -> None:
+    UNPICKLED.append(tag)
+
+
+class RunsOnUnpickle:
+    """Unpickling this appends to ``UNPICKLED``: proof that a package was loaded."""
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return _unpickled, ("unpickled",)
+
+
+def signed(broker: Broker, *args: Any, func: str = "tests.tasks.add") -> str:
+    """A genuine package of ``func(*args)`` for this broker's cluster name."""
+    return sign(Envelope(func=func, args=args), broker.settings.name)
+
+
+def forged(broker: Broker) -> str:
+    """A package whose pickle runs code, signed with a key the cluster does not know."""
+    body = django_signing.b64_encode(b"p" + pickle.dumps(RunsOnUnpickle())).decode()
+    return django_signing.Signer(key="attacker-key", salt=f"django_taskmq.{broker.settings.name}").sign(body)
+
+
+def garbage(broker: Broker) -> str:
+    """Validly signed bytes that are not a pickle."""
+    return sign_bytes(b"this is not a pickle", broker.settings.name)
