@@ -37,7 +37,7 @@ from django.db import transaction
 from ...policy.connections import keepalive_options
 from ..clock import MYSQL, Clock
 from .dialect import Dialect, register
-from .sql import ACK, BUCKET, JOB, QSTATE, Head, chunks, marks
+from .sql import ACK, BUCKET, CHUNK, JOB, QSTATE, Head, chunks, marks
 from .wakeup import Waker
 
 MIN_VERSION = (8, 0, 1)  # SKIP LOCKED
@@ -49,7 +49,6 @@ CONNECT_TIMEOUT = 5  # seconds a cluster's connection attempt may take, unless t
 LOOK_FIRST, LOOK_LAST, LOOK_GROWTH = 0.002, 0.05, 1.25
 FLOW_LOCK = "lock:"  # rows of the rate-limit table that serve as flow control's locks
 FLOW_SLOTS = 1024  # of them at most
-ACK_CHUNK = 100  # acknowledgements a statement
 ISOLATION_OK = {"read committed", "read uncommitted"}
 
 
@@ -131,11 +130,11 @@ class MysqlDialect(Dialect):
         # One UPDATE joined with the batch as a derived table (UNION ALL: MySQL's and MariaDB's
         # VALUES constructors differ), instead of one statement per row. The first start before
         # the latest: MySQL's assignments see the ones before them.
-        # (ACK_CHUNK rows a statement: results may be large, and a statement must fit in the
-        # server's max_allowed_packet.)
+        # (CHUNK rows a statement, as the other batch statements: a statement must fit in the
+        # server's max_allowed_packet, 16 MiB by default on MariaDB, 64 MiB on MySQL.)
         done = 0
         with transaction.atomic(using=broker.alias, savepoint=False), broker.connection.cursor() as cursor:
-            for part in chunks(rows, ACK_CHUNK):
+            for part in chunks(rows, CHUNK):
                 batch = " UNION ALL ".join(["SELECT %s AS result, %s AS started, %s AS finished, %s AS id, %s AS token"]
                                            * len(part))
                 cursor.execute(
