@@ -59,8 +59,8 @@ class FlowGate:
         if not self.seen:
             return list(queues), []
         now, now_args = clock.at()
-        key = cursor.db.ops.quote_name("key")  # a reserved word on MySQL
-        cursor.execute(f"SELECT {key}, tat - {now} FROM {BUCKET} WHERE tat > {now}", [*now_args, *now_args])
+        key_column = cursor.db.ops.quote_name("key")  # a reserved word on MySQL
+        cursor.execute(f"SELECT {key_column}, tat - {now} FROM {BUCKET} WHERE tat > {now}", [*now_args, *now_args])
         shut = {key: opens_in for key, opens_in in cursor.fetchall()}  # seconds until each opens
         funcs = [key[5:] for key in shut if key.startswith("task:")]
         full = {q for q, n in self._running_queues(cursor, queues).items() if n >= self.caps[q]}
@@ -128,10 +128,11 @@ class FlowGate:
     def _lock_buckets(self, cursor, buckets: Sequence[str]) -> dict[str, float | None]:
         if not buckets:
             return {}
-        key = cursor.db.ops.quote_name("key")
-        self.dialect.insert_or_skip(cursor, BUCKET, [key, "tat"], [(b, 0) for b in buckets])
-        lock = f" ORDER BY {key} FOR UPDATE" if self.dialect.row_locks else ""
-        cursor.execute(f"SELECT {key}, tat FROM {BUCKET} WHERE {key} IN ({marks(len(buckets))}){lock}", list(buckets))
+        key_column = cursor.db.ops.quote_name("key")
+        self.dialect.insert_or_skip(cursor, BUCKET, [key_column, "tat"], [(b, 0) for b in buckets])
+        lock = f" ORDER BY {key_column} FOR UPDATE" if self.dialect.row_locks else ""
+        cursor.execute(f"SELECT {key_column}, tat FROM {BUCKET} WHERE {key_column} IN ({marks(len(buckets))}){lock}",
+                       list(buckets))
         return {key: (tat or None) for key, tat in cursor.fetchall()}
 
     def _report(self, held: dict[str, list]) -> None:
@@ -170,8 +171,8 @@ def status(cursor, settings: Settings, clock: Clock) -> dict[str, Any]:
     running = count_by(cursor, "queue", list(caps))
     queues = {q: {"running": running.get(q, 0), "cap": cap} for q, cap in sorted(caps.items())}
     now, now_args = clock.at()
-    key = cursor.db.ops.quote_name("key")
-    cursor.execute(f"SELECT {key}, tat - {now} FROM {BUCKET} ORDER BY {key}", now_args)
+    key_column = cursor.db.ops.quote_name("key")
+    cursor.execute(f"SELECT {key_column}, tat - {now} FROM {BUCKET} ORDER BY {key_column}", now_args)
     # (Rows named lock:... are MySQL's flow-control locks, not rate limits: see brokers/orm/mysql.py.)
     rates = {key: {"next_start_in": round(max(opens_in, 0.0), 3)} for key, opens_in in cursor.fetchall()
              if not key.startswith("lock:")}

@@ -187,7 +187,6 @@ class MysqlDialect(Dialect):
 register(MysqlDialect())
 
 
-
 def set_keepalive(fd: int, options: dict[str, int]) -> None:
     """Apply libpq-style keepalive ``options`` (see ``policy.connections.keepalive_options``) to the
     TCP socket ``fd``; a Unix socket has no such options, and is left alone."""
