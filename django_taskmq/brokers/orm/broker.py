@@ -443,7 +443,9 @@ class OrmBroker(Broker):
             # A queue's first claim (or its row was deleted): without the row the served counters
             # would silently stop counting. Created here, in the claim's own transaction, it costs
             # no commit of its own, and nothing at all once the rows exist (every later start).
-            self.dialect.insert_or_skip(cursor, QSTATE, ["queue", "served"], [(q, 0) for q in missing])
+            # (Django's own cursor: a statement this rare is not worth a prepared one on PostgreSQL.)
+            with self.connection.cursor() as plain:
+                self.dialect.insert_or_skip(plain, QSTATE, ["queue", "served"], [(q, 0) for q in missing])
         return heads, served, now if now is not None else clock.now(self.connection)
 
     def _claim(self, cursor, chosen: list, token: str, owner: str, lease: float,
