@@ -213,7 +213,8 @@ class MemoryBroker(Broker):
         if unique is not None:
             held = self._unique.get(unique.key)
             holder = self._jobs.get(held[0]) if held is not None else None
-            if holder is not None and unique.holds(holder.state, held[1]):
+            expired = holder is not None and holder.expires_at is not None and holder.expires_at <= now
+            if holder is not None and not expired and unique.holds(holder.state, held[1]):
                 if unique.replace and holder.state in REPLACEABLE:
                     holder.payload = job.get("payload", "")
                     holder.visible_at = job.get("visible_at") or 0.0

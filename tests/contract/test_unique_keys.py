@@ -102,6 +102,17 @@ def test_after_the_job_ended_a_new_job_is_made(broker, end):
     assert put(broker, unique_key="k") == second
 
 
+def test_a_job_past_its_expiry_holds_nothing(broker):
+    """A waiting job whose expiry passed will never run (a claim marks it EXPIRED): the next call
+    makes a new job instead of returning it."""
+    first = put(broker, unique_key="k", expires_at=time.time() + 0.3)
+    assert put(broker, unique_key="k", unique_replace=True) == first
+    time.sleep(0.5)
+    second = put(broker, unique_key="k", unique_replace=True)
+    assert second != first
+    assert put(broker, unique_key="k") == second
+
+
 def test_replace_gives_the_waiting_job_the_new_arguments(broker):
     first = put(broker, 1, 2, func=ADD, unique_key="k", delay=3600)
     assert not broker.has_ready(["default"])

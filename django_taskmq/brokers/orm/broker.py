@@ -276,10 +276,12 @@ class OrmBroker(Broker):
         with self.write_transaction() as cursor:  # SQLite: the write lock first, as in enqueue
             holder, held_for = dialect.take_key(conn, cursor, UNIQUE_KEYS, key_column, unique.key, job_id, unique.column)
             if holder != job_id:
-                cursor.execute(f"SELECT state FROM {JOB} WHERE id = %s{' FOR UPDATE' if dialect.row_locks else ''}",
-                               [holder])
+                # A job past its expiry that no claim marked EXPIRED yet will never run: it holds nothing.
+                now, now_args = self.clock.at()
+                cursor.execute(f"SELECT state, CASE WHEN expires_at <= {now} THEN 1 ELSE 0 END FROM {JOB} "
+                               f"WHERE id = %s{' FOR UPDATE' if dialect.row_locks else ''}", [*now_args, holder])
                 row = cursor.fetchone()
-                if row is not None and unique.holds(row[0], held_for):
+                if row is not None and not row[1] and unique.holds(row[0], held_for):
                     if unique.replace and JobState(row[0]) in REPLACEABLE:
                         self._replace(cursor, holder, job)
                     return holder
