@@ -8,6 +8,7 @@ is the ORM broker's own.
 
 from __future__ import annotations
 
+import hashlib
 import time
 
 import pytest
@@ -190,3 +191,53 @@ def test_concurrent_enqueuers_make_one_job(orm_broker, tmp_path):
     assert len(jobs) == 1 and jobs[0][1] == JobState.QUEUED
     assert returned == {jobs[0][0]}
     assert list(UniqueKey.objects.values_list("key", "job_id")) == [("debounce", jobs[0][0])]
+
+
+CLAIMER = """
+    import sys, os, time, hashlib
+    from django_taskmq.brokers import get_broker
+    ready, go, stop = sys.argv[1], sys.argv[2], sys.argv[3]
+    broker = get_broker()
+    open(ready, "w").close()
+    while not os.path.exists(go):
+        time.sleep(0.005)
+    while not os.path.exists(stop):
+        for r in broker.reserve(["default"], 1, 600, "claimer"):
+            print(r.job_id, hashlib.sha256(r.payload.encode()).hexdigest(), flush=True)
+        time.sleep(0.002)
+"""
+REPLACERS = """
+    import sys, os, time
+    from django_taskmq import async_task
+    ready, go, calls = sys.argv[1], sys.argv[2], int(sys.argv[3])
+    open(ready, "w").close()
+    while not os.path.exists(go):
+        time.sleep(0.005)
+    for i in range(calls):
+        async_task('tests.tasks.add', os.getpid(), i, unique_key='debounce', unique_replace=True)
+"""
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_claimed_job_is_never_replaced_and_one_waits_at_most(orm_broker, tmp_path):
+    """Enqueuers replace the waiting job while a claimer takes jobs: every job the claimer took
+    keeps the package it was claimed with (a replacement lands before the claim or not at all),
+    and at most one job waits at the end."""
+    go, stop = tmp_path / "go", tmp_path / "stop"
+    readies = [tmp_path / f"ready{n}" for n in range(ENQUEUERS + 1)]
+    claimer = start_script(CLAIMER, str(readies[0]), str(go), str(stop))
+    procs = [start_script(REPLACERS, str(ready), str(go), str(CALLS)) for ready in readies[1:]]
+    deadline = time.monotonic() + 60
+    while not all(r.exists() for r in readies) and time.monotonic() < deadline:
+        time.sleep(0.01)
+    go.touch()
+    for proc in procs:
+        finish(proc)
+    stop.touch()
+    claimed = dict(line.split() for line in finish(claimer).splitlines())
+    stored = dict(Job.objects.values_list("id", "payload"))
+    assert claimed, "the claimer took no job: the test proved nothing"
+    assert {i: hashlib.sha256(stored[i].encode()).hexdigest() for i in claimed} == claimed
+    waiting_ids = set(Job.objects.filter(state=JobState.QUEUED).values_list("id", flat=True))
+    assert len(waiting_ids) <= 1 and not waiting_ids & set(claimed)
+    assert len(stored) == len(claimed) + len(waiting_ids)
