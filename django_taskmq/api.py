@@ -29,7 +29,8 @@ def async_task(func: Callable | str, *args: Any, queue: str | None = None, prior
                task_name: str | None = None, sync: bool | None = None,
                concurrency_key: str | Callable[..., str] | None = None, concurrency_limit: int | None = None,
                rate_limit: str | None = None, cached: bool | float | None = None, save: bool | None = None,
-               q_options: dict | None = None, **kwargs: Any) -> str:
+               unique_key: str | None = None, unique_for: Iterable[str] | None = None,
+               unique_replace: bool | None = None, q_options: dict | None = None, **kwargs: Any) -> str:
     """Enqueue ``func(*args, **kwargs)``; return the job id.
 
     ``func`` is a callable, a ``@task`` or a dotted path. Options whose names collide with the
@@ -37,7 +38,10 @@ def async_task(func: Callable | str, *args: Any, queue: str | None = None, prior
     like an option that ``q_options`` also holds is passed to the function. Inside the
     caller's ``transaction.atomic()`` the job exists only if that transaction commits. With
     ``key``, a second call within ``TASKMQ['idempotency_ttl']`` returns the first job's id and
-    enqueues nothing. ``cached`` (True, or seconds) also keeps the result in the Django cache
+    enqueues nothing. With ``unique_key``, a second call while the key's job is in one of the
+    states of ``unique_for`` (default: queued or retrying, before it runs) returns that job's id and
+    enqueues nothing; ``unique_replace=True`` gives the waiting job this call's arguments and time
+    instead (a debounce). ``cached`` (True, or seconds) also keeps the result in the Django cache
     (``TASKMQ['cache']``); ``save=False`` keeps none in the database. Bad options raise
     :class:`~django_taskmq.ConfigError` here, at the call.
     """
@@ -76,7 +80,11 @@ def _enqueue(template: JobTemplate, args: tuple, kwargs: dict, options: dict, se
         job = Job(**values)
         pre_enqueue.send(sender=Job, job=job)  # receivers may change the job's fields
         values = {f.attname: getattr(job, f.attname) for f in Job._meta.concrete_fields}
-    job_id = get_broker().enqueue(values, key=values["key"])
+    unique = template.unique
+    if unique is None:  # the common call: the contract's two-argument form
+        job_id = get_broker().enqueue(values, key=values["key"])
+    else:
+        job_id = get_broker().enqueue(values, key=values["key"], unique=unique)
     run_inline = options.get("sync")
     if run_inline is None:
         run_inline = settings.sync
@@ -89,10 +97,14 @@ def enqueue_many(func: Callable | str, calls: Iterable[Any], **options: Any) -> 
     """Enqueue many calls of ``func`` at once; return their ids in order.
 
     Each item of ``calls`` is an args tuple/list, or a ``(args, kwargs)`` pair given as a dict
-    ``{"args": (...), "kwargs": {...}}``. Options apply to every call (no idempotency ``key``).
+    ``{"args": (...), "kwargs": {...}}``. Options apply to every call (no idempotency ``key``, no
+    coalescing ``unique_key``).
     """
     if options.get("key") is not None:
         raise ConfigError("enqueue_many does not take key: idempotency keys are per call, use async_task")
+    taken = sorted(name for name in ("unique_key", "unique_for", "unique_replace") if options.get(name) is not None)
+    if taken:
+        raise ConfigError(f"enqueue_many does not take {', '.join(taken)}: coalescing keys are per call, use async_task")
     settings = get_settings()
     template = JobTemplate(func, options, settings)
     if settings.opentelemetry:  # one producer span for the batch

@@ -454,6 +454,19 @@ class IdempotencyKey(models.Model):
         verbose_name = _("idempotency key")
 
 
+class UniqueKey(models.Model):
+    """A coalescing key (``async_task(unique_key=...)``), the job that holds it, and the job states
+    (comma-separated, e.g. ``QUEUED,RETRYING``) during which it holds. One row per distinct key:
+    a row whose job left those states, or is gone, is taken over by the key's next enqueue."""
+
+    key = models.CharField(primary_key=True, max_length=255)
+    job_id = models.CharField(max_length=32)
+    states = models.CharField(max_length=64)
+
+    class Meta:
+        verbose_name = _("coalescing key")
+
+
 class Cluster(models.Model):
     """The heartbeat a running cluster publishes (read by ``qinfo`` and the admin)."""
 

@@ -21,6 +21,7 @@ from .policy.flow import check_key, check_limit, parse_rate
 from .policy.priority import validate_priority
 from .policy.states import JobState
 from .policy.times import FromNow
+from .policy.unique import Unique, parse_unique
 from .signing import sign
 
 DELAY_MAX = 10 * 366 * 86400.0  # ten years: a longer delay is a mistake, not a plan
@@ -28,7 +29,8 @@ DELAY_MAX = 10 * 366 * 86400.0  # ten years: a longer delay is a mistake, not a 
 # async_task takes every option but "chain" as a keyword (a chain is built with Chain).
 TASK_OPTIONS = ("queue", "priority", "retry", "timeout", "max_deliveries", "ack_failure", "hook", "on_dead",
                 "concurrency_key", "concurrency_limit", "rate_limit")
-CALL_OPTIONS = (*TASK_OPTIONS, "key", "delay", "eta", "expires_at", "group", "task_name", "sync", "cached", "save")
+CALL_OPTIONS = (*TASK_OPTIONS, "key", "delay", "eta", "expires_at", "group", "task_name", "sync", "cached", "save",
+                "unique_key", "unique_for", "unique_replace")
 # "chain" is built with Chain; "django_priority" is the Django task's own priority (-100..100),
 # which the django.tasks backend stores in the package so that TaskResult reports it.
 OPTIONS = frozenset({*CALL_OPTIONS, "chain", "django_priority"})
@@ -133,6 +135,10 @@ def validate_options(options: dict[str, Any], settings: Settings | None = None) 
             raise ConfigError(f"django_priority must be an integer in -100..100, got {value!r}")
     if out.get("key") is not None and (not isinstance(out["key"], str) or not 0 < len(out["key"]) <= 255):
         raise ConfigError(f"key must be a string of 1..255 characters, got {out['key']!r}")
+    unique = parse_unique(out.get("unique_key"), out.get("unique_for"), out.get("unique_replace"), ConfigError)
+    if unique is not None and out.get("key") is not None:
+        raise ConfigError("pass either key (idempotency: once per TTL) or unique_key (coalescing: while the "
+                          "job waits), not both")
     if out.get("delay") is not None:
         _positive("delay", out["delay"], allow_zero=True, maximum=DELAY_MAX)
     if out.get("eta") is not None:
@@ -244,6 +250,9 @@ class JobTemplate:
             group=options.get("group"),
             rate_limit=options.get("rate_limit"),
         )
+        #: The coalescing key of every job of this template (None: none), for ``Broker.enqueue``.
+        self.unique: Unique | None = parse_unique(options.get("unique_key"), options.get("unique_for"),
+                                                  options.get("unique_replace"), ConfigError)
         self.key = options.get("concurrency_key")
         self.key_limit = options.get("concurrency_limit") or 1
 

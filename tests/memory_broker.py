@@ -33,6 +33,7 @@ from django_taskmq.exceptions import ConfigError, LeaseLost
 from django_taskmq.policy import attempts, flow, pick
 from django_taskmq.policy.priority import validate_priority
 from django_taskmq.policy.states import Event, InvalidTransition, JobState, transition
+from django_taskmq.policy.unique import REPLACEABLE, Unique
 from django_taskmq.signing import seal_result, verify_result
 
 
@@ -129,6 +130,7 @@ class MemoryBroker(Broker):
         self._letter_ids = 0  # the last letter's id: never reused, as a database sequence
         self.heartbeats: dict[str, dict[str, Any]] = {}
         self._keys: dict[str, tuple[str, float]] = {}  # idempotency key -> (job id, expires at)
+        self._unique: dict[str, tuple[str, str]] = {}  # coalescing key -> (job id, states column)
         self._served: dict[str, int] = {}
         self._arrivals = itertools.count()
         self._depth = 0
@@ -157,8 +159,8 @@ class MemoryBroker(Broker):
         try:
             yield
         except BaseException:
-            (self._jobs, self.letters, self.heartbeats, self._keys, self._served, self._tats, self.paused,
-             self._chores) = saved
+            (self._jobs, self.letters, self.heartbeats, self._keys, self._unique, self._served, self._tats,
+             self.paused, self._chores) = saved
             raise
         finally:
             self._depth -= 1
@@ -166,8 +168,8 @@ class MemoryBroker(Broker):
     def _stored(self) -> tuple[Any, ...]:
         """Everything a database would hold (and roll back): jobs, letters, heartbeats, keys,
         served counters, rate limits, pauses, chores."""
-        return (self._jobs, self.letters, self.heartbeats, self._keys, self._served, self._tats, self.paused,
-                self._chores)
+        return (self._jobs, self.letters, self.heartbeats, self._keys, self._unique, self._served, self._tats,
+                self.paused, self._chores)
 
     def close(self) -> None:
         self.closes += 1
@@ -206,8 +208,20 @@ class MemoryBroker(Broker):
         raise _unused("waker")
 
     # -- enqueue ------------------------------------------------------------------------------
-    def enqueue(self, job: Mapping[str, Any], key: str | None = None) -> str:
+    def enqueue(self, job: Mapping[str, Any], key: str | None = None, unique: Unique | None = None) -> str:
         now = time.time()
+        if unique is not None:
+            held = self._unique.get(unique.key)
+            holder = self._jobs.get(held[0]) if held is not None else None
+            expired = holder is not None and holder.expires_at is not None and holder.expires_at <= now
+            if holder is not None and not expired and unique.holds(holder.state, held[1]):
+                if unique.replace and holder.state in REPLACEABLE:
+                    holder.payload = job.get("payload", "")
+                    holder.visible_at = job.get("visible_at") or 0.0
+                    if job.get("expires_at") is not None:
+                        holder.expires_at = job["expires_at"]
+                return holder.id
+            self._unique[unique.key] = (job["id"], unique.column)
         if key is not None:
             known = self._keys.get(key)
             if known is not None and known[1] > now:

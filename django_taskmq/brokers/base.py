@@ -18,6 +18,7 @@ from typing import Any, NamedTuple, Protocol
 
 from ..conf import Settings
 from ..policy.states import JobState
+from ..policy.unique import Unique
 
 
 class Reservation(NamedTuple):
@@ -100,11 +101,18 @@ class Broker(abc.ABC):
 
     # -- enqueue ----------------------------------------------------------------------------
     @abc.abstractmethod
-    def enqueue(self, job: Mapping[str, Any], key: str | None = None) -> str:
+    def enqueue(self, job: Mapping[str, Any], key: str | None = None, unique: Unique | None = None) -> str:
         """Store one job (its column values by attribute name); return its id.
 
         With ``key``: within the idempotency TTL, return the id of the job that key already made
         and store nothing, also when callers race.
+
+        With ``unique`` (a coalescing key; never together with ``key``): while the job that holds
+        ``unique.key`` is in one of the states the key was taken for, store nothing and return
+        that job's id; with ``unique.replace`` that job, if it has not started, first takes this
+        job's ``payload``, ``visible_at`` and (if given) ``expires_at``. Once the holder left those
+        states (or is gone), this job is stored and holds the key for ``unique.states``. Callers
+        that race never store two jobs for one key.
         """
 
     @abc.abstractmethod

@@ -30,11 +30,15 @@ NOOP = "tests.tasks.noop"
 
 def put(broker: Broker, *args: Any, func: str = NOOP, payload: str | None = None, **options: Any) -> str:
     """Enqueue ``func(*args)`` with ``options`` (as ``async_task`` takes them) through
-    ``broker.enqueue``; return the job id (the first job's, for a repeated idempotency ``key``).
-    ``payload`` replaces the signed package (a forged or broken one)."""
-    values = JobTemplate(func, options, broker.settings).values(args, {})
+    ``broker.enqueue``; return the job id (the first job's, for a repeated idempotency ``key``;
+    the holder's, for a coalescing ``unique_key`` that holds). ``payload`` replaces the signed
+    package (a forged or broken one)."""
+    template = JobTemplate(func, options, broker.settings)
+    values = template.values(args, {})
     if payload is not None:
         values["payload"] = payload
+    if template.unique is not None:
+        return broker.enqueue(values, key=values["key"], unique=template.unique)
     return broker.enqueue(values, key=values["key"])
 
 

@@ -31,6 +31,7 @@ from ...models import (Chore, Cluster, DeadLetter, IdempotencyKey, Job, QueuePau
 from ...policy import attempts, pick
 from ...policy.priority import validate_priority
 from ...policy.states import HAS_DELIVERIES_LEFT_SQL, JobState, used_up
+from ...policy.unique import REPLACEABLE, Unique
 from ...signals import job_dead
 from ...signing import seal_result
 from .. import pooling
@@ -39,7 +40,7 @@ from ..clock import Clock, FromNow, Skew
 from .dialect import Dialect, dialect_for
 from .flow import KEY_FREE, FlowGate
 from .sql import (ACK, BURY, CANCEL, CHORE, DEAD_LETTER, EXPIRE, FAIL, FINISHED, GIVE, JOB, JOB_LABEL, KEYS, QSTATE,
-                  READY_SQL, RECLAIM, REPLAY, RESERVE, RETRY, RUNNING, STOPPED, chunks, literal, marks)
+                  READY_SQL, RECLAIM, REPLAY, RESERVE, RETRY, RUNNING, STOPPED, UNIQUE_KEYS, chunks, literal, marks)
 from .flow import status as flow_status
 
 logger = logging.getLogger(__name__)
@@ -63,6 +64,7 @@ TIMED = ("visible_at", "expires_at")
 # psycopg prepares a statement after this many runs on a connection; the hot statements ask for it at
 # once (prepare=True), so this only keeps psycopg's own counting from preparing anything else.
 NO_AUTOMATIC_PREPARE = 2**31
+REPLACEABLE_SQL = literal(*REPLACEABLE)  # a coalesced job takes new arguments only in these states
 CLAIM_ATTEMPTS = 5  # tries of a claim the database rolled back for a deadlock or a lock wait timeout
 
 
@@ -221,12 +223,16 @@ class OrmBroker(Broker):
                 cursor.close()
 
     # -- enqueue ----------------------------------------------------------------------------
-    def enqueue(self, job: Mapping[str, Any], key: str | None = None) -> str:
+    def enqueue(self, job: Mapping[str, Any], key: str | None = None, unique: Unique | None = None) -> str:
         """Insert one job (its column values by attribute name).
 
-        With ``key``, return the id of the job that key made within the TTL instead, if any.
+        With ``key``, return the id of the job that key made within the TTL instead, if any. With
+        ``unique``, return the id of the job that holds the coalescing key instead, if it is still
+        in the key's states (see :meth:`Broker.enqueue`).
         """
         job_id = job["id"]
+        if unique is not None:
+            return self._enqueue_unique(job, unique)
         if key is None:
             self._insert([job])
             return job_id
@@ -257,6 +263,45 @@ class OrmBroker(Broker):
                         return row[0]
             self._insert([job])
         return job_id
+
+    def _enqueue_unique(self, job: Mapping[str, Any], unique: Unique) -> str:
+        """Enqueue with a coalescing key: the key row first (its primary key decides between
+        concurrent callers, who wait for each other on it), then the holder job's row, locked for
+        as long: a claim skips a job locked here (SKIP LOCKED), and one that holds it makes this
+        call wait until it commits and then see the job RUNNING. Never a read-then-insert."""
+        job_id = job["id"]
+        conn = self.connection
+        key_column = conn.ops.quote_name("key")  # a reserved word on MySQL
+        dialect = self.dialect
+        with self.write_transaction() as cursor:  # SQLite: the write lock first, as in enqueue
+            holder, held_for = dialect.take_key(conn, cursor, UNIQUE_KEYS, key_column, unique.key, job_id, unique.column)
+            if holder != job_id:
+                # A job past its expiry that no claim marked EXPIRED yet will never run: it holds nothing.
+                now, now_args = self.clock.at()
+                cursor.execute(f"SELECT state, CASE WHEN expires_at <= {now} THEN 1 ELSE 0 END FROM {JOB} "
+                               f"WHERE id = %s{' FOR UPDATE' if dialect.row_locks else ''}", [*now_args, holder])
+                row = cursor.fetchone()
+                if row is not None and not row[1] and unique.holds(row[0], held_for):
+                    if unique.replace and JobState(row[0]) in REPLACEABLE:
+                        self._replace(cursor, holder, job)
+                    return holder
+                # The holder ended (or was deleted): this job takes the key over, for its own states.
+                cursor.execute(f"UPDATE {UNIQUE_KEYS} SET job_id = %s, states = %s WHERE {key_column} = %s",
+                               [job_id, unique.column, unique.key])
+            self._insert([job])
+        return job_id
+
+    def _replace(self, cursor: Any, holder: str, job: Mapping[str, Any]) -> None:
+        """Give the waiting job ``holder`` the package and times of ``job`` (a debounce); only while
+        it waits (the row is locked: it cannot start meanwhile)."""
+        sets, params = ["payload = %s"], [job["payload"]]
+        for name in TIMED:  # visible_at always (no delay: now), expires_at when given
+            if job.get(name) is not None:
+                sql, args = self.clock.value(self.connection, job[name])
+                sets.append(f"{name} = {sql}")
+                params += args
+        cursor.execute(f"UPDATE {JOB} SET {', '.join(sets)} WHERE id = %s AND state IN {REPLACEABLE_SQL}",
+                       [*params, holder])
 
     def enqueue_many(self, rows: Sequence[Mapping[str, Any]]) -> list[str]:
         """Insert many jobs given as column values by attribute name; missing ones take defaults.

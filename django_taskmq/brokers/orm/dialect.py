@@ -162,6 +162,22 @@ class Dialect:
         cursor.executemany(f"{start} {table} ({', '.join(columns)}) VALUES ({marks(len(columns))})"
                            f"{end.format(last=columns[-1])}", sorted(rows))
 
+    def take_key(self, connection: Any, cursor: Any, table: str, key_column: str, key: str, job_id: str,
+                 states: str) -> tuple[str, str]:
+        """Make the coalescing key ``key`` of ``table`` exist (held by ``job_id`` for ``states`` if
+        it is new), locked for writing until the transaction ends; return its (job_id, states):
+        ``job_id`` itself when the key is new. The primary key decides between concurrent callers
+        of one key, which wait here for each other. The portable form: an upsert whose update
+        (a no-op) locks an existing row, with ``RETURNING`` where the engine has it."""
+        returning = connection.features.can_return_columns_from_insert
+        cursor.execute(f"INSERT INTO {table} ({key_column}, job_id, states) VALUES (%s, %s, %s) "
+                       f"ON CONFLICT ({key_column}) DO UPDATE SET job_id = {table}.job_id"
+                       f"{' RETURNING job_id, states' if returning else ''}", [key, job_id, states])
+        if not returning:  # (an SQLite before 3.35: its write lock is held, nothing else to lock)
+            cursor.execute(f"SELECT job_id, states FROM {table} WHERE {key_column} = %s", [key])
+        holder, held_for = cursor.fetchone()
+        return holder, held_for
+
     def insert_many(self, cursor: Any, table: str, columns: str, width: int, rows: list[list]) -> None:
         """Insert ``rows`` (values of ``columns``) into ``table``: multi-row INSERTs."""
         row = f"({marks(width)})"

@@ -65,6 +65,17 @@ class MysqlDialect(Dialect):
     def seconds_between(self, later: str, earlier: str) -> str:
         return f"TIMESTAMPDIFF(MICROSECOND, {earlier}, {later}) / 1e6"
 
+    def take_key(self, connection: Any, cursor: Any, table: str, key_column: str, key: str, job_id: str,
+                 states: str) -> tuple[str, str]:
+        # The duplicate is locked for writing at once: a plain INSERT's duplicate-key error would
+        # leave a shared lock (a savepoint's rollback keeps it), and two callers upgrading theirs
+        # deadlock. The locking read then sees the row as committed, not as the snapshot had it.
+        cursor.execute(f"INSERT INTO {table} ({key_column}, job_id, states) VALUES (%s, %s, %s) "
+                       f"ON DUPLICATE KEY UPDATE job_id = job_id", [key, job_id, states])
+        cursor.execute(f"SELECT job_id, states FROM {table} WHERE {key_column} = %s FOR UPDATE", [key])
+        holder, held_for = cursor.fetchone()
+        return holder, held_for
+
     def connection_limit(self, connection: Any) -> tuple[int, str] | None:
         with connection.cursor() as cursor:
             cursor.execute("SELECT @@max_connections")

@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Iterator, Sequence
 from typing import NamedTuple
 
-from ...models import Chore, DeadLetter, FlowBucket, IdempotencyKey, Job, QueueState
+from ...models import Chore, DeadLetter, FlowBucket, IdempotencyKey, Job, QueueState, UniqueKey
 from ...policy.states import TRANSITIONS, Event, JobState
 
 
@@ -33,6 +33,7 @@ BUCKET = FlowBucket._meta.db_table
 DEAD_LETTER = DeadLetter._meta.db_table
 CHORE = Chore._meta.db_table
 KEYS = IdempotencyKey._meta.db_table
+UNIQUE_KEYS = UniqueKey._meta.db_table
 CHUNK = 500  # rows per statement: well under SQLite's variable limit
 
 
