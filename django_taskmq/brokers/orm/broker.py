@@ -15,8 +15,8 @@ import functools
 import logging
 import time
 import uuid
-from collections.abc import Iterable, Iterator, Mapping, Sequence
-from typing import Any
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from typing import Any, TypeVar
 
 from django.db import connections, transaction
 from django.db.models import F, FloatField, OuterRef, Subquery
@@ -65,7 +65,8 @@ TIMED = ("visible_at", "expires_at")
 # once (prepare=True), so this only keeps psycopg's own counting from preparing anything else.
 NO_AUTOMATIC_PREPARE = 2**31
 REPLACEABLE_SQL = literal(*REPLACEABLE)  # a coalesced job takes new arguments only in these states
-CLAIM_ATTEMPTS = 5  # tries of a claim the database rolled back for a deadlock or a lock wait timeout
+CLAIM_ATTEMPTS = 5  # tries of a claim or sweep the database rolled back for a deadlock or a lock wait timeout
+T = TypeVar("T")
 
 
 class OrmBroker(Broker):
@@ -385,17 +386,8 @@ class OrmBroker(Broker):
         if time.monotonic() - self._last_reclaim >= self.reclaim_every:
             self.reclaim_expired()
             self._last_reclaim = time.monotonic()
-        for attempt in range(CLAIM_ATTEMPTS):
-            try:
-                return self._reserve(queues, limit, lease, owner, above)
-            except Exception as exc:
-                # A deadlock or lock wait timeout (MySQL) rolled the whole claim back: nothing was
-                # claimed or counted, and another try usually goes through. Not inside a caller's
-                # transaction, which the rollback ended too.
-                if attempt + 1 == CLAIM_ATTEMPTS or self.connection.in_atomic_block or not self.dialect.retryable(exc):
-                    raise
-                logger.debug("claim rolled back (%s): trying again", exc)
-        raise AssertionError("unreachable")
+        # (A claim the database rolled back claimed and counted nothing: no delivery is counted twice.)
+        return self._retried(lambda: self._reserve(queues, limit, lease, owner, above))
 
     def _reserve(self, queues: list[str], limit: int, lease: float, owner: str,
                  above: int | None) -> list[Reservation]:
@@ -966,17 +958,42 @@ class OrmBroker(Broker):
         # "state = RUNNING" is the partial index's own term (taskmq_job_leased), the only one SQLite
         # matches it with: "state IN ('RUNNING')", under the statistics of a table of a million
         # finished jobs, scanned the whole table (250 ms a sweep, once a second, write lock held).
-        now, now_args = self.clock.at()
-        with self.connection.cursor() as cursor:
-            cursor.execute(
-                f"UPDATE {JOB} SET state = {RECLAIM.to}, lease_owner = NULL, lease_token = NULL, lease_until = NULL, "
-                f"error = 'lease expired', visible_at = {now} WHERE state = {RUNNING} AND lease_until < {now}",
-                [*now_args, *now_args],
-            )
-            count = cursor.rowcount
+        count = self._retried(self._reclaim_expired)
         if count:
             logger.warning("reclaimed %d message(s) whose lease ran out", count)
         return count
+
+    def _reclaim_expired(self) -> int:
+        now, now_args = self.clock.at()
+        sets = (f"UPDATE {JOB} SET state = {RECLAIM.to}, lease_owner = NULL, lease_token = NULL, lease_until = NULL, "
+                f"error = 'lease expired', visible_at = {now} WHERE state = {RUNNING} AND lease_until < {now}")
+        with self.connection.cursor() as cursor:
+            if not self.dialect.locks_scanned_rows:
+                cursor.execute(sets, [*now_args, *now_args])
+                return cursor.rowcount
+            # InnoDB: a plain read finds the rows (no lock; nearly always none), then they are
+            # updated by primary key, their conditions checked again under the lock.
+            cursor.execute(f"SELECT id FROM {JOB} WHERE state = {RUNNING} AND lease_until < {now}", now_args)
+            ids = [row[0] for row in cursor.fetchall()]
+            count = 0
+            for part in chunks(ids):
+                cursor.execute(f"{sets} AND id IN ({marks(len(part))})", [*now_args, *now_args, *part])
+                count += cursor.rowcount
+            return count
+
+    def _retried(self, operation: Callable[[], T]) -> T:
+        """Run ``operation`` (one transaction of its own); again, up to :data:`CLAIM_ATTEMPTS`
+        times, when the database rolled it back for a deadlock or a lock wait timeout (MySQL):
+        nothing it did stays, and another try usually goes through. Not inside a caller's
+        transaction, which the rollback ended too."""
+        for attempt in range(CLAIM_ATTEMPTS):
+            try:
+                return operation()
+            except Exception as exc:
+                if attempt + 1 == CLAIM_ATTEMPTS or self.connection.in_atomic_block or not self.dialect.retryable(exc):
+                    raise
+                logger.debug("rolled back (%s): trying again", exc)
+        raise AssertionError("unreachable")
 
     def analyze(self) -> None:
         """Refresh the planner's statistics of the job table when they are stale (PostgreSQL: see

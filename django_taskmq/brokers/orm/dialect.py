@@ -49,6 +49,9 @@ class Dialect:
     greatest: str
     #: True: the served counters' update rides in the claim's own statement (a ``WITH`` prefix).
     counters_in_claim: bool = False
+    #: True: an UPDATE with a range condition locks every index entry it scans, not only the rows
+    #: it changes (InnoDB): sweeps first find their rows with a plain read, then update by key.
+    locks_scanned_rows: bool = False
     #: True: :meth:`flush_deferred` does something (the broker enters it only then).
     defers_flush: bool = False
     #: (start, end) of an INSERT that skips rows whose key exists; {last} in the end is the last column.

@@ -57,6 +57,7 @@ class MysqlDialect(Dialect):
     name = "MySQL/MariaDB"
     clock = MYSQL
     row_locks = True
+    locks_scanned_rows = True
     greatest = "GREATEST"
     # An existing row is locked for writing (INSERT IGNORE would take a shared lock, and two
     # claims upgrading theirs deadlock).
