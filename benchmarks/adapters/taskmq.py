@@ -133,7 +133,11 @@ class Adapter:
             series = ("(WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n "
                       f"WHERE i < {int(count)}) SELECT i FROM n) AS n")
         elif connection.vendor == "mysql":
-            new_id = "CONCAT('fill', LPAD(n.i, 28, '0'))"
+            # Ids of jobs made in 1970 (django_taskmq's ids are 14 hex digits of microseconds and
+            # 10 of randomness): older than any real job, as in a table that accumulated them. The
+            # "fill..." ids of the other engines would sort after every new job, and MariaDB's idle
+            # pusher wakes when MAX(id) changes: it would never wake (its poll would time it).
+            new_id = "CONCAT(LPAD(LOWER(HEX(n.i)), 14, '0'), '0000000000')"
             # MariaDB's sequence engine: seq_1_to_<count> is a virtual table of 1..count.
             series = f"(SELECT seq AS i FROM seq_1_to_{int(count)}) AS n"
         else:
