@@ -838,6 +838,11 @@ def results_md() -> str:
     if folders:
         latest = (complete or folders)[-1]
         lines += ["", folder_markdown(load_folder(latest), link_base=BENCH_DIR, level=2).rstrip()]
+        # MariaDB (issue 25) beside them: if the headline run did not include it, the newest run that did.
+        with_mysql = [f for f in folders if "mysql" in sessions[f].get("engines", ())]
+        if with_mysql and "mysql" not in sessions[latest].get("engines", ()):
+            lines += ["", "## MariaDB: the newest results folder with it", "",
+                      folder_markdown(load_folder(with_mysql[-1]), link_base=BENCH_DIR, level=3).rstrip()]
         if len(folders) > 1:
             lines += ["", "## Other results folders", ""]
             lines += [f"* [`results/{f.name}/`](results/{f.name}/): `python3 benchmarks/report.py "
