@@ -2,7 +2,8 @@
 
 Runs inside a system's venv, before ``django.setup()``. Migrating once per session and
 copying the result (a file copy on SQLite, ``CREATE DATABASE ... TEMPLATE`` on
-PostgreSQL) keeps "each workload from a fresh database" cheap.
+PostgreSQL, the template's ``SHOW CREATE TABLE`` and rows on MariaDB, which has no
+template databases) keeps "each workload from a fresh database" cheap.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ import subprocess
 import sys
 import time
 
-from benchdb import pg_params
+from benchdb import mysql_params, pg_params
 from systems import WORK_DIR, System
 
 SQLITE_DIR = WORK_DIR / "db"
@@ -48,6 +49,8 @@ def database_env(system: System, engine: str) -> dict[str, str]:
         return {}
     if engine == "sqlite":
         env["BENCH_SQLITE_PATH"] = str(_sqlite_paths(system)[0])
+    elif engine == "mysql":
+        env["BENCH_MYSQL_NAME"] = system.pg_database
     else:
         env["BENCH_PG_NAME"] = system.pg_database
     return env
@@ -63,6 +66,77 @@ def _pg_admin(*statements: str) -> list:
             cur = conn.execute(statement)
             rows = cur.fetchall() if cur.description else []
     return rows
+
+
+def _mysql_connect(database: str | None = None):
+    """A mysqlclient connection to the benchmark's MariaDB server (autocommit)."""
+    import MySQLdb
+
+    params = mysql_params()
+    kwargs = {"host": params["host"], "port": int(params["port"]), "user": params["user"],
+              "passwd": params["password"], "charset": "utf8mb4", "autocommit": True}
+    if database:
+        kwargs["db"] = database
+    return MySQLdb.connect(**kwargs)
+
+
+def _mysql_admin(*statements: str) -> list:
+    """Run statements without a default database in autocommit; return the last rows."""
+    conn = _mysql_connect()
+    try:
+        rows: list = []
+        cur = conn.cursor()
+        for statement in statements:
+            cur.execute(statement)
+            rows = list(cur.fetchall()) if cur.description else []
+        return rows
+    finally:
+        conn.close()
+
+
+def _mysql_drop(conn, name: str) -> None:
+    """Drop database ``name``, first killing the connections that use it (PostgreSQL's
+    ``WITH (FORCE)``): a cluster that was stopped uncleanly must not block the next run."""
+    cur = conn.cursor()
+    cur.execute("SELECT ID FROM information_schema.PROCESSLIST WHERE DB = %s AND ID <> CONNECTION_ID()",
+                (name,))
+    for (thread_id,) in cur.fetchall():
+        try:
+            cur.execute(f"KILL {int(thread_id)}")
+        except Exception:  # already gone
+            pass
+    cur.execute(f"DROP DATABASE IF EXISTS `{name}`")
+
+
+def _mysql_clone(template: str, live: str) -> None:
+    """Make ``live`` a copy of ``template``: every table's ``SHOW CREATE TABLE`` and its rows.
+
+    MariaDB has no ``CREATE DATABASE ... TEMPLATE``. ``CREATE TABLE ... LIKE`` would drop the
+    foreign keys, so the template's own DDL is replayed (foreign key checks off, so the
+    order does not matter); generated (virtual) columns are computed, never copied.
+    """
+    conn = _mysql_connect()
+    try:
+        cur = conn.cursor()
+        _mysql_drop(conn, live)
+        cur.execute(f"CREATE DATABASE `{live}` CHARACTER SET utf8mb4")
+        cur.execute("SELECT TABLE_NAME FROM information_schema.TABLES WHERE TABLE_SCHEMA = %s "
+                    "AND TABLE_TYPE = 'BASE TABLE' ORDER BY TABLE_NAME", (template,))
+        tables = [row[0] for row in cur.fetchall()]
+        cur.execute(f"USE `{live}`")
+        cur.execute("SET SESSION foreign_key_checks = 0")
+        for table in tables:
+            cur.execute(f"SHOW CREATE TABLE `{template}`.`{table}`")
+            cur.execute(cur.fetchone()[1])
+        for table in tables:
+            cur.execute("SELECT COLUMN_NAME FROM information_schema.COLUMNS WHERE TABLE_SCHEMA = %s "
+                        "AND TABLE_NAME = %s AND EXTRA NOT LIKE '%%GENERATED%%' ORDER BY ORDINAL_POSITION",
+                        (template, table))
+            columns = ", ".join(f"`{row[0]}`" for row in cur.fetchall())
+            cur.execute(f"INSERT INTO `{live}`.`{table}` ({columns}) "
+                        f"SELECT {columns} FROM `{template}`.`{table}`")
+    finally:
+        conn.close()
 
 
 def _remove_sqlite(path) -> None:
@@ -89,6 +163,9 @@ def template_exists(system: System, engine: str) -> bool:
         return True
     if engine == "sqlite":
         return _sqlite_paths(system)[1].exists()
+    if engine == "mysql":
+        return bool(_mysql_admin(f"SELECT 1 FROM information_schema.SCHEMATA "
+                                 f"WHERE SCHEMA_NAME = '{_template_name(system)}'"))
     rows = _pg_admin(f"SELECT 1 FROM pg_database WHERE datname = '{_template_name(system)}'")
     return bool(rows)
 
@@ -109,6 +186,15 @@ def prepare_template(system: System, engine: str) -> None:
         conn.close()
         if mode != "wal":
             raise RuntimeError(f"could not set WAL on {template}: journal_mode={mode}")
+    elif engine == "mysql":
+        name = _template_name(system)
+        conn = _mysql_connect()
+        try:
+            _mysql_drop(conn, name)
+            conn.cursor().execute(f"CREATE DATABASE `{name}` CHARACTER SET utf8mb4")
+        finally:
+            conn.close()
+        _migrate(system, {"BENCH_ENGINE": "mysql", "BENCH_MYSQL_NAME": name})
     else:
         name = _template_name(system)
         _pg_admin(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)', f'CREATE DATABASE "{name}"')
@@ -127,6 +213,8 @@ def fresh_database(system: System, engine: str) -> None:
         live, template = _sqlite_paths(system)
         _remove_sqlite(live)
         shutil.copyfile(template, live)
+    elif engine == "mysql":
+        _mysql_clone(_template_name(system), system.pg_database)
     else:
         _pg_admin(
             f'DROP DATABASE IF EXISTS "{system.pg_database}" WITH (FORCE)',
@@ -140,6 +228,8 @@ def server_info(engine: str) -> dict:
         return {"sqlite": sqlite3.sqlite_version}
     if engine == "redis":
         return {"redis": _redis(_redis_dbs()[0]).info("server").get("redis_version")}
+    if engine == "mysql":
+        return {"mysql": _mysql_admin("SELECT VERSION()")[0][0]}
     rows = _pg_admin("SHOW server_version")
     return {"postgresql": rows[0][0]}
 
@@ -154,6 +244,7 @@ def raw_commit_rate(system: System, engine: str, n: int) -> dict:
 
     SQLite: the live file (WAL, the default ``synchronous``), ``BEGIN IMMEDIATE`` like a
     writer that wants the lock at once. PostgreSQL: psycopg, default ``synchronous_commit``.
+    MariaDB: mysqlclient, an InnoDB table, the server's ``innodb_flush_log_at_trx_commit``.
     Redis (Celery): one ``RPUSH`` per call, the round trip a send costs at least.
     """
     warmup = 10
@@ -175,6 +266,17 @@ def raw_commit_rate(system: System, engine: str, n: int) -> dict:
 
         def one():
             conn.execute("INSERT INTO bench_raw (payload) VALUES (%s)", (RAW_PAYLOAD,))
+            conn.commit()
+        close = conn.close
+    elif engine == "mysql":
+        conn = _mysql_connect(system.pg_database)
+        conn.autocommit(False)
+        cursor = conn.cursor()
+        cursor.execute("CREATE TABLE bench_raw (id bigint AUTO_INCREMENT PRIMARY KEY, payload longtext) "
+                       "ENGINE=InnoDB")
+
+        def one():
+            cursor.execute("INSERT INTO bench_raw (payload) VALUES (%s)", (RAW_PAYLOAD,))
             conn.commit()
         close = conn.close
     else:

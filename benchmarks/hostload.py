@@ -8,9 +8,12 @@ Used by ``run.py`` around every workload run:
   (the driver, the cluster and the cluster's children all end up in run.py's
   ``os.times()`` children times once the driver exited: each parent reaps its children);
 * **servers**: the database servers working for the run, sampled every 0.25 s from
-  ``/proc``: PostgreSQL backends whose process title names a ``bench_`` database, and
-  ``redis-server``. A backend that lives less than one sample period is missed (django-q2
-  with ``CONN_MAX_AGE=0`` opens many): it counts as foreign, so foreign load is an upper bound;
+  ``/proc``: PostgreSQL backends whose process title names a ``bench_`` database,
+  ``redis-server``, and the whole MariaDB/MySQL server (``mariadbd``/``mysqld``: one process
+  whose threads cannot be told apart by database from ``/proc``, so other clients' MariaDB
+  work counts as the run's, and foreign load is a lower bound on that part). A PostgreSQL
+  backend that lives less than one sample period is missed (django-q2 with ``CONN_MAX_AGE=0``
+  opens many): it counts as foreign, so foreign load is an upper bound on that part;
 * **foreign** = busy - own - servers: what other programs on the machine took meanwhile.
 
 Values are in cores (CPU seconds / wall seconds); the machine has ``os.cpu_count()`` of them.
@@ -33,7 +36,7 @@ def _busy_seconds() -> float:
 
 
 def _server_cpu() -> dict[int, float]:
-    """Return {pid: CPU seconds} of the PostgreSQL bench_ backends and redis-server."""
+    """Return {pid: CPU seconds} of the PostgreSQL bench_ backends, redis-server and mariadbd."""
     found = {}
     for entry in os.listdir("/proc"):
         if not entry.isdigit():
@@ -41,7 +44,9 @@ def _server_cpu() -> dict[int, float]:
         try:
             with open(f"/proc/{entry}/cmdline", "rb") as f:
                 cmdline = f.read(200)
-            if not (cmdline.startswith(b"postgres:") and b" bench_" in cmdline) and b"redis-server" not in cmdline:
+            program = cmdline.split(b"\0", 1)[0].rsplit(b"/", 1)[-1]
+            if not (cmdline.startswith(b"postgres:") and b" bench_" in cmdline) and b"redis-server" not in cmdline \
+                    and program not in (b"mariadbd", b"mysqld"):
                 continue
             with open(f"/proc/{entry}/stat") as f:
                 data = f.read()

@@ -24,8 +24,8 @@ import matplotlib.pyplot as plt  # noqa: E402
 from report import ENGINE_LABELS, _engines_present, _values, load_folder  # noqa: E402
 from systems import SYSTEMS  # noqa: E402
 
-ENGINE_STYLE = {"sqlite": "-", "postgresql": "--", "redis": ":"}
-SHORT = {"sqlite": "SQLite", "postgresql": "PostgreSQL", "redis": "Redis"}
+ENGINE_STYLE = {"sqlite": "-", "postgresql": "--", "mysql": "-.", "redis": ":"}
+SHORT = {"sqlite": "SQLite", "postgresql": "PostgreSQL", "mysql": "MariaDB", "redis": "Redis"}
 
 
 def _series(data):

@@ -243,7 +243,8 @@ def merge(all_results: list[dict]) -> dict:
 # =========================================================================== results folders
 # (format 2: run.py writes session.json and runs/*.json; the figures of issue 12)
 
-ENGINE_LABELS = {"sqlite": "SQLite", "postgresql": "PostgreSQL", "redis": "Redis (Celery only)"}
+ENGINE_LABELS = {"sqlite": "SQLite", "postgresql": "PostgreSQL", "mysql": "MariaDB",
+                 "redis": "Redis (Celery only)"}
 
 # (workload, key, label, unit, better)
 FOLDER_METRICS = {
@@ -493,6 +494,73 @@ def target_table(data: dict) -> list[str]:
     return lines
 
 
+# Issue 25 on MariaDB: each figure against django-q2 (10x for the drain) and the best peer on the
+# same server in the same run: (workload, key, label, unit, better).
+MARIADB_FIGURES = (
+    ("enqueue", "jobs_per_s", "Enqueue, one call at a time (N)", "jobs/s", "higher"),
+    ("drain", "steady_jobs_per_s", "Drain N, after the first job", "jobs/s", "higher"),
+    ("drain", "jobs_per_s", "Drain N, including start-up", "jobs/s", "higher"),
+    ("drain_large", "steady_jobs_per_s", "Drain LARGE_N, after the first job", "jobs/s", "higher"),
+    ("drain_large", "jobs_per_s", "Drain LARGE_N, including start-up", "jobs/s", "higher"),
+    ("latency", "visible_p50_ms", "Enqueue call → result visible, p50", "ms", "lower"),
+    ("latency", "visible_p99_ms", "Enqueue call → result visible, p99", "ms", "lower"),
+    ("latency", "start_after_commit_p50_ms", "Enqueue call's return → task start, p50", "ms", "lower"),
+    ("startup", "ready_ms", "Exec → start of a job queued before", "ms", "lower"),
+    ("drain", "cpu_s_per_1000", "CPU per 1000 jobs, drain N, exec to drained", "CPU s", "lower"),
+    ("drain", "steady_cpu_s_per_1000", "CPU per 1000 jobs, drain N, after the first job", "CPU s", "lower"),
+)
+DJANGOQ2 = ("djangoq2", "djangoq2-tuned")
+
+
+def mariadb_targets(data: dict) -> list[str]:
+    """Issue 25's goals on MariaDB, computed from the medians of one results folder.
+
+    The drain (after the first job, and with start-up) at least 10x django-q2's (the better of
+    its two variants), and every figure the best of all systems on the same MariaDB.
+    """
+    engine = "mysql"
+    if SUBJECT not in data["systems"] or engine not in _engines_present(data):
+        return []
+    peers = [s for s in data["systems"] if s != SUBJECT and s in SYSTEMS
+             and engine in SYSTEMS[s].engines_for(data["engines"])]
+    word = {True: "yes", False: "**no**", None: "n/a"}
+    lines = ["", "| figure (MariaDB) | django_taskmq (median) | best peer on MariaDB (median) | django_taskmq / "
+             "best peer | best of all? | django-q2's best (median) | django_taskmq / django-q2 | ≥ 10x "
+             "django-q2? |", "|---|---|---|---|---|---|---|---|"]
+    for workload, key, label, unit, better in MARIADB_FIGURES:
+        if workload not in data["workloads"]:
+            continue
+        ours = _median(data, engine, SUBJECT, workload, key)
+        values = {s: _median(data, engine, s, workload, key) for s in peers}
+        values = {s: v for s, v in values.items() if v is not None}
+        pick = max if better == "higher" else min
+        best = pick(values, key=values.get) if values else None
+        q2 = {s: values[s] for s in DJANGOQ2 if s in values}
+        q2_best = pick(q2, key=q2.get) if q2 else None
+        if ours is None:
+            continue
+        arrow = "↑" if better == "higher" else "↓"
+        row = [f"{_label(Metric(workload, key, label, unit, better), data)}, {unit} {arrow}", fmt(ours)]
+        if best is None:
+            row += ["n/a", "n/a", "n/a"]
+        else:
+            met = ours > values[best] if better == "higher" else ours < values[best]
+            row += [f"{best} {fmt(values[best])}", ratio({"median": ours}, {"median": values[best]}), word[met]]
+        if q2_best is None:
+            row += ["n/a", "n/a", "n/a"]
+        else:
+            factor = ours / q2[q2_best] if q2[q2_best] else None
+            tenfold = (factor >= 10 if factor is not None else None) if better == "higher" \
+                and workload in ("drain", "drain_large") else "—"
+            row += [f"{q2_best} {fmt(q2[q2_best])}", ratio({"median": ours}, {"median": q2[q2_best]}),
+                    tenfold if tenfold == "—" else word[tenfold]]
+        lines.append("| " + " | ".join(row) + " |")
+    lines += ["", "Ratios are django_taskmq's median / the other's (below 1 is better for ↓ figures: latency, "
+              "start-up, CPU). The 10x goal is the drain's (jobs/s); \"—\": no factor is asked of that figure. "
+              "django-q2's best is the better of `djangoq2` and `djangoq2-tuned`."]
+    return lines
+
+
 def run_lists(data: dict) -> list[str]:
     """Failed and retried runs; the foreign CPU load of every run."""
     records = data["records"]
@@ -589,7 +657,10 @@ def folder_markdown(data: dict, link_base: Path = BENCH_DIR, level: int = 2) -> 
         lines.append(f"* **venv-{venv}:** " + ", ".join(f"{k} {v}" for k, v in merged.items()) + ".")
     lines += ["* **Systems:** " + "; ".join(f"`{s}` = {SYSTEMS[s].label}" for s in data["systems"]
                                             if s in SYSTEMS) + ". Settings: `benchmarks/projects/`."]
-    lines += ["", f"{head}# Targets of issue 12 (django_taskmq)"] + target_table(data)
+    if any(e in _engines_present(data) for e in ("sqlite", "postgresql")):
+        lines += ["", f"{head}# Targets of issue 12 (django_taskmq)"] + target_table(data)
+    if "mysql" in _engines_present(data):
+        lines += ["", f"{head}# Issue 25 on MariaDB: against django-q2 and the best peer"] + mariadb_targets(data)
     lines += metric_tables(data)
     plots = sorted(folder.glob("*.png"))
     if plots:
@@ -767,6 +838,11 @@ def results_md() -> str:
     if folders:
         latest = (complete or folders)[-1]
         lines += ["", folder_markdown(load_folder(latest), link_base=BENCH_DIR, level=2).rstrip()]
+        # MariaDB (issue 25) beside them: if the headline run did not include it, the newest run that did.
+        with_mysql = [f for f in folders if "mysql" in sessions[f].get("engines", ())]
+        if with_mysql and "mysql" not in sessions[latest].get("engines", ()):
+            lines += ["", "## MariaDB: the newest results folder with it", "",
+                      folder_markdown(load_folder(with_mysql[-1]), link_base=BENCH_DIR, level=3).rstrip()]
         if len(folders) > 1:
             lines += ["", "## Other results folders", ""]
             lines += [f"* [`results/{f.name}/`](results/{f.name}/): `python3 benchmarks/report.py "

@@ -52,8 +52,8 @@ FULL = {"runs": 3, "n": 2000, "large_n": 20000, "bulk_n": 10000, "mixed_n": 1000
         # minutes per run and engine. `--large-skip ""` runs them too.
         "large_skip": "djangoq2,djangoq2-tuned,dtdb",
         "large_skip_reason": "at their drain rates (see the N=2000 rows) 20000 jobs take minutes per run and "
-                             "engine, which does not fit the full mode's time budget (about 35 minutes for 3 "
-                             "rounds on both engines); `--large-skip ''` runs them too"}
+                             "engine, which does not fit the full mode's time budget (about 55 minutes for 3 "
+                             "rounds on the three engines); `--large-skip ''` runs them too"}
 QUICK = {"runs": 1, "n": 50, "large_n": 150, "bulk_n": 500, "mixed_n": 1000, "rss_n": 3000,
          "latency_jobs": 10, "latency_gap_ms": 50.0, "latency_max_seconds": 1.5,
          "startup_repeats": 1, "scale_rows": 0, "scale_probe_jobs": 0,

@@ -17,6 +17,9 @@ RESULTS_DIR = BENCH_DIR / "results"
 # Same Django series on both sides, so the framework is not what differs.
 DJANGO_REQUIREMENT = "Django>=5.2,<5.3"
 PSYCOPG_REQUIREMENT = "psycopg[binary]>=3.1"
+# Django's MySQL/MariaDB backend needs mysqlclient (built from source against Debian's
+# libmariadb-dev, found through pkg-config); every system that runs on MariaDB gets it.
+MYSQLCLIENT_REQUIREMENT = "mysqlclient>=2.2"
 
 
 @dataclass(frozen=True)
@@ -45,11 +48,11 @@ VENVS: dict[str, VenvSpec] = {
         name="djangoq2",
         # Latest django-q2 from PyPI, deliberately unpinned: the peer at its best today.
         # No psutil: django-q2 changes behaviour when it is importable, and /proc suffices.
-        requirements=("django-q2", DJANGO_REQUIREMENT, PSYCOPG_REQUIREMENT),
+        requirements=("django-q2", DJANGO_REQUIREMENT, PSYCOPG_REQUIREMENT, MYSQLCLIENT_REQUIREMENT),
     ),
     "taskmq": VenvSpec(
         name="taskmq",
-        requirements=("-e", f"{REPO_ROOT}[postgres]", DJANGO_REQUIREMENT),
+        requirements=("-e", f"{REPO_ROOT}[postgres]", DJANGO_REQUIREMENT, MYSQLCLIENT_REQUIREMENT),
         fingerprint_files=(REPO_ROOT / "setup.cfg", REPO_ROOT / "pyproject.toml"),
     ),
     # Celery with the Redis broker and result backend (redis-py), prefork pool. No Django
@@ -63,7 +66,8 @@ VENVS: dict[str, VenvSpec] = {
     # backport on Django 5.2 (its [compat] extra).
     "dtdb": VenvSpec(
         name="dtdb",
-        requirements=("django-tasks-db[compat]", DJANGO_REQUIREMENT, PSYCOPG_REQUIREMENT),
+        requirements=("django-tasks-db[compat]", DJANGO_REQUIREMENT, PSYCOPG_REQUIREMENT,
+                      MYSQLCLIENT_REQUIREMENT),
     ),
     # Only for the PNG plot; kept apart so plotting never changes a measured environment.
     "tools": VenvSpec(name="tools", requirements=("matplotlib",)),
@@ -88,7 +92,7 @@ def baseline_venv(tree: Path) -> VenvSpec:
     """
     return VenvSpec(
         name=BASELINE_VENV,
-        requirements=("-e", f"{tree}[postgres]", DJANGO_REQUIREMENT),
+        requirements=("-e", f"{tree}[postgres]", DJANGO_REQUIREMENT, MYSQLCLIENT_REQUIREMENT),
         fingerprint_files=(tree / BASELINE_MARKER, tree / "setup.cfg", tree / "pyproject.toml"),
     )
 
@@ -100,7 +104,8 @@ class System:
     ``env`` is added to the environment of the driver and of the cluster, which is how
     a variant (``djangoq2-tuned``) changes a setting without a second project.
     ``db_name`` names the SQLite files (``.work/db/<db_name>.sqlite3`` and its template;
-    default: the project's name); two systems share databases only if they share a schema.
+    default: the project's name); ``pg_database`` names the server databases, on PostgreSQL
+    and on MariaDB alike (``bench_*``); two systems share databases only if they share a schema.
     """
 
     name: str
@@ -215,10 +220,13 @@ BASELINES = ("taskmq-base", "djangoq2", "djangoq2-tuned", "dtdb", "celery")
 DEFAULT_SYSTEMS = ("taskmq", "djangoq2", "djangoq2-tuned", "dtdb", "celery")
 
 # --engines chooses among the database engines; "redis" is Celery's own and always added
-# for it (its results form a column of their own in the report).
-DATABASE_ENGINES = ("sqlite", "postgresql")
+# for it (its results form a column of their own in the report). "mysql" is MariaDB (or
+# MySQL) through Django's MySQL backend.
+DATABASE_ENGINES = ("sqlite", "postgresql", "mysql")
 ENGINES = DATABASE_ENGINES
-ALL_ENGINES = ("sqlite", "postgresql", "redis")
+ALL_ENGINES = ("sqlite", "postgresql", "mysql", "redis")
+# Engines whose databases live on a server (created and dropped by name, pg_database).
+SERVER_ENGINES = ("postgresql", "mysql")
 
 # Every workload; DEFAULT_WORKLOADS is what issue 12's figures need (mixed, idle_cpu and
 # rss are the first round's, still available by name).

@@ -2,6 +2,7 @@
 
     .venv/bin/python benchmarks/trace.py                     # SQLite, 40 jobs
     .venv/bin/python benchmarks/trace.py --engine postgresql -n 60 --sql
+    .venv/bin/python benchmarks/trace.py --engine mysql -n 200 --sql     # MariaDB (database bench_trace)
     .venv/bin/python benchmarks/trace.py -n 60 --fill 1000000 --sql  # on a table of a million finished jobs
 
 Starts ``qcluster`` of the benchmark project (``projects/taskmq_project``) on a fresh database,
@@ -129,6 +130,19 @@ def _create_pg_database(name: str) -> None:
             conn.execute(f'CREATE DATABASE "{name}"')
 
 
+def _create_mysql_database(name: str) -> None:
+    import MySQLdb
+    from benchdb import mysql_params
+
+    params = mysql_params()
+    conn = MySQLdb.connect(host=params["host"], port=int(params["port"]), user=params["user"],
+                           passwd=params["password"], autocommit=True)
+    try:
+        conn.cursor().execute(f"CREATE DATABASE IF NOT EXISTS `{name}` CHARACTER SET utf8mb4")
+    finally:
+        conn.close()
+
+
 def _fresh_database(engine: str, fill: int = 0) -> None:
     from django.core.management import call_command
     from django.db import connection
@@ -163,7 +177,7 @@ def _events(trace_dir: str) -> list[tuple[float, str, str, str]]:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--engine", choices=["sqlite", "postgresql"], default="sqlite")
+    parser.add_argument("--engine", choices=["sqlite", "postgresql", "mysql"], default="sqlite")
     parser.add_argument("-n", type=int, default=40, help="jobs to time (after 5 warm-up jobs)")
     parser.add_argument("--gap", type=float, default=0.05, help="seconds between a job's result and the next job")
     parser.add_argument("--sql", action="store_true", help="log every statement too")
@@ -180,6 +194,10 @@ def main() -> int:
     with tempfile.TemporaryDirectory(prefix="taskmq-trace-") as trace_dir:
         os.environ.setdefault("BENCH_SQLITE_PATH", os.path.join(trace_dir, "trace.sqlite3"))
         os.environ.setdefault("BENCH_PG_NAME", "bench_trace")
+        os.environ.setdefault("BENCH_MYSQL_NAME", "bench_trace")
+        if args.engine == "mysql":  # before Django connects to it
+            sys.path.insert(0, str(HERE))
+            _create_mysql_database(os.environ["BENCH_MYSQL_NAME"])
         _setup(args.engine, trace_dir)
         if args.engine == "postgresql":
             _create_pg_database(os.environ["BENCH_PG_NAME"])

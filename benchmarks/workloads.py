@@ -640,7 +640,7 @@ def collect_info(system: System, engine: str) -> dict:
 def parse_args(argv=None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--system", required=True, choices=sorted(SYSTEMS))
-    parser.add_argument("--engine", required=True, choices=("sqlite", "postgresql", "redis"))
+    parser.add_argument("--engine", required=True, choices=("sqlite", "postgresql", "mysql", "redis"))
     action = parser.add_mutually_exclusive_group(required=True)
     action.add_argument("--workload", choices=WORKLOADS)
     action.add_argument("--prepare", action="store_true", help="(re)build the migrated template database")

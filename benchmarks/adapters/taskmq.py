@@ -104,11 +104,12 @@ class Adapter:
 
     def fill_finished(self, count: int) -> None:
         """Add ``count`` finished (SUCCEEDED) jobs with one INSERT ... SELECT, then ANALYZE
-        (SQLite, with a WAL checkpoint) or VACUUM ANALYZE (PostgreSQL).
+        (SQLite, with a WAL checkpoint; MariaDB: ANALYZE TABLE) or VACUUM ANALYZE (PostgreSQL).
 
         The rows are copies of one job enqueued through the API and marked finished the way
         the recorder leaves a no-op's row, with new ids: every column the current schema
-        has is copied, so a new column needs no change here.
+        has is copied (MariaDB's generated columns excepted: the server computes them), so
+        a new column needs no change here.
         """
         from django.db import connection, transaction
         from django.utils import timezone
@@ -121,11 +122,24 @@ class Adapter:
         table = Job._meta.db_table
         with connection.cursor() as cursor:
             columns = [c.name for c in connection.introspection.get_table_description(cursor, table)]
+            if connection.vendor == "mysql":
+                cursor.execute("SELECT COLUMN_NAME FROM information_schema.COLUMNS WHERE TABLE_SCHEMA = "
+                               "DATABASE() AND TABLE_NAME = %s AND EXTRA LIKE %s", [table, "%GENERATED%"])
+                generated = {row[0] for row in cursor.fetchall()}
+                columns = [c for c in columns if c not in generated]
         quoted = ", ".join(connection.ops.quote_name(c) for c in columns)
         if connection.vendor == "sqlite":
             new_id = "printf('fill%028d', n.i)"
             series = ("(WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n "
                       f"WHERE i < {int(count)}) SELECT i FROM n) AS n")
+        elif connection.vendor == "mysql":
+            # Ids of jobs made in 1970 (django_taskmq's ids are 14 hex digits of microseconds and
+            # 10 of randomness): older than any real job, as in a table that accumulated them. The
+            # "fill..." ids of the other engines would sort after every new job, and MariaDB's idle
+            # pusher wakes when MAX(id) changes: it would never wake (its poll would time it).
+            new_id = "CONCAT(LPAD(LOWER(HEX(n.i)), 14, '0'), '0000000000')"
+            # MariaDB's sequence engine: seq_1_to_<count> is a virtual table of 1..count.
+            series = f"(SELECT seq AS i FROM seq_1_to_{int(count)}) AS n"
         else:
             new_id = "'fill' || lpad(n.i::text, 28, '0')"
             series = f"generate_series(1, {int(count)}) AS n(i)"
@@ -141,6 +155,9 @@ class Adapter:
             if connection.vendor == "sqlite":
                 cursor.execute(f"ANALYZE {table}")
                 cursor.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+            elif connection.vendor == "mysql":
+                cursor.execute(f"ANALYZE TABLE {table}")
+                cursor.fetchall()
             else:
                 cursor.execute(f"VACUUM ANALYZE {table}")
 
