@@ -447,12 +447,11 @@ class OrmBroker(Broker):
     def has_ready(self, queues: Sequence[str], above: int | None = None) -> bool:
         """Return True when a ready message waits in ``queues`` (above a priority) whose concurrency
         key is free; a read only."""
-        floor = "AND priority > %s " if above is not None else ""
         now, now_args = self.clock.at()
         with self.connection.cursor() as cursor:
             cursor.execute(
-                f"SELECT 1 FROM {JOB} AS c WHERE c.state IN {READY_SQL} AND c.queue IN ({marks(len(queues))}) "
-                f"{floor}AND c.visible_at <= {now} AND {KEY_FREE} LIMIT 1",
+                f"SELECT 1 FROM {JOB} AS c WHERE {self.dialect.ready_in(len(queues), above is not None)} "
+                f"AND c.visible_at <= {now} AND {KEY_FREE} LIMIT 1",
                 [*queues, *([above] if above is not None else []), *now_args],
             )
             return cursor.fetchone() is not None

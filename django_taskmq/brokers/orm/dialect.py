@@ -103,6 +103,11 @@ class Dialect:
         """Serialize the claims that admit jobs under the flow-control limits ``names`` (concurrency
         keys, capped queues) until the transaction ends. Nothing where one writer at a time is the rule."""
 
+    def ready_in(self, queues: int, above: bool = False) -> str:
+        """SQL: job ``c`` is ready in one of ``queues`` queues (one placeholder each), and with
+        ``above`` of a priority greater than one more placeholder; it walks the index of ready jobs."""
+        return f"c.state IN {READY_SQL} AND c.queue IN ({marks(queues)})" + (" AND c.priority > %s" if above else "")
+
     # -- statements: the portable form here, an engine's own where it has a faster one ----------
     def heads(self, cursor: Any, queues: Sequence[str], serve: Sequence[str], limit: int, clock: Clock,
               columns: str, floor: str, floor_params: list) -> tuple[dict[str, list[Head]], dict[str, int], float | None]:

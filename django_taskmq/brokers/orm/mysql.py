@@ -66,6 +66,11 @@ class MysqlDialect(Dialect):
     def seconds_between(self, later: str, earlier: str) -> str:
         return f"TIMESTAMPDIFF(MICROSECOND, {earlier}, {later}) / 1e6"
 
+    def ready_in(self, queues: int, above: bool = False) -> str:
+        # The pick index's own columns (migration 0015): "state IN (...)" could only scan the
+        # (state, queue) index, every waiting job of the queues (41 ms at 20,000 of them).
+        return f"c.pick_queue IN ({marks(queues)})" + (" AND c.pick_rank < -%s" if above else "")
+
     def take_key(self, connection: Any, cursor: Any, table: str, key_column: str, key: str, job_id: str,
                  states: str) -> tuple[str, str]:
         # The duplicate is locked for writing at once: a plain INSERT's duplicate-key error would
