@@ -19,7 +19,7 @@ from django.urls import reverse
 from django.utils.translation import gettext_lazy as _, ngettext
 
 from ..brokers import get_broker
-from ..models import IdempotencyKey, Job, State
+from ..models import IdempotencyKey, Job, State, UniqueKey
 from . import confirm, job_page, progress_bar
 from .display import between, duration, monospace, short_time, state_badge
 from .filters import ClusterFilter, GroupFilter, PriorityFilter, QueueFilter
@@ -97,14 +97,16 @@ class JobAdmin(ReadOnlyMixin, admin.ModelAdmin):
         return queryset.defer(*HEAVY) if _is_list(request) else queryset
 
     def get_search_results(self, request, queryset, search_term):
-        """Search by job id, group and live idempotency key (exact, the whole table); when none
+        """Search by job id, group, live idempotency key and coalescing key (exact, the whole table,
+        through indexes: the key tables' primary keys); when none
         matches, by a part of the task name or function or an expired key among the newest jobs
         (see :mod:`.window`)."""
         term = search_term.strip()
         if not term:
             return queryset, False
-        keyed = IdempotencyKey.objects.using(queryset.db).filter(key=term).values_list("job_id", flat=True)
-        exact = queryset.filter(Q(pk=term) | Q(group=term) | Q(pk__in=list(keyed)))
+        keyed = [*IdempotencyKey.objects.using(queryset.db).filter(key=term).values_list("job_id", flat=True),
+                 *UniqueKey.objects.using(queryset.db).filter(key=term).values_list("job_id", flat=True)]
+        exact = queryset.filter(Q(pk=term) | Q(group=term) | Q(pk__in=keyed))
         if exact.exists():  # an id, a group or a key: what was looked for, through indexes
             return exact, False
         return queryset.filter(newest(queryset), Q(key=term) | Q(task_name__icontains=term)

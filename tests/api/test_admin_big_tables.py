@@ -41,6 +41,9 @@ def test_search_by_task_name_reads_the_newest_jobs_exact_matches_read_all(admin_
     assert listed(admin_client.get(JOBS + f"?q={old}")) == [old]
     assert listed(admin_client.get(JOBS + "?q=g-old")) == [old]
     assert listed(admin_client.get(JOBS + "?q=k-old")) == [old]  # its key is live
+    coalesced = async_task("tests.tasks.add", 3, 4, unique_key="u-old")
+    async_task("tests.tasks.noop")
+    assert listed(admin_client.get(JOBS + "?q=u-old")) == [coalesced]  # by its coalescing key
 
 
 def test_the_cluster_filter_reads_the_newest_jobs(admin_client, broker, monkeypatch):
