@@ -754,12 +754,14 @@ def _older_sections() -> list[str]:
                       "", buffer.getvalue().rstrip()]
     for raw_path in sorted(RESULTS_DIR.glob("retention-claims-*.json")):
         raw = json.loads(raw_path.read_text())
+        label = f", {raw['label']}" if raw.get("label") else ""
         lines += ["", f"### Claims beside {raw['finished_rows']:,} finished jobs, and retention deleting them "
-                      f"({raw['engine']})", "",
+                      f"({raw['engine']}{label})", "",
                   f"Raw results: [`results/{raw_path.name}`](results/{raw_path.name}) (commit {raw['commit']}, "
                   f"{raw['runs']} runs of {raw['claims_per_run']} claims each, an empty and a full database "
                   f"interleaved); measured with `.venv/bin/python benchmarks/retention_claims.py --engine "
-                  f"{raw['engine']} --finished {raw['finished_rows']} --runs {raw['runs']}`. One claim is one "
+                  f"{raw['engine']} --finished {raw['finished_rows']} --runs {raw['runs']}"
+                  f"{' --reuse-fill --label ' + raw['label'] if raw.get('label') else ''}`. One claim is one "
                   "`reserve` of one job; cells: median (min-max) over the runs, ms.", "",
                   "| job table | claim p50 | claim p99 |", "|---|---|---|"]
         labels = {"empty": "empty", "finished": "with the finished rows",

@@ -6,6 +6,9 @@ retention deletes it; and how fast retention deletes.
     .venv/bin/python benchmarks/retention_claims.py --engine postgresql --finished 10000000 --runs 5
     .venv/bin/python benchmarks/retention_claims.py --engine sqlite --finished 1000000 --runs 5
 
+The fill needs no quiet machine, the timed runs do: ``--fill-only`` first, then ``--reuse-fill``
+(and ``--label`` to keep the results of another run beside these).
+
 Two databases of its own (SQLite ``benchmarks/.work/retention-{empty,full}.sqlite3``, PostgreSQL
 ``bench_retention_empty`` and ``bench_retention_full``), so that the runs on each alternate and
 meet the same machine. The full one gets ``--finished`` successes that finished 60 days ago, then
@@ -137,15 +140,23 @@ def main() -> None:
     parser.add_argument("--finished", type=int, default=1_000_000)
     parser.add_argument("--claims", type=int, default=2000)
     parser.add_argument("--runs", type=int, default=5)
+    parser.add_argument("--fill-only", action="store_true",
+                        help="create and fill the databases, measure nothing (the fill needs no quiet machine)")
+    parser.add_argument("--reuse-fill", action="store_true",
+                        help="keep the full database an earlier --fill-only (same --finished) made")
+    parser.add_argument("--label", default="", help="results go to retention-claims-<engine>-<label>.json")
     parser.add_argument("--claims-run", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.claims_run:
         return claims_run(args.claims)
-    for which in ("empty", "full"):
+    for which in ("empty",) if args.reuse_fill else ("empty", "full"):
         create(args.engine, which)
-    started = time.monotonic()
-    fill(args.engine, args.finished)
-    print(f"filled {args.finished} rows in {time.monotonic() - started:.0f} s", flush=True)
+    if not args.reuse_fill:
+        started = time.monotonic()
+        fill(args.engine, args.finished)
+        print(f"filled {args.finished} rows in {time.monotonic() - started:.0f} s", flush=True)
+    if args.fill_only:
+        return None
     raw: dict[str, list] = {"empty": [], "finished": [], "deleting": [], "empty_beside_deleting": [], "delete_rate": []}
     for i in range(args.runs):  # interleaved, the first of each pair alternating
         for which in (("empty", "full") if i % 2 == 0 else ("full", "empty")):
@@ -167,7 +178,7 @@ def main() -> None:
     scenarios = ("empty", "finished", "deleting", "empty_beside_deleting")
     per_run = {name: [summary(t) for t in raw[name]] for name in scenarios}
     result = {
-        "engine": args.engine, "finished_rows": args.finished, "claims_per_run": args.claims, "runs": args.runs,
+        "engine": args.engine, "label": args.label, "finished_rows": args.finished, "claims_per_run": args.claims, "runs": args.runs,
         "commit": subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True,
                                  text=True).stdout.strip(),
         "per_run": per_run,
@@ -177,7 +188,7 @@ def main() -> None:
         "raw_ms": {name: raw[name] for name in scenarios},
     }
     RESULTS.mkdir(exist_ok=True)
-    out = RESULTS / f"retention-claims-{args.engine}.json"
+    out = RESULTS / f"retention-claims-{args.engine}{'-' + args.label if args.label else ''}.json"
     out.write_text(json.dumps(result, indent=None) + "\n")
     print(json.dumps({k: result[k] for k in ("median_of_runs", "delete_rows_per_second")}, indent=1))
     print(f"raw results: {out.relative_to(ROOT)}")
