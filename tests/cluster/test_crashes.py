@@ -25,6 +25,24 @@ def starts(log, job_id: str | None = None) -> collections.Counter:
     return collections.Counter(j for j, tag in log if tag.startswith("start:") and (job_id is None or j == job_id))
 
 
+def statements_in_flight() -> bool:
+    """True while a session of another connection to the test database runs a statement (a server
+    engine; SQLite's are over with their process)."""
+    from django.db import connection
+
+    queries = {
+        "postgresql": "SELECT 1 FROM pg_stat_activity WHERE datname = current_database() AND pid <> pg_backend_pid() "
+                      "AND state <> 'idle'",
+        "mysql": "SELECT 1 FROM information_schema.PROCESSLIST WHERE DB = DATABASE() AND ID <> CONNECTION_ID() "
+                 "AND COMMAND <> 'Sleep'",
+    }
+    if connection.vendor not in queries:
+        return False
+    with connection.cursor() as cursor:
+        cursor.execute(queries[connection.vendor])
+        return cursor.fetchone() is not None
+
+
 def stop(cluster, qc) -> None:
     """SIGTERM the cluster and check the stop procedure ends with exit status 0."""
     qc.send(signal.SIGTERM)
@@ -74,6 +92,9 @@ def test_sigkill_of_the_whole_cluster_loses_no_job(cluster):
     assert len(tree) == 1 + 2 + 2, f"sentinel, pusher, monitor and 2 workers expected: {tree}"
     first.kill_all()
     assert not any(is_alive(p) for p in tree), "a process of the killed cluster survived"
+    # A statement the killed cluster sent just before (an ack and its commit) still ends on a
+    # server: the state at the kill is the one once it has.
+    cluster.wait_until(lambda: not statements_in_flight(), "the killed cluster's last statements to end")
 
     # What the database and the run log held at the kill.
     at_kill = jobs(ids)
