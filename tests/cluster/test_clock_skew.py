@@ -137,13 +137,16 @@ def starts(log: list[tuple[str, str]]) -> dict[str, list[tuple[int, float]]]:
 
 
 def test_clusters_two_minutes_apart_start_no_job_twice_and_run_delayed_work_when_due(cluster, faked):
-    # Each cluster holds at most two jobs (two workers, no prefetch, a buffer of two), so the six
-    # five-second jobs spread over the three clusters, each holding its leases while the other two
-    # sweep for expired leases every second: with the hosts' clocks the fast one took them all over.
+    # Each cluster runs two five-second jobs of a queue of its own (it also serves "default", the
+    # delayed work's), holding their leases while the other two sweep for expired leases every
+    # second: with the hosts' clocks the fast one took them all over. (Own queues: how six jobs
+    # enqueued at once spread over three clusters otherwise depends on which wakes first, on an
+    # engine that wakes idle clusters by polling.)
     cluster.configure(lease=10, prefetch=0, queue_limit=2)
-    clusters = {"fast": cluster.start("-w", "2", "-n", "fast", env=faked(SKEW)),
-                "true": cluster.start("-w", "2", "-n", "true"),
-                "slow": cluster.start("-w", "2", "-n", "slow", env=faked(-SKEW))}
+    own = {"fast": "a", "true": "b", "slow": "emails"}
+    clusters = {"fast": cluster.start("-w", "2", "-n", "fast", "-Q", "default,a", env=faked(SKEW)),
+                "true": cluster.start("-w", "2", "-n", "true", "-Q", "default,b"),
+                "slow": cluster.start("-w", "2", "-n", "slow", "-Q", "default,emails", env=faked(-SKEW))}
     alive = list(clusters.values())
     for qc in alive:
         cluster.wait_pool(qc, 2)
@@ -156,7 +159,9 @@ def test_clusters_two_minutes_apart_start_no_job_twice_and_run_delayed_work_when
     measured = cluster.wait_until(skews, "three clusters alive with their clock skew", alive=alive)
     assert abs(measured["fast"] - SKEW) < 5 and abs(measured["slow"] + SKEW) < 5 and abs(measured["true"]) < 5
 
-    ids = enqueue_many("tests.cluster.tasks_cluster.clocked", [(f"long{i}", 5.0) for i in range(6)])
+    ids = [job_id for name, queue in own.items()
+           for job_id in enqueue_many("tests.cluster.tasks_cluster.clocked", [(f"long-{name}{i}", 5.0) for i in range(2)],
+                                      queue=queue)]
     # Delayed work from web hosts two minutes fast and slow, and from a true one.
     enqueued = {}
     for name, env in (("fast", faked(SKEW)), ("slow", faked(-SKEW)), ("true", {})):
