@@ -3,8 +3,10 @@ the run (the MySQL suite), each naming what to change; and qcluster refusing to 
 
 from __future__ import annotations
 
+import contextlib
 import subprocess
 import sys
+from collections.abc import Iterator
 
 import pytest
 from django.core import checks
@@ -17,6 +19,18 @@ from django_taskmq.models import QueuePause
 from ..conftest import ROOT, db_env
 
 on_mysql = pytest.mark.skipif(connection.vendor != "mysql", reason="asks a MySQL/MariaDB server")
+
+
+@contextlib.contextmanager
+def on_myisam(table: str) -> Iterator[str]:
+    """Run the block with ``table`` on MyISAM (a real ALTER TABLE), then on InnoDB again."""
+    with connection.cursor() as cursor:
+        cursor.execute(f"ALTER TABLE {table} ENGINE=MyISAM")
+    try:
+        yield table
+    finally:
+        with connection.cursor() as cursor:
+            cursor.execute(f"ALTER TABLE {table} ENGINE=InnoDB")
 
 
 def server_errors() -> list[checks.CheckMessage]:
@@ -43,16 +57,10 @@ def test_the_server_of_this_run_passes():
 @on_mysql
 @pytest.mark.django_db(transaction=True)
 def test_a_table_that_is_not_innodb_is_refused_naming_it():
-    table = QueuePause._meta.db_table
-    with connection.cursor() as cursor:
-        cursor.execute(f"ALTER TABLE {table} ENGINE=MyISAM")
-    try:
+    with on_myisam(QueuePause._meta.db_table) as table:
         (error,) = server_errors()
         assert error.id == "taskmq.E013" and error.is_serious()
         assert f"{table} (MyISAM)" in error.msg and "ENGINE=InnoDB" in error.hint
-    finally:
-        with connection.cursor() as cursor:
-            cursor.execute(f"ALTER TABLE {table} ENGINE=InnoDB")
     assert server_errors() == []
 
 
@@ -79,14 +87,8 @@ def test_repeatable_read_is_refused_naming_the_option():
 @on_mysql
 @pytest.mark.django_db(transaction=True)
 def test_qcluster_does_not_start_on_a_refused_server():
-    table = QueuePause._meta.db_table
-    with connection.cursor() as cursor:
-        cursor.execute(f"ALTER TABLE {table} ENGINE=MyISAM")
-    try:
+    with on_myisam(QueuePause._meta.db_table) as table:
         done = subprocess.run([sys.executable, "manage.py", "qcluster"], cwd=str(ROOT), env=db_env(),
                               capture_output=True, text=True, timeout=60)
-    finally:
-        with connection.cursor() as cursor:
-            cursor.execute(f"ALTER TABLE {table} ENGINE=InnoDB")
     assert done.returncode != 0
     assert "taskmq.E013" in done.stderr and table in done.stderr, done.stderr
