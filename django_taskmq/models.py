@@ -22,11 +22,13 @@ from .exceptions import BadPackage, ConfigError, UnreadableResult
 from .policy import cron as cron_policy
 from .policy.cron import ScheduleType
 from .policy.states import JobState
+from .policy.workflow import WorkflowState
 from .options import check_schedule_options
 from .signing import verify, verify_result
 
 
 class State(models.TextChoices):
+    WAITING = JobState.WAITING.value, _("waiting")
     QUEUED = JobState.QUEUED.value, _("queued")
     RUNNING = JobState.RUNNING.value, _("running")
     RETRYING = JobState.RETRYING.value, _("retrying")
@@ -487,3 +489,72 @@ class Cluster(models.Model):
 
     def __str__(self) -> str:
         return f"{self.name}@{self.host}:{self.pid}"
+
+
+class WorkflowStates(models.TextChoices):
+    RUNNING = WorkflowState.RUNNING.value, _("running")
+    SUCCEEDED = WorkflowState.SUCCEEDED.value, _("succeeded")
+    FAILED = WorkflowState.FAILED.value, _("failed")
+    CANCELLED = WorkflowState.CANCELLED.value, _("cancelled")
+
+
+class Workflow(models.Model):
+    """A graph of jobs (``django_taskmq.Workflow``): its steps wait for each other in the database.
+
+    ``open_steps`` counts the steps that have not ended; the transaction that ends the last one
+    sets ``state`` (see ``policy/workflow.py``) and ``finished_at``. A replay reopens it."""
+
+    id = models.CharField(primary_key=True, max_length=32, editable=False)
+    name = models.CharField(max_length=200, blank=True, default="")
+    state = models.CharField(max_length=10, choices=WorkflowStates.choices, default=WorkflowStates.RUNNING)
+    open_steps = models.PositiveIntegerField(_("steps not ended"), default=0)
+    cancelled = models.BooleanField(_("cancel requested"), default=False)
+    created_at = models.DateTimeField(default=timezone.now)
+    finished_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        verbose_name = _("workflow")
+        verbose_name_plural = _("workflows")
+        indexes = [models.Index(fields=["state", "created_at"], name="taskmq_workflow_state")]
+
+    def __str__(self) -> str:
+        return self.name or self.id
+
+
+class WorkflowStep(models.Model):
+    """A job of a workflow: its name in the graph and what it still waits for.
+
+    ``waiting_for`` counts the dependencies not yet satisfied; the job leaves WAITING in the
+    transaction that brings it to 0. ``ended`` says its own end was counted in the workflow
+    (so that recording it twice, by two paths, counts once); ``cancelled_by`` is the step whose
+    end cancelled it, which a replay of that step undoes."""
+
+    job = models.OneToOneField(Job, primary_key=True, on_delete=models.DO_NOTHING, db_constraint=False,
+                               related_name="workflow_step")
+    workflow = models.ForeignKey(Workflow, on_delete=models.CASCADE, related_name="steps")
+    name = models.CharField(max_length=100)
+    waiting_for = models.PositiveIntegerField(default=0)
+    run_on_failure = models.BooleanField(default=False)
+    ended = models.BooleanField(default=False)
+    cancelled_by = models.CharField(max_length=32, null=True, blank=True)
+
+    class Meta:
+        verbose_name = _("workflow step")
+        constraints = [models.UniqueConstraint(fields=["workflow", "name"], name="taskmq_step_name")]
+        indexes = [models.Index(fields=["cancelled_by"], condition=Q(cancelled_by__isnull=False),
+                                name="taskmq_step_cancelled_by")]
+
+    def __str__(self) -> str:
+        return self.name
+
+
+class WorkflowEdge(models.Model):
+    """``downstream`` waits for ``upstream`` (job ids); ``done`` once the upstream's end satisfied it."""
+
+    workflow = models.ForeignKey(Workflow, on_delete=models.CASCADE, related_name="edges")
+    upstream = models.CharField(max_length=32, db_index=True)
+    downstream = models.CharField(max_length=32, db_index=True)
+    done = models.BooleanField(default=False)
+
+    class Meta:
+        verbose_name = _("workflow dependency")

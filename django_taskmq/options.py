@@ -31,9 +31,9 @@ TASK_OPTIONS = ("queue", "priority", "retry", "timeout", "max_deliveries", "ack_
                 "concurrency_key", "concurrency_limit", "rate_limit")
 CALL_OPTIONS = (*TASK_OPTIONS, "key", "delay", "eta", "expires_at", "group", "task_name", "sync", "cached", "save",
                 "unique_key", "unique_for", "unique_replace")
-# "chain" is built with Chain; "django_priority" is the Django task's own priority (-100..100),
+# "chain" is built with Chain, "workflow" (its id) by Workflow; "django_priority" is the Django task's own priority (-100..100),
 # which the django.tasks backend stores in the package so that TaskResult reports it.
-OPTIONS = frozenset({*CALL_OPTIONS, "chain", "django_priority"})
+OPTIONS = frozenset({*CALL_OPTIONS, "chain", "django_priority", "workflow"})
 
 
 def func_path(func: Any, what: str = "func") -> str:
@@ -187,7 +187,8 @@ def validate_options(options: dict[str, Any], settings: Settings | None = None) 
 # Options a schedule may not carry in Schedule.options: its own fields say them (queue, priority,
 # hook, which the allow-list checks), they are absolute times (eta, expires_at), they make no sense
 # for a scheduler tick (chain, sync), or they name code and are not checked (on_dead).
-NOT_SCHEDULE_OPTIONS = frozenset({"queue", "priority", "hook", "on_dead", "eta", "expires_at", "chain", "sync"})
+NOT_SCHEDULE_OPTIONS = frozenset({"queue", "priority", "hook", "on_dead", "eta", "expires_at", "chain", "sync",
+                                  "workflow"})
 
 
 def check_schedule_options(options: Any, settings: Settings | None = None) -> dict[str, Any]:
@@ -231,6 +232,7 @@ class JobTemplate:
             "hook": options.get("hook"),
             "on_dead": options.get("on_dead"),
             "chain": options.get("chain"),
+            "workflow": options.get("workflow"),  # the workflow's id: the recorder counts the step's end
             "django_priority": options.get("django_priority"),
             # The recorder caches the result (seconds, or True: no expiry) and, with save=False,
             # stores none in the job; absent by default, so a plain job costs nothing more.

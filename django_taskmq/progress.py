@@ -167,6 +167,18 @@ class CurrentJob(str):
         set_progress(self.reservation, done, total, message)
 
     @property
+    def upstream(self) -> dict[str, Any]:
+        """In a workflow step: the results of the steps it waited for (``after``), by step name
+        (None for one that did not succeed); ``{}`` outside a workflow. Read from the database
+        at the first use."""
+        cached = getattr(self, "_upstream", None)
+        if cached is None:
+            from .workflows import upstream_results
+
+            cached = self._upstream = upstream_results(str(self))
+        return cached
+
+    @property
     def cancelled(self) -> bool:
         """True once :func:`django_taskmq.cancel` asked for this job to stop and its cluster has seen
         that (within about a second). A long task checks it at points where stopping is safe."""

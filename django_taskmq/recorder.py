@@ -75,7 +75,7 @@ def record(outcomes: Sequence[ex.Outcome], broker: Broker, settings: Settings,
     successes = [o for o in outcomes if o.status == ex.SUCCESS]
     # Plain successes (the usual batch) are acknowledged in one transaction of their own: an outer
     # one would only add a savepoint and its release, a round trip each on PostgreSQL.
-    acks_only = len(successes) == len(outcomes) and not any(_chained(o) for o in successes)
+    acks_only = len(successes) == len(outcomes) and not any(_chained(o) or _step(o) for o in successes)
     with contextlib.nullcontext() if acks_only else broker.atomic():
         if successes:
             finals += _ack(successes, broker, settings,
@@ -98,6 +98,11 @@ def record(outcomes: Sequence[ex.Outcome], broker: Broker, settings: Settings,
                         _next_link(o, enqueue, settings)
                 except Exception:
                     logger.exception("could not queue the next link of job %s", o.reservation.job_id)
+        # A workflow step's end is counted in the same transaction: its dependents are released
+        # (or cancelled) with it or not at all, whoever records it.
+        steps = [o.reservation.job_id for o, _ in finals if _step(o)]
+        if steps:
+            broker.workflow_ended(steps)
     # Everything below runs after the outcomes are committed; its failures are logged, never raised.
     try:
         joblog.outcomes([*((o, s) for o, s in finals if s == "SUCCEEDED"), *others])
@@ -124,16 +129,20 @@ def record(outcomes: Sequence[ex.Outcome], broker: Broker, settings: Settings,
 
 def plain_success(o: ex.Outcome) -> bool:
     """True when recording ``o`` is one acknowledgement (and ``post_execute``): a success with no
-    chain, hook or cached result. A worker records those itself when it is idle (see
+    chain, hook, cached result or workflow. A worker records those itself when it is idle (see
     :mod:`.cluster.worker`); the rest is the monitor's."""
     if o.status != ex.SUCCESS:
         return False
     options = o.envelope.options if o.envelope else {}
-    return not (options.get("chain") or options.get("hook") or options.get("cached"))
+    return not (options.get("chain") or options.get("hook") or options.get("cached") or options.get("workflow"))
 
 
 def _chained(o: ex.Outcome) -> bool:
     return bool(o.envelope and o.envelope.options.get("chain"))
+
+
+def _step(o: ex.Outcome) -> bool:
+    return bool(o.envelope and o.envelope.options.get("workflow"))
 
 
 def _storable(o: ex.Outcome) -> ex.Outcome:

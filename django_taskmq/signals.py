@@ -16,3 +16,7 @@ job_dead = Signal()
 #: In the pusher, when a claim leaves ready jobs undelivered because of flow control. Arguments:
 #: ``job_ids`` and ``reason`` ("concurrency key 'import:42' at its limit (1)", "rate limit ...").
 job_held = Signal()
+#: When a workflow ended (its last step ended), once that transaction committed; again after a
+#: replay resumed it and it ended anew. Arguments: ``workflow_id``, ``state`` ("SUCCEEDED",
+#: "FAILED" or "CANCELLED").
+workflow_finished = Signal()

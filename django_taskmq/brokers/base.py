@@ -367,5 +367,22 @@ class Broker(abc.ABC):
         """Return the state records (``models.Job``) of ``job_ids`` that exist, by id."""
 
     @abc.abstractmethod
+    # -- workflows (brokers that cannot run them refuse) -------------------------------------
+    def enqueue_workflow(self, workflow: Mapping[str, Any], steps: Sequence[Mapping[str, Any]],
+                         edges: Sequence[tuple[str, str]]) -> None:
+        """Store a workflow (``id``, ``name``), its steps (``job``: column values, ``name``,
+        ``waiting_for``, ``run_on_failure``) and its edges (upstream job id, downstream job id)
+        in the caller's transaction; steps that wait are stored WAITING."""
+        raise NotImplementedError(f"{type(self).__name__} does not run workflows")
+
+    def workflow_ended(self, job_ids: Sequence[str]) -> None:
+        """Count the end of the workflow steps among ``job_ids`` (recorded in this transaction):
+        release or cancel their dependents and end the workflows they finish. Idempotent."""
+        raise NotImplementedError(f"{type(self).__name__} does not run workflows")
+
+    def cancel_workflow(self, workflow_id: str) -> int:
+        """Cancel the steps of a workflow that have not ended (ask running ones to stop); return how many."""
+        raise NotImplementedError(f"{type(self).__name__} does not run workflows")
+
     def stats(self) -> list[dict[str, Any]]:
         """Return per queue and priority counts: ready, delayed, reserved, dead."""

@@ -26,6 +26,7 @@ def _name(value: object) -> str:
 class JobState(str, enum.Enum):
     """The state of a job as stored in the database."""
 
+    WAITING = "WAITING"  # A workflow step waiting for its dependencies: not claimable.
     QUEUED = "QUEUED"  # Waiting, possibly not visible yet (delay/eta).
     RUNNING = "RUNNING"  # Held by a cluster under a lease: reserved or executing.
     RETRYING = "RETRYING"  # A delivery failed; waiting for redelivery.
@@ -63,6 +64,8 @@ class Event(str, enum.Enum):
     DEFER = "DEFER"
     YIELD = "YIELD"
     RECLAIM = "RECLAIM"  # The lease ran out.
+    RELEASE = "RELEASE"  # A workflow step's last dependency was satisfied: it can run.
+    REOPEN = "REOPEN"  # A workflow step cancelled by a dependency's end waits again (that step was replayed).
     REPLAY = "REPLAY"  # Out of the dead-letter queue (or a failed, expired or cancelled job) back to the queue.
 
     def __str__(self) -> str:
@@ -80,6 +83,10 @@ def _table() -> Mapping[tuple[JobState, Event], JobState]:
         table[ready, e.DEAD_LETTER] = s.DEAD
     table.update(
         {
+            (s.WAITING, e.RELEASE): s.QUEUED,
+            (s.WAITING, e.CANCEL): s.CANCELLED,  # a dependency failed, or it was cancelled
+            (s.CANCELLED, e.REOPEN): s.WAITING,
+            (s.QUEUED, e.REOPEN): s.WAITING,  # replayed itself while a dependency has not succeeded
             (s.RUNNING, e.ACK): s.SUCCEEDED,
             (s.RUNNING, e.FAIL_RETRY): s.RETRYING,
             (s.RUNNING, e.FAIL_FINAL): s.FAILED,

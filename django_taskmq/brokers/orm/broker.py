@@ -27,7 +27,7 @@ from django.utils import timezone
 from ...conf import Settings
 from ...exceptions import ConfigError, LeaseLost
 from ...models import (Chore, Cluster, DeadLetter, IdempotencyKey, Job, QueuePause, Schedule,
-                      State)
+                      State, Workflow, WorkflowStep)
 from ...policy import attempts, pick
 from ...policy.priority import validate_priority
 from ...policy.states import HAS_DELIVERIES_LEFT_SQL, JobState, used_up
@@ -42,6 +42,7 @@ from .flow import KEY_FREE, FlowGate
 from .sql import (ACK, BURY, CANCEL, CHORE, DEAD_LETTER, EXPIRE, FAIL, FINISHED, GIVE, JOB, JOB_LABEL, KEYS, QSTATE,
                   READY_SQL, RECLAIM, REPLAY, RESERVE, RETRY, RUNNING, STOPPED, UNIQUE_KEYS, chunks, literal, marks)
 from .flow import status as flow_status
+from . import workflows
 
 logger = logging.getLogger(__name__)
 
@@ -543,6 +544,7 @@ class OrmBroker(Broker):
                 f"lease_token = NULL, lease_until = NULL WHERE state IN {EXPIRE.sources} AND id IN ({marks(len(part))})",
                 [*finished_args, *part],
             )
+        workflows.ended(self, ids)
 
     def _bury(self, cursor, jobs: Sequence[tuple[str, str, int, str]], token: str | None,
               error: str = "", traceback: str = "", started_at: datetime.datetime | None = None,
@@ -580,6 +582,7 @@ class OrmBroker(Broker):
                                          error=error or last_errors.get(job_id) or "", deliveries=deliveries,
                                          failed_at=timezone.now()))
         DeadLetter.objects.using(self.alias).bulk_create(buried)
+        workflows.ended(self, [d.job_id for d in buried])
         if buried:  # one statement copies the task names (the letter is searched by it, see models)
             DeadLetter.objects.using(self.alias).filter(job_id__in=[d.job_id for d in buried], task_name="").update(
                 task_name=Subquery(Job.objects.using(self.alias).filter(pk=OuterRef("job_id")).values("task_name")[:1]))
@@ -843,7 +846,10 @@ class OrmBroker(Broker):
             changes["queue"] = queue
         if priority is not None:
             changes["priority"] = priority
-        return Job.objects.using(self.alias).filter(pk__in=job_ids, state__in=REPLAY.allowed).update(**changes)
+        count = Job.objects.using(self.alias).filter(pk__in=job_ids, state__in=REPLAY.allowed).update(**changes)
+        if count:
+            workflows.reopened(self, job_ids)
+        return count
 
     def replay_all(self, queue: str | None = None) -> int:
         """See :meth:`Broker.replay_all`; letters whose job is no longer dead are left as they are."""
@@ -867,7 +873,30 @@ class OrmBroker(Broker):
         A job already leased, running or finished is left as it is: :meth:`request_cancel` asks its
         holder to stop one that runs.
         """
-        return self._update_each(job_ids, f"state = {CANCEL.to}, finished_at = {{now}}", f"state IN {CANCEL.sources}")
+        with transaction.atomic(using=self.alias):
+            count = self._update_each(job_ids, f"state = {CANCEL.to}, finished_at = {{now}}", f"state IN {CANCEL.sources}")
+            if count:
+                workflows.ended(self, job_ids)
+        return count
+
+    # -- workflows ------------------------------------------------------------------------------
+    def enqueue_workflow(self, workflow: Mapping[str, Any], steps: Sequence[Mapping[str, Any]],
+                         edges: Sequence[tuple[str, str]]) -> None:
+        with self.write_transaction():  # the write lock first, as in enqueue
+            workflows.insert(self, workflow, steps, edges)
+
+    def workflow_ended(self, job_ids: Sequence[str]) -> None:
+        workflows.ended(self, job_ids)
+
+    def cancel_workflow(self, workflow_id: str) -> int:
+        with self.write_transaction():
+            ids = dict(WorkflowStep.objects.using(self.alias).filter(workflow_id=workflow_id, ended=False)
+                       .values_list("job_id", "job__state"))
+            if ids:  # a workflow that ended keeps its state
+                Workflow.objects.using(self.alias).filter(pk=workflow_id).update(cancelled=True)
+            waiting = sorted(j for j, state in ids.items() if JobState(state) in CANCEL.allowed)
+            running = sorted(j for j, state in ids.items() if state == JobState.RUNNING.value)
+            return self.cancel(waiting) + self.request_cancel(running)
 
     def request_cancel(self, job_ids: Sequence[str]) -> int:
         """See :meth:`Broker.request_cancel`: one statement per 500 ids; a repeated request keeps the first time."""

@@ -205,6 +205,11 @@ class Dialect:
     def analyze(self, connection: Any) -> None:
         """Refresh the planner's statistics of the job table when they are stale (where it matters)."""
 
+    def released(self, broker: Any, cursor: Any) -> None:
+        """Jobs became ready by an update (workflow steps released) in ``cursor``'s transaction:
+        wake idle pushers where the engine's wake-up only sees inserts. This default does nothing
+        (SQLite's wakes on any commit; a polling engine sees them at its next poll)."""
+
     def waker(self, broker: Any, burst: bool = False) -> Waker:
         """Return what an idle pusher of ``broker`` sleeps on; this default polls."""
         from .wakeup import Waker

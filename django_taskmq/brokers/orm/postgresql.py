@@ -75,6 +75,10 @@ class PostgresqlDialect(Dialect):
             cursor.execute("SELECT pg_advisory_xact_lock(hashtext(k)) FROM unnest(%s::text[]) AS k ORDER BY k",
                            [list(names)])
 
+    def released(self, broker: Any, cursor: Any) -> None:
+        # The insert trigger's notification, sent at commit (the trigger fires on inserts only).
+        cursor.execute("SELECT pg_notify(%s, '')", [CHANNEL])
+
     def waker(self, broker: Any, burst: bool = False) -> Waker:
         alias = broker.settings.listen_database
         listener = connections[alias] if alias is not None and alias != broker.alias else None

@@ -1,0 +1,198 @@
+"""Workflows: jobs that wait for each other (fan-out, fan-in, any DAG), built and queued at once.
+
+::
+
+    wf = Workflow(name="report-42")
+    a = wf.add("app.tasks.fetch", 1, name="fetch-1")
+    b = wf.add("app.tasks.fetch", 2, name="fetch-2")
+    c = wf.add("app.tasks.merge", after=[a, b])
+    wf.add("app.tasks.cleanup", after=[c], run_on_failure=True)
+    workflow_id = wf.enqueue()
+
+Every step is a job from the start, ``WAITING`` until its dependencies are satisfied; the database
+counts them (``brokers/orm/workflows.py``), the rules are ``policy/workflow.py``'s.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+from .brokers import get_broker
+from .conf import get_settings
+from .exceptions import ConfigError
+from .ids import new_id
+from .models import Job, State, WorkflowEdge, WorkflowStep
+from .models import Workflow as WorkflowRecord
+from .options import CALL_OPTIONS, JobTemplate
+from .policy import workflow as rules
+from .policy.states import JobState
+
+__all__ = ["Workflow", "WorkflowInfo", "StepInfo", "workflow", "cancel_workflow", "upstream_results"]
+
+# Options a step may not take: they decide whether its job exists or runs now, which the workflow
+# decides (see the "Workflows" page of the docs).
+STEP_REFUSED = ("sync", "key", "unique_key", "unique_for", "unique_replace")
+
+
+@dataclass
+class _Step:
+    name: str
+    func: Any
+    args: tuple
+    kwargs: dict
+    options: dict
+    after: tuple[str, ...]
+    run_on_failure: bool
+
+
+class Workflow:
+    """A graph of steps to queue at once with :meth:`enqueue`: all of them or none.
+
+    ``name`` is shown in the admin. Steps run as soon as the steps they wait for (``after``)
+    have succeeded; see :meth:`add`.
+    """
+
+    def __init__(self, name: str = "") -> None:
+        if not isinstance(name, str) or len(name) > 200:
+            raise ConfigError(f"a workflow's name must be a string of at most 200 characters, got {name!r}")
+        self.name = name
+        self.steps: dict[str, _Step] = {}
+
+    def add(self, func: Callable | str, *args: Any, name: str | None = None, after: Iterable[str] | None = None,
+            run_on_failure: bool = False, q_options: dict | None = None, **kwargs: Any) -> str:
+        """Add ``func(*args, **kwargs)`` as a step; return its name (``name``, or a new one).
+
+        ``after``: the names of the steps it waits for; it runs once they all SUCCEEDED, or, with
+        ``run_on_failure=True``, once they all ended, however. A step takes the options of
+        :func:`~django_taskmq.async_task` (queue, priority, retry, timeout, flow control...) as
+        keywords, or in ``q_options`` when the function has an argument of that name.
+        """
+        if name is None:
+            name = f"step-{len(self.steps) + 1}"
+            while name in self.steps:
+                name += "'"
+        rules.check_name(name, self.steps, ConfigError)
+        if not isinstance(run_on_failure, bool):
+            raise ConfigError(f"run_on_failure must be True or False, got {run_on_failure!r}")
+        if q_options is not None and not isinstance(q_options, dict):
+            raise ConfigError(f"q_options must be a dict, got {q_options!r}")
+        options = {k: kwargs.pop(k) for k in list(kwargs) if k in CALL_OPTIONS and k not in (q_options or {})}
+        options.update(q_options or {})
+        refused = sorted(k for k in STEP_REFUSED if options.get(k) is not None)
+        if refused:
+            raise ConfigError(f"a workflow step does not take {', '.join(refused)}: the workflow decides when "
+                              f"its jobs exist and run")
+        step = _Step(name, func, tuple(args), dict(kwargs), options, rules.check_after(after, ConfigError),
+                     run_on_failure)
+        # Checked here, at the call, like async_task's: a bad queue or retry fails at add().
+        JobTemplate(func, {k: v for k, v in options.items() if v is not None}, get_settings())
+        self.steps[name] = step
+        return name
+
+    def enqueue(self) -> str:
+        """Queue every step in one transaction; return the workflow's id.
+
+        Raises :class:`~django_taskmq.ConfigError` for an empty workflow, a name in ``after`` that
+        is no step, or a cycle; nothing is queued then.
+        """
+        rules.order({name: step.after for name, step in self.steps.items()}, ConfigError)
+        settings = get_settings()
+        workflow_id = new_id()
+        ids = {name: new_id() for name in self.steps}
+        rows, edges = [], []
+        for name, step in self.steps.items():
+            options = {k: v for k, v in step.options.items() if v is not None}
+            job = JobTemplate(step.func, {**options, "workflow": workflow_id}, settings).values(step.args, step.kwargs)
+            job["id"] = ids[name]
+            if step.after and job["state"] == JobState.QUEUED.value:
+                job["state"] = JobState.WAITING.value
+            rows.append({"job": job, "name": name, "waiting_for": len(step.after),
+                         "run_on_failure": step.run_on_failure})
+            edges += [(ids[upstream], ids[name]) for upstream in step.after]
+        broker = get_broker()
+        with broker.atomic(write=True):
+            broker.enqueue_workflow({"id": workflow_id, "name": self.name}, rows, edges)
+        return workflow_id
+
+
+@dataclass(frozen=True)
+class StepInfo:
+    """One step of a workflow as :func:`workflow` reads it."""
+
+    name: str
+    job_id: str
+    state: str
+    after: tuple[str, ...]
+    run_on_failure: bool
+    error: str
+    job: Job | None = field(repr=False, default=None)
+
+    @property
+    def result(self) -> Any:
+        """The step's result once it SUCCEEDED (verified before it is unpickled), else None."""
+        return self.job.result if self.job is not None and self.state == State.SUCCEEDED else None
+
+
+@dataclass(frozen=True)
+class WorkflowInfo:
+    """A workflow's state (``RUNNING``, ``SUCCEEDED``, ``FAILED`` or ``CANCELLED``) and its steps by name."""
+
+    id: str
+    name: str
+    state: str
+    created_at: Any
+    finished_at: Any
+    steps: dict[str, StepInfo]
+
+
+def workflow(workflow_id: str) -> WorkflowInfo | None:
+    """Return the state of the workflow ``workflow_id`` and of each of its steps, or None."""
+    _check_id(workflow_id)
+    alias = get_settings().database
+    record = WorkflowRecord.objects.using(alias).filter(pk=workflow_id).first()
+    if record is None:
+        return None
+    steps = list(WorkflowStep.objects.using(alias).filter(workflow_id=workflow_id).order_by("job_id"))
+    jobs = Job.objects.using(alias).in_bulk([s.job_id for s in steps])
+    names = {s.job_id: s.name for s in steps}
+    after: dict[str, list[str]] = {s.job_id: [] for s in steps}
+    for upstream, downstream in (WorkflowEdge.objects.using(alias).filter(workflow_id=workflow_id)
+                                 .order_by("id").values_list("upstream", "downstream")):
+        after[downstream].append(names[upstream])
+    infos = {}
+    for s in steps:
+        job = jobs.get(s.job_id)
+        infos[s.name] = StepInfo(s.name, s.job_id, job.state if job else "DELETED", tuple(after[s.job_id]),
+                                 s.run_on_failure, job.error if job else "", job)
+    return WorkflowInfo(record.id, record.name, record.state, record.created_at, record.finished_at, infos)
+
+
+def cancel_workflow(workflow_id: str) -> int:
+    """Cancel the steps of ``workflow_id`` that have not ended; return how many.
+
+    Waiting and queued steps end ``CANCELLED`` at once; running ones are asked to stop, as
+    :func:`~django_taskmq.cancel` does. The workflow ends ``CANCELLED`` once its last step ended.
+    """
+    _check_id(workflow_id)
+    broker = get_broker()
+    with broker.atomic(write=True):
+        return broker.cancel_workflow(workflow_id)
+
+
+def upstream_results(job_id: str) -> dict[str, Any]:
+    """The results of the direct dependencies of the step ``job_id``, by step name (None for one
+    that did not succeed: a ``run_on_failure`` step sees its failed dependencies so)."""
+    alias = get_settings().database
+    names = dict(WorkflowStep.objects.using(alias).filter(
+        job_id__in=WorkflowEdge.objects.using(alias).filter(downstream=job_id).values("upstream")
+    ).values_list("job_id", "name"))
+    jobs = Job.objects.using(alias).in_bulk(list(names))
+    return {name: (jobs[j].result if j in jobs and jobs[j].state == State.SUCCEEDED else None)
+            for j, name in sorted(names.items())}
+
+
+def _check_id(workflow_id: object) -> None:
+    if not isinstance(workflow_id, str) or not workflow_id:
+        raise ConfigError(f"a workflow id is a non-empty string, got {workflow_id!r}")
