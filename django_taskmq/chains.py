@@ -1,16 +1,18 @@
-"""Chains: run tasks one after another; each link is queued when the previous one succeeded.
+"""Chains: run tasks one after another; each link runs once the previous one succeeded.
 
-A link that fails for good (FAILED or DEAD) ends the chain: the links after it are never queued.
+A chain is a workflow underneath (:mod:`.workflows`): every link is a step waiting for the one
+before it. A link that fails for good (FAILED or DEAD) ends the chain: the links after it end
+CANCELLED, never run, and replaying the failed link resumes the chain.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from .api import async_task
 from .conf import get_settings
 from .exceptions import ConfigError
 from .options import func_path, validate_options
+from .workflows import Workflow
 
 
 class Chain:
@@ -36,12 +38,27 @@ class Chain:
         return self
 
     def run(self) -> str:
-        """Queue the first link; return its job id."""
+        """Queue the chain (every link at once, each waiting for the one before); return the
+        first link's job id."""
         if not self.links:
             raise ConfigError("an empty chain cannot run")
-        func, args, kwargs, options = self.links[0]
-        rest = self.links[1:]
-        return async_task(func, *args, q_options={**options, **({"chain": rest} if rest else {})}, **kwargs)
+        return run_links(self.links, self.group)
+
+
+def run_links(links: list[tuple[str, tuple, dict, dict]], group: str | None = None) -> str:
+    """Queue ``links`` (``(func path, args, kwargs, options)``) as a workflow, each waiting for
+    the one before; return the first link's job id. Links run inline when their options say
+    ``sync`` (django-q2's ``async_chain(sync=True)``)."""
+    flow = Workflow(name=f"chain {group}" if group else "chain")
+    previous: list[str] = []
+    sync = None
+    for number, (func, args, kwargs, options) in enumerate(links, 1):
+        options = dict(options)
+        link_sync = options.pop("sync", None)
+        sync = link_sync if sync is None else sync
+        previous = [flow.add_call(func, args, kwargs, options, name=f"link-{number}", after=previous)]
+    flow.enqueue(sync=sync)
+    return flow.job_ids["link-1"]
 
 
 def async_chain(chain: list, group: str | None = None, **options: Any) -> str:

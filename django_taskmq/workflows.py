@@ -59,16 +59,30 @@ class Workflow:
             raise ConfigError(f"a workflow's name must be a string of at most 200 characters, got {name!r}")
         self.name = name
         self.steps: dict[str, _Step] = {}
+        #: Each step's job id (by step name), once :meth:`enqueue` queued them.
+        self.job_ids: dict[str, str] = {}
 
     def add(self, func: Callable | str, *args: Any, name: str | None = None, after: Iterable[str] | None = None,
             run_on_failure: bool = False, q_options: dict | None = None, **kwargs: Any) -> str:
         """Add ``func(*args, **kwargs)`` as a step; return its name (``name``, or a new one).
 
         ``after``: the names of the steps it waits for; it runs once they all SUCCEEDED, or, with
-        ``run_on_failure=True``, once they all ended, however. A step takes the options of
+        ``run_on_failure=True``, once they all ended, however. A name may be of a step added
+        later (checked by :meth:`enqueue`). A step takes the options of
         :func:`~django_taskmq.async_task` (queue, priority, retry, timeout, flow control...) as
         keywords, or in ``q_options`` when the function has an argument of that name.
         """
+        if q_options is not None and not isinstance(q_options, dict):
+            raise ConfigError(f"q_options must be a dict, got {q_options!r}")
+        options = {k: kwargs.pop(k) for k in list(kwargs) if k in CALL_OPTIONS and k not in (q_options or {})}
+        options.update(q_options or {})
+        return self.add_call(func, args, kwargs, options, name=name, after=after, run_on_failure=run_on_failure)
+
+    def add_call(self, func: Callable | str, args: Iterable[Any] = (), kwargs: dict | None = None,
+                 options: dict | None = None, *, name: str | None = None, after: Iterable[str] | None = None,
+                 run_on_failure: bool = False) -> str:
+        """:meth:`add` with the function's arguments and the options apart (no name is taken for
+        an option); what chains and ``async_iter`` build their steps with."""
         if name is None:
             name = f"step-{len(self.steps) + 1}"
             while name in self.steps:
@@ -76,35 +90,34 @@ class Workflow:
         rules.check_name(name, self.steps, ConfigError)
         if not isinstance(run_on_failure, bool):
             raise ConfigError(f"run_on_failure must be True or False, got {run_on_failure!r}")
-        if q_options is not None and not isinstance(q_options, dict):
-            raise ConfigError(f"q_options must be a dict, got {q_options!r}")
-        options = {k: kwargs.pop(k) for k in list(kwargs) if k in CALL_OPTIONS and k not in (q_options or {})}
-        options.update(q_options or {})
-        refused = sorted(k for k in STEP_REFUSED if options.get(k) is not None)
+        options = {k: v for k, v in (options or {}).items() if v is not None}
+        refused = sorted(k for k in STEP_REFUSED if k in options)
         if refused:
             raise ConfigError(f"a workflow step does not take {', '.join(refused)}: the workflow decides when "
                               f"its jobs exist and run")
-        step = _Step(name, func, tuple(args), dict(kwargs), options, rules.check_after(after, ConfigError),
-                     run_on_failure)
         # Checked here, at the call, like async_task's: a bad queue or retry fails at add().
-        JobTemplate(func, {k: v for k, v in options.items() if v is not None}, get_settings())
-        self.steps[name] = step
+        JobTemplate(func, options, get_settings())
+        self.steps[name] = _Step(name, func, tuple(args), dict(kwargs or {}), options,
+                                 rules.check_after(after, ConfigError), run_on_failure)
         return name
 
-    def enqueue(self) -> str:
+    def enqueue(self, sync: bool | None = None) -> str:
         """Queue every step in one transaction; return the workflow's id.
 
         Raises :class:`~django_taskmq.ConfigError` for an empty workflow, a name in ``after`` that
-        is no step, or a cycle; nothing is queued then.
+        is no step, or a cycle; nothing is queued then. With ``sync`` (default:
+        ``TASKMQ['sync']``) the steps run here, one after another, before this returns.
         """
-        rules.order({name: step.after for name, step in self.steps.items()}, ConfigError)
+        if sync is not None and not isinstance(sync, bool):
+            raise ConfigError(f"sync must be True or False, got {sync!r}")
+        steps = rules.order({name: step.after for name, step in self.steps.items()}, ConfigError)
         settings = get_settings()
         workflow_id = new_id()
         ids = {name: new_id() for name in self.steps}
         rows, edges = [], []
         for name, step in self.steps.items():
-            options = {k: v for k, v in step.options.items() if v is not None}
-            job = JobTemplate(step.func, {**options, "workflow": workflow_id}, settings).values(step.args, step.kwargs)
+            job = JobTemplate(step.func, {**step.options, "workflow": workflow_id}, settings).values(step.args,
+                                                                                                   step.kwargs)
             job["id"] = ids[name]
             if step.after and job["state"] == JobState.QUEUED.value:
                 job["state"] = JobState.WAITING.value
@@ -114,6 +127,14 @@ class Workflow:
         broker = get_broker()
         with broker.atomic(write=True):
             broker.enqueue_workflow({"id": workflow_id, "name": self.name}, rows, edges)
+        self.job_ids = ids
+        if settings.sync if sync is None else sync:
+            # Each step after the ones it waits for: by then it is ready (or was cancelled, and
+            # running it does nothing).
+            from .api import run_sync
+
+            for name in steps:
+                run_sync(ids[name])
         return workflow_id
 
 

@@ -31,6 +31,7 @@ from django.utils import timezone
 from .. import api, cached_results, scheduler
 from ..brokers import get_broker
 from ..chains import Chain as _Chain
+from ..chains import run_links
 from ..conf import Settings, get_settings
 from ..exceptions import ConfigError
 from ..ids import new_id
@@ -173,10 +174,7 @@ def async_chain(chain: list, group: str | None = None, cached: Any = None, sync:
     if not chain:
         raise ConfigError("an empty chain cannot run")
     group = group or uuid.uuid4().hex
-    links = _links(chain, group, cached, sync, settings)
-    func, args, kwargs, options = links[0]
-    q_options = {**options, **({"chain": links[1:]} if len(links) > 1 else {})}
-    api.async_task(func, *args, q_options=q_options, **kwargs)
+    run_links(_links(chain, group, cached, sync, settings), group)
     return group
 
 
