@@ -13,6 +13,10 @@
   If django_taskmq's median is above one second, one extra enqueue runs under cProfile and the
   top of its profile is saved beside the raw results.
 
+django_taskmq keeps every result here (``save_limit`` 0), as Celery keeps its results (a day by
+default): with ``save_limit``'s default (250) the monitor may prune finished steps before the fan-in
+step reads them (see the "Workflows" page of the docs).
+
 The systems run as ``run.py`` runs them (``README.md``): ``venv-taskmq`` (this tree, editable,
 compiled) with ``manage.py qcluster`` of ``projects/taskmq_project`` (2 workers) on SQLite and
 PostgreSQL through ``benchdb.py`` and ``databases.py``; ``venv-celery`` with ``celery -A celeryapp
@@ -178,6 +182,9 @@ def driver(args: argparse.Namespace) -> int:
         prepare_template(system, args.engine)
         print(PREFIX + json.dumps({"ok": True}), flush=True)
         return 0
+    # Keep every result, as Celery does (a day by default): with save_limit's default (250) the
+    # monitor may prune finished steps before the fan-in step reads them.
+    os.environ["BENCH_TASKMQ_SAVE_LIMIT"] = "0"
     marks_dir = Path(tempfile.mkdtemp(prefix="marks-", dir=WORK_DIR))
     try:
         fresh_database(system, args.engine)
