@@ -318,7 +318,7 @@ def report(raw: dict) -> None:
     print(f"**Fan-in of {raw['n']} steps into one** (the fan-in step reads the {raw['n']} results), "
           "2 worker processes each, a warm cluster:")
     print()
-    print("| system | runs ok | enqueue: build + send (ms) | enqueue -> fan-in step done (s) | steps/s |")
+    print("| system | runs ok | enqueue: build + send (ms) | enqueue -> fan-in step done (s) | steps/s, enqueue to done |")
     print("|---|---|---|---|---|")
     for system, engine in pairs:
         got = [r for r in ok if (r["system"], r["engine"], r["case"]) == (system, engine, "fan_in")]
