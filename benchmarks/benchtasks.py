@@ -32,3 +32,16 @@ def _mark(tag, started):
         _mark_file = open(os.path.join(directory, f"marks-{os.getpid()}.txt"), "a", buffering=1)
         _mark_pid = os.getpid()
     _mark_file.write(f"{tag} {started!r}\n")
+
+
+def item(i):
+    """A step of ``fan_in.py``'s fan-in (both systems): returns its argument."""
+    return i
+
+
+def merge_upstream():
+    """The fan-in step of ``fan_in.py`` on django_taskmq: reads its upstream results as a task does."""
+    from django_taskmq import current_job
+
+    results = current_job().upstream
+    return {"count": len(results), "sum": sum(results.values())}

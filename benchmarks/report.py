@@ -752,6 +752,26 @@ def _older_sections() -> list[str]:
                       f"`python3 benchmarks/{module}.py --report benchmarks/results/{name}` (measured with "
                       f"`{measured}`; foreign load was not recorded by these scripts). Cells: median (min-max).",
                       "", buffer.getvalue().rstrip()]
+    fan_in = RESULTS_DIR / "fan_in.json"
+    if fan_in.exists():
+        import fan_in as fan_in_script
+
+        raw = json.loads(fan_in.read_text())
+        buffer = io.StringIO()
+        with contextlib.redirect_stdout(buffer):
+            fan_in_script.report(raw)
+        lines += ["", f"### Workflows: a {raw['n']}-step fan-in against Celery's chord, and a {raw['big_n']:,}-step "
+                      "enqueue", "",
+                  f"Raw results: [`results/{fan_in.name}`](results/{fan_in.name}); generated with "
+                  f"`python3 benchmarks/fan_in.py --report benchmarks/results/{fan_in.name}` (measured with "
+                  f"`python3 benchmarks/fan_in.py --runs {raw['runs']}`; how: the script's docstring). "
+                  "Cells: median (min-max).", "", buffer.getvalue().rstrip()]
+        profile = RESULTS_DIR / (raw.get("profile") or "")
+        if raw.get("profile") and profile.exists():
+            text = profile.read_text()
+            lines += ["", f"Where django_taskmq's {raw['big_n']:,}-step enqueue spends its time: one more enqueue "
+                          f"under cProfile ([`results/{profile.name}`](results/{profile.name}), top entries by "
+                          "cumulative time):", "", "```", text.split("\n\n--- sorted by tottime")[0].rstrip(), "```"]
     for raw_path in sorted(RESULTS_DIR.glob("retention-claims-*.json")):
         raw = json.loads(raw_path.read_text())
         label = f", {raw['label']}" if raw.get("label") else ""
@@ -790,6 +810,7 @@ def _older_sections() -> list[str]:
             lines.append(f"| {size} | {', '.join(sorted({r['state'] for r in rows_}))} | {len(rows_)} | "
                          f"{cell(sums)} | {cell(maxes)} |")
     shown = {"architecture-before-after.json", "architecture-latency-rerun.json", "flow.json", "threads.json",
+             "fan_in.json", "fan_in-profile.txt",
              "prefetch.json", "pgbouncer_wakeup.json", *(p.name for p in RESULTS_DIR.glob("retention-claims-*.json")),
              "result_memory.json", Path(ROUND_ONE).name, Path(COMMENTARY).name, "drain-sqlite.png",
              "drain-postgresql.png"}

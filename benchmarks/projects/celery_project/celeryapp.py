@@ -26,3 +26,14 @@ app.conf.broker_connection_retry_on_startup = True  # silences a deprecation war
 @app.task(name="benchtasks.noop")
 def noop(tag=None):
     benchtasks.noop(tag)
+
+
+# fan_in.py: the steps of a chord and its callback, which receives their results.
+@app.task(name="benchtasks.item")
+def item(i):
+    return benchtasks.item(i)
+
+
+@app.task(name="benchtasks.merge_results")
+def merge_results(results):
+    return {"count": len(results), "sum": sum(results)}
