@@ -32,6 +32,7 @@ from ...policy import attempts, pick
 from ...policy.priority import validate_priority
 from ...policy.states import HAS_DELIVERIES_LEFT_SQL, JobState, used_up
 from ...policy.unique import REPLACEABLE, Unique
+from ...policy.workflow import WorkflowState
 from ...signals import job_dead
 from ...signing import seal_result
 from .. import pooling
@@ -1062,7 +1063,15 @@ class OrmBroker(Broker):
         return Job.objects.using(self.alias).filter(state=state, finished_at__lt=_aware(before)).count()
 
     def _delete_jobs(self, ids: list[str], state: str) -> int:
-        """Delete the jobs of ``ids`` still in ``state``, with their dead letters; return how many."""
+        """Delete the jobs of ``ids`` still in ``state``, with their dead letters; return how many.
+
+        Steps of a workflow that has not ended are kept: a step still to run reads its
+        dependencies' results (``current_job().upstream``), and a replay needs the failed one.
+        """
+        if ids:
+            held = set(WorkflowStep.objects.using(self.alias).filter(
+                job_id__in=ids, workflow__state=WorkflowState.RUNNING.value).values_list("job_id", flat=True))
+            ids = [i for i in ids if i not in held]
         if not ids:
             return 0
         if pre_delete.has_listeners(Job) or post_delete.has_listeners(Job):  # the project's receivers run
