@@ -151,9 +151,10 @@ def _node(name: str, node: Node | None, x: float, y: float) -> str:
     dashed = node is not None and node.run_on_failure
     border = ' stroke="#222" stroke-width="2" stroke-dasharray="6 3"' if dashed else ""
     tip = f"{name}: {state}" + (" (runs on failure)" if dashed else "")
+    label = escape(shorten(name, NAME_SHOWN))
     shape = (f'<title>{escape(tip)}</title>'
              f'<rect x="{x:.1f}" y="{y:.1f}" width="{NODE_W}" height="{NODE_H}" rx="4" fill="{colour}"{border}/>'
-             f'<text x="{x + 8:.1f}" y="{y + 16:.1f}" font-size="12" fill="#fff">{escape(shorten(name, NAME_SHOWN))}</text>'
+             f'<text x="{x + 8:.1f}" y="{y + 16:.1f}" font-size="12" fill="#fff">{label}</text>'
              f'<text x="{x + 8:.1f}" y="{y + 32:.1f}" font-size="10" fill="#fff">{escape(state)}</text>')
     css = f"taskmq-node taskmq-node-{escape(state.lower())}" + (" taskmq-node-on-failure" if dashed else "")
     if node is not None and node.url:
