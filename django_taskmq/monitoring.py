@@ -25,7 +25,7 @@ from django.utils import timezone
 
 from .brokers.clock import as_datetime, clock_for
 from .conf import get_settings
-from .models import READY_STATES, Cluster, DeadLetter, Job, QueuePause
+from .models import READY_STATES, Cluster, DeadLetter, Job, QueuePause, Workflow, WorkflowStates
 from .policy import retention as retention_policy
 from .policy.states import JobState
 from .policy.progress import read as read_progress
@@ -285,6 +285,13 @@ def jobs_by_queue_and_state(alias: str | None = None,
         jobs = jobs.filter(state__in=list(states))
     rows = jobs.values("queue", "state").annotate(n=Count("*"))
     return {(row["queue"], row["state"]): row["n"] for row in rows}
+
+
+def workflow_counts(alias: str | None = None) -> dict[str, int]:
+    """Return the number of workflows in each state (every state, 0 when none), in one grouped
+    count over the ``(state, created_at)`` index."""
+    rows = Workflow.objects.using(_alias(alias)).order_by().values("state").annotate(n=Count("*"))
+    return {**dict.fromkeys(WorkflowStates.values, 0), **{row["state"]: row["n"] for row in rows}}
 
 
 def finished_counters(alias: str | None = None) -> dict[tuple[str, str], int]:

@@ -15,6 +15,7 @@ from ..policy import durations
 
 #: Background colour of each state's badge (white text).
 STATE_COLOURS = {
+    State.WAITING: "#8d6e63",
     State.QUEUED: "#5b6f80",
     State.RUNNING: "#1f6fb2",
     State.RETRYING: "#c27a00",

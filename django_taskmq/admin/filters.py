@@ -2,7 +2,8 @@
 
 Django's default filter of a field lists its distinct values, one ``SELECT DISTINCT`` over the
 whole table per page view; these take their choices from the settings (queues), the code (states,
-priorities, reason kinds) or the small heartbeat table (clusters), or are a text box (group).
+priorities, reason kinds) or the small heartbeat table (clusters), or are a text box (group,
+workflow).
 """
 
 from __future__ import annotations
@@ -88,6 +89,14 @@ class InputFilter(admin.SimpleListFilter):
 class GroupFilter(InputFilter):
     title = _("group")
     parameter_name = field = "group"
+
+
+class WorkflowFilter(InputFilter):
+    """The steps of one workflow (its id), through the step table's primary key."""
+
+    title = _("workflow")
+    parameter_name = "workflow"
+    field = "workflow_step__workflow_id"
 
 
 #: The kinds of reason a dead letter has, as the broker and the cluster word them.

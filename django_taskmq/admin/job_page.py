@@ -18,7 +18,7 @@ from ..brokers import get_broker
 from ..conf import get_settings
 from ..envelope import Envelope
 from ..exceptions import BadPackage
-from ..models import DeadLetter, Job, State
+from ..models import DeadLetter, Job, State, WorkflowStep
 from ..policy import attempts as attempt_history
 from ..signing import verify
 from .display import between, duration, monospace, short_repr, when
@@ -214,6 +214,17 @@ def group(job: Job) -> str | SafeString:
     url = reverse("admin:django_taskmq_job_changelist") + "?" + urlencode({"group": job.group})
     count = Job.objects.filter(group=job.group).count()
     return format_html("<a href='{}'>{}</a> ({} job{})", url, job.group, count, "" if count == 1 else "s")
+
+
+def workflow(job: Job) -> str | SafeString:
+    """The workflow the job is a step of, linked to its page, with the step's name; else ``-``."""
+    found = (WorkflowStep.objects.using(job._state.db).filter(job_id=job.pk)
+             .values_list("name", "workflow_id", "workflow__name").first())
+    if found is None:
+        return "-"
+    step, workflow_id, name = found
+    url = reverse("admin:django_taskmq_workflow_change", args=[workflow_id])
+    return format_html("<a href='{}'>{}</a> (step {})", url, name or workflow_id, step)
 
 
 def _table(rows: list[tuple[str, str]]) -> SafeString:

@@ -22,7 +22,7 @@ from ..brokers import get_broker
 from ..models import IdempotencyKey, Job, State, UniqueKey
 from . import confirm, job_page, progress_bar
 from .display import between, duration, monospace, short_time, state_badge
-from .filters import ClusterFilter, GroupFilter, PriorityFilter, QueueFilter
+from .filters import ClusterFilter, GroupFilter, PriorityFilter, QueueFilter, WorkflowFilter
 from .forms import RequeueForm
 from .paginator import CappedPaginator
 from .window import newest
@@ -68,7 +68,7 @@ def _is_list(request: HttpRequest) -> bool:
 class JobAdmin(ReadOnlyMixin, admin.ModelAdmin):
     list_display = ("id", "task_name", "queue", "priority", "state_display", "deliveries_display", "attempts",
                     "enqueued", "started", "finished", "run_time")
-    list_filter = ("state", QueueFilter, PriorityFilter, ClusterFilter, GroupFilter)
+    list_filter = ("state", QueueFilter, PriorityFilter, ClusterFilter, GroupFilter, WorkflowFilter)
     ordering = ("-id",)
     show_full_result_count = False  # one COUNT(*) of the whole table per page is enough
     paginator = CappedPaginator  # a COUNT(*) of millions of rows takes seconds
@@ -77,16 +77,17 @@ class JobAdmin(ReadOnlyMixin, admin.ModelAdmin):
     exclude = HEAVY[:2]  # the signed package and the raw result: shown verified instead
     fieldsets = (
         (None, {"fields": ("id", "task_name", "func", "state_display", "progress_display", "queue", "priority",
-                           "group_display", "key", "cluster")}),
+                           "group_display", "workflow_display", "key", "cluster")}),
         (_("Call"), {"fields": ("arguments", "keyword_arguments", "next_link")}),
         (_("Outcome"), {"fields": ("return_value", "error_display", "traceback_display", "failed_executions",
                                    "dead_letters")}),
         (_("Times"), {"fields": ("times",)}),
         (_("Deliveries"), {"fields": ("limits", "lease", "flow")}),
     )
-    readonly_fields = ("id", "task_name", "func", "state_display", "progress_display", "queue", "priority", "group_display", "key",
-                       "cluster", "arguments", "keyword_arguments", "next_link", "return_value", "error_display",
-                       "traceback_display", "failed_executions", "dead_letters", "times", "limits", "lease", "flow")
+    readonly_fields = ("id", "task_name", "func", "state_display", "progress_display", "queue", "priority", "group_display",
+                       "workflow_display", "key", "cluster", "arguments", "keyword_arguments", "next_link", "return_value",
+                       "error_display", "traceback_display", "failed_executions", "dead_letters", "times", "limits", "lease",
+                       "flow")
     change_list_template = "admin/django_taskmq/job/change_list.html"
 
     # Deleting rows bypasses the broker (a running job's lease, its dead letters): cancel instead.
@@ -166,6 +167,10 @@ class JobAdmin(ReadOnlyMixin, admin.ModelAdmin):
     @admin.display(description=_("group"))
     def group_display(self, job: Job):
         return job_page.group(job)
+
+    @admin.display(description=_("workflow"))
+    def workflow_display(self, job: Job):
+        return job_page.workflow(job)
 
     @admin.display(description=_("arguments"))
     def arguments(self, job: Job):

@@ -1,5 +1,5 @@
-"""``qinfo --json`` and ``qmonitor``: one frame for scripts, and the live view driven in a
-pseudo-terminal (it draws, updates, and exits on ``q`` or Ctrl-C)."""
+"""``qinfo --json`` and ``qmonitor``: one frame for scripts (with the workflows by state), and the
+live view driven in a pseudo-terminal (it draws, updates, and exits on ``q`` or Ctrl-C)."""
 
 from __future__ import annotations
 
@@ -17,11 +17,14 @@ import time
 
 import pytest
 from django.core.management import call_command
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
-from django_taskmq import async_task
+from django_taskmq import Workflow, async_task
 from django_taskmq.api import run_sync
 from django_taskmq.models import Cluster
+from django_taskmq.models import Workflow as WorkflowRecord
 from tests.conftest import ROOT, db_env
 
 ANSI = re.compile(r"\x1b(\[[0-9;?]*[ -/]*[@-~]|[()][0-9A-Za-z]|[=>78])")
@@ -55,6 +58,22 @@ def test_qinfo_json_for_scripts(broker):
     assert (emails["ready"], emails["ready_by_priority"], emails["dead_letters"]) == (1, {"5": 1}, 0)
     assert data["throughput"]["succeeded_last_hour"] == 1
     assert {"queue": "emails", "priority": 5, "ready": 1, "delayed": 0, "reserved": 0, "dead": 0} in data["stats"]
+
+
+@pytest.mark.django_db
+def test_qinfo_counts_the_workflows_by_state_in_one_query(broker):
+    for name in ("w0", "w1", "w2"):
+        wf = Workflow(name=name)
+        wf.add("tests.tasks.noop", name="b", after=[wf.add("tests.tasks.noop", name="a")])
+        wf.enqueue()
+    WorkflowRecord.objects.filter(name="w0").update(state="SUCCEEDED")
+    WorkflowRecord.objects.filter(name="w1").update(state="FAILED")
+    with CaptureQueriesContext(connection) as queries:
+        data = json.loads(run("qinfo", "--json"))
+    assert data["workflows"] == {"RUNNING": 1, "SUCCEEDED": 1, "FAILED": 1, "CANCELLED": 0}
+    reads = [q["sql"] for q in queries if "django_taskmq_workflow" in q["sql"]]
+    assert len(reads) == 1 and "GROUP BY" in reads[0].upper(), reads
+    assert "workflows: running 1, succeeded 1, failed 1, cancelled 0" in run("qinfo")
 
 
 @pytest.mark.django_db

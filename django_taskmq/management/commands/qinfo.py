@@ -1,5 +1,6 @@
-"""``manage.py qinfo``: the clusters alive and the broker's counts per queue and priority;
-``--json`` prints the same, and the dashboard's numbers, as one JSON object for scripts."""
+"""``manage.py qinfo``: the clusters alive, the broker's counts per queue and priority and the
+workflows by state; ``--json`` prints the same, and the dashboard's numbers, as one JSON object for
+scripts."""
 
 import json
 
@@ -14,13 +15,15 @@ class Command(BaseCommand):
 
     def add_arguments(self, parser):
         parser.add_argument("--json", action="store_true",
-                            help="print one JSON object: clusters, queues, throughput and the broker's stats")
+                            help="print one JSON object: clusters, queues, throughput, the broker's stats and "
+                                 "the workflows by state")
 
     def handle(self, *args, **options):
         if options["json"]:
             data = monitoring.as_json(monitoring.snapshot(), get_broker().stats())
             data["flow"] = get_broker().flow_status()
             data["pruning"] = monitoring.pruning()
+            data["workflows"] = monitoring.workflow_counts()
             self.stdout.write(json.dumps(data, indent=2, sort_keys=False))
             return
         clusters = monitoring.clusters_alive(with_task_names=False)
@@ -39,6 +42,8 @@ class Command(BaseCommand):
         if paused:
             self.stdout.write(f"paused queues (no cluster claims from them): {', '.join(paused)}")
         self._flow(get_broker().flow_status())
+        workflows = monitoring.workflow_counts()
+        self.stdout.write("workflows: " + ", ".join(f"{state.lower()} {n}" for state, n in workflows.items()))
         self._pruning(monitoring.pruning())
 
     def _pruning(self, pruning: dict) -> None:
