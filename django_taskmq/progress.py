@@ -173,7 +173,7 @@ class CurrentJob(str):
         at the first use."""
         cached = getattr(self, "_upstream", None)
         if cached is None:
-            from .workflows import upstream_results
+            from .upstream import upstream_results
 
             cached = self._upstream = upstream_results(str(self))
         return cached

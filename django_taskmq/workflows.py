@@ -29,7 +29,7 @@ from .options import CALL_OPTIONS, JobTemplate
 from .policy import workflow as rules
 from .policy.states import JobState
 
-__all__ = ["Workflow", "WorkflowInfo", "StepInfo", "workflow", "cancel_workflow", "upstream_results"]
+__all__ = ["Workflow", "WorkflowInfo", "StepInfo", "workflow", "cancel_workflow"]
 
 # Options a step may not take: they decide whether its job exists or runs now, which the workflow
 # decides (see the "Workflows" page of the docs).
@@ -200,18 +200,6 @@ def cancel_workflow(workflow_id: str) -> int:
     broker = get_broker()
     with broker.atomic(write=True):
         return broker.cancel_workflow(workflow_id)
-
-
-def upstream_results(job_id: str) -> dict[str, Any]:
-    """The results of the direct dependencies of the step ``job_id``, by step name (None for one
-    that did not succeed: a ``run_on_failure`` step sees its failed dependencies so)."""
-    alias = get_settings().database
-    names = dict(WorkflowStep.objects.using(alias).filter(
-        job_id__in=WorkflowEdge.objects.using(alias).filter(downstream=job_id).values("upstream")
-    ).values_list("job_id", "name"))
-    jobs = Job.objects.using(alias).in_bulk(list(names))
-    return {name: (jobs[j].result if j in jobs and jobs[j].state == State.SUCCEEDED else None)
-            for j, name in sorted(names.items())}
 
 
 def _check_id(workflow_id: object) -> None:

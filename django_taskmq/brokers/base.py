@@ -366,7 +366,6 @@ class Broker(abc.ABC):
     def jobs(self, job_ids: Sequence[str]) -> dict[str, Any]:
         """Return the state records (``models.Job``) of ``job_ids`` that exist, by id."""
 
-    @abc.abstractmethod
     # -- workflows (brokers that cannot run them refuse) -------------------------------------
     def enqueue_workflow(self, workflow: Mapping[str, Any], steps: Sequence[Mapping[str, Any]],
                          edges: Sequence[tuple[str, str]]) -> None:
@@ -384,5 +383,6 @@ class Broker(abc.ABC):
         """Cancel the steps of a workflow that have not ended (ask running ones to stop); return how many."""
         raise NotImplementedError(f"{type(self).__name__} does not run workflows")
 
+    @abc.abstractmethod
     def stats(self) -> list[dict[str, Any]]:
         """Return per queue and priority counts: ready, delayed, reserved, dead."""

@@ -10,7 +10,7 @@ The database keeps the counts (see ``brokers/orm/workflows.py``); this module on
 from __future__ import annotations
 
 import enum
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 
 from .states import JobState
 
@@ -105,14 +105,15 @@ def order(graph: Mapping[str, Sequence[str]], error: type[Exception] = ValueErro
             raise error(f"step {step!r} waits for unknown step(s) {unknown}")
     placed: list[str] = []
     state: dict[str, int] = {}  # 1: being visited, 2: placed
+    stack: list[tuple[str, Iterator[str]]]
     for root in graph:
         if state.get(root) == 2:
             continue
         stack = [(root, iter(graph[root]))]
         state[root] = 1
         while stack:
-            step, deps = stack[-1]
-            dep = next(deps, None)
+            step, pending = stack[-1]
+            dep = next(pending, None)
             if dep is None:
                 stack.pop()
                 state[step] = 2

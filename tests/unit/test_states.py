@@ -36,17 +36,25 @@ LEGAL = {
     (S.FAILED, E.REPLAY): S.QUEUED,
     (S.EXPIRED, E.REPLAY): S.QUEUED,
     (S.CANCELLED, E.REPLAY): S.QUEUED,
+    # Workflow steps: waiting for their dependencies, then released or cancelled by them; a
+    # replay of the step that cancelled one (or of the step itself, still waiting) reopens it.
+    (S.WAITING, E.RELEASE): S.QUEUED,
+    (S.WAITING, E.CANCEL): S.CANCELLED,
+    (S.CANCELLED, E.REOPEN): S.WAITING,
+    (S.QUEUED, E.REOPEN): S.WAITING,
 }
+# The operator's replays: of the job itself, or of the workflow step that cancelled it.
+REPLAYS = (E.REPLAY, E.REOPEN)
 ILLEGAL = [pair for pair in itertools.product(JobState, Event) if pair not in LEGAL]
 
 
 def test_values_are_the_names():
     assert [s.value for s in JobState] == [
-        "QUEUED", "RUNNING", "RETRYING", "SUCCEEDED", "FAILED", "DEAD", "EXPIRED", "CANCELLED",
+        "WAITING", "QUEUED", "RUNNING", "RETRYING", "SUCCEEDED", "FAILED", "DEAD", "EXPIRED", "CANCELLED",
     ]
     assert [e.value for e in Event] == [
         "RESERVE", "ACK", "FAIL_RETRY", "FAIL_FINAL", "DEAD_LETTER", "EXPIRE", "CANCEL", "CANCEL_RUNNING",
-        "DEFER", "YIELD", "RECLAIM", "REPLAY",
+        "DEFER", "YIELD", "RECLAIM", "RELEASE", "REOPEN", "REPLAY",
     ]
     assert all(s == s.name and str(s) == s.name for s in JobState)
     assert all(e == e.name and str(e) == e.name for e in Event)
@@ -57,9 +65,9 @@ def test_groups():
     assert JobState.FINAL == {S.SUCCEEDED, S.FAILED, S.DEAD, S.EXPIRED, S.CANCELLED}
     assert isinstance(JobState.READY, frozenset) and isinstance(JobState.FINAL, frozenset)
     # The groups are not members.
-    assert len(JobState) == 8
-    # Every state is ready, running or final, exactly once.
-    assert JobState.READY | {S.RUNNING} | JobState.FINAL == set(JobState)
+    assert len(JobState) == 9
+    # Every state is waiting, ready, running or final, exactly once.
+    assert {S.WAITING} | JobState.READY | {S.RUNNING} | JobState.FINAL == set(JobState)
     assert not JobState.READY & JobState.FINAL
 
 
@@ -99,6 +107,8 @@ def test_unknown_names(state, event):
 def test_nothing_leaves_a_final_state_but_replay(state, event):
     if event is E.REPLAY and state is not S.SUCCEEDED:
         assert transition(state, event) is S.QUEUED
+    elif event is E.REOPEN and state is S.CANCELLED:
+        assert transition(state, event) is S.WAITING
     else:
         with pytest.raises(InvalidTransition):
             transition(state, event)
@@ -118,7 +128,7 @@ def test_random_walks(events):
         if event is E.RESERVE:
             assert state in JobState.READY
         if state in JobState.FINAL:
-            assert event is E.REPLAY and new is S.QUEUED
+            assert event in REPLAYS and new in (S.QUEUED, S.WAITING)
         state = new
 
 
@@ -137,7 +147,8 @@ def test_every_unfinished_job_can_be_cancelled_and_a_cancel_ends_cancelled(state
 @given(st.lists(st.sampled_from(list(Event)), max_size=30))
 def test_a_cancelled_job_is_never_retried_or_run_again_without_an_operator(events):
     """Follow any event sequence from QUEUED: once a cancel lands, the job stays CANCELLED for every
-    later event except an operator's REPLAY (retry_jobs); no reservation, retry or reclaim moves it."""
+    later event except an operator's replay (retry_jobs, or of the workflow step that cancelled it);
+    no reservation, retry, release or reclaim moves it."""
     state = S.QUEUED
     cancelled = False
     for event in events:
@@ -146,7 +157,7 @@ def test_a_cancelled_job_is_never_retried_or_run_again_without_an_operator(event
         except InvalidTransition:
             continue
         if cancelled:
-            assert event is E.REPLAY and new is S.QUEUED
+            assert event in REPLAYS and new in (S.QUEUED, S.WAITING)
             cancelled = False
         elif event in CANCELS:
             assert new is S.CANCELLED

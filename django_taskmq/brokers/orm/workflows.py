@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import collections
 from collections.abc import Iterable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from django.db import transaction
 from django.utils import timezone
@@ -24,8 +24,9 @@ from ...policy.states import Event, JobState
 from ...signals import workflow_finished
 from .sql import CANCEL, JOB, chunks, literal, marks, move
 
-if TYPE_CHECKING:
-    from .broker import OrmBroker
+# The functions take the ORM broker (its alias, connection, clock and dialect) as ``broker``; not
+# imported for its type, since the broker imports this module.
+OrmBroker = Any
 
 STEP = WorkflowStep._meta.db_table
 EDGE = WorkflowEdge._meta.db_table
@@ -77,7 +78,7 @@ def ended(broker: OrmBroker, job_ids: Iterable[str]) -> None:
 def _uncounted_ends(cursor: Any, job_ids: Sequence[str]) -> dict[str, tuple[str, str, str]]:
     """job id -> (workflow id, step name, final state) of the steps among ``job_ids`` that ended
     and whose end was not counted yet."""
-    found = {}
+    found: dict[str, tuple[str, str, str]] = {}
     for part in chunks(job_ids):
         cursor.execute(
             f"SELECT s.job_id, s.workflow_id, s.name, j.state FROM {STEP} s JOIN {JOB} j ON j.id = s.job_id "
