@@ -45,6 +45,7 @@ class _Step:
     options: dict
     after: tuple[str, ...]
     run_on_failure: bool
+    template: JobTemplate
 
 
 class Workflow:
@@ -58,6 +59,8 @@ class Workflow:
         if not isinstance(name, str) or len(name) > 200:
             raise ConfigError(f"a workflow's name must be a string of at most 200 characters, got {name!r}")
         self.name = name
+        #: The workflow's id, known before it is queued (its steps' packages carry it).
+        self.id = new_id()
         self.steps: dict[str, _Step] = {}
         #: Each step's job id (by step name), once :meth:`enqueue` queued them.
         self.job_ids: dict[str, str] = {}
@@ -96,9 +99,9 @@ class Workflow:
             raise ConfigError(f"a workflow step does not take {', '.join(refused)}: the workflow decides when "
                               f"its jobs exist and run")
         # Checked here, at the call, like async_task's: a bad queue or retry fails at add().
-        JobTemplate(func, options, get_settings())
+        template = JobTemplate(func, {**options, "workflow": self.id}, get_settings())
         self.steps[name] = _Step(name, func, tuple(args), dict(kwargs or {}), options,
-                                 rules.check_after(after, ConfigError), run_on_failure)
+                                 rules.check_after(after, ConfigError), run_on_failure, template)
         return name
 
     def enqueue(self, sync: bool | None = None) -> str:
@@ -110,14 +113,15 @@ class Workflow:
         """
         if sync is not None and not isinstance(sync, bool):
             raise ConfigError(f"sync must be True or False, got {sync!r}")
+        if self.job_ids:
+            raise ConfigError(f"workflow {self.id} was queued already; build a new Workflow to queue another")
         steps = rules.order({name: step.after for name, step in self.steps.items()}, ConfigError)
         settings = get_settings()
-        workflow_id = new_id()
+        workflow_id = self.id
         ids = {name: new_id() for name in self.steps}
         rows, edges = [], []
         for name, step in self.steps.items():
-            job = JobTemplate(step.func, {**step.options, "workflow": workflow_id}, settings).values(step.args,
-                                                                                                   step.kwargs)
+            job = step.template.values(step.args, step.kwargs)
             job["id"] = ids[name]
             if step.after and job["state"] == JobState.QUEUED.value:
                 job["state"] = JobState.WAITING.value
