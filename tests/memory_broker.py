@@ -635,7 +635,11 @@ class MemoryBroker(Broker):
         expired = [k for k, (_, until) in self._keys.items() if until < now][:batch]
         for key in expired:
             del self._keys[key]
-        return len(expired)
+        ended = [k for k, (job_id, _) in self._unique.items()
+                 if job_id not in self._jobs or self._jobs[job_id].state in JobState.FINAL][:batch]
+        for key in ended:
+            del self._unique[key]
+        return len(expired) + len(ended)
 
     def paused_queues(self) -> frozenset[str]:
         return frozenset(self.paused)

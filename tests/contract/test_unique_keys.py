@@ -103,6 +103,22 @@ def test_after_the_job_ended_a_new_job_is_made(broker, end):
     assert put(broker, unique_key="k") == second
 
 
+def test_prune_keys_forgets_the_keys_whose_job_ended_and_keeps_those_that_hold(broker):
+    """One row per distinct key would grow for ever: pruning deletes the keys of ended jobs
+    (at most ``batch``), never one whose job still waits or runs."""
+    ended = [put(broker, unique_key=f"done:{n}") for n in range(3)]
+    assert broker.cancel(ended) == 3
+    running_id = put(broker, unique_key="runs", unique_for=("running",))
+    assert claim(broker).job_id == running_id
+    waiting_id = put(broker, unique_key="waits")
+    assert broker.prune_keys(batch=2) == 2
+    assert broker.prune_keys() == 1
+    assert broker.prune_keys() == 0
+    # The keys that still hold still return their job.
+    assert put(broker, unique_key="waits") == waiting_id
+    assert put(broker, unique_key="runs", unique_for=("running",)) == running_id
+
+
 def test_a_job_past_its_expiry_holds_nothing(broker):
     """A waiting job whose expiry passed will never run (a claim marks it EXPIRED): the next call
     makes a new job instead of returning it."""

@@ -27,7 +27,7 @@ from django.utils import timezone
 from ...conf import Settings
 from ...exceptions import ConfigError, LeaseLost
 from ...models import (Chore, Cluster, DeadLetter, IdempotencyKey, Job, QueuePause, Schedule,
-                      State, Workflow, WorkflowStep)
+                      State, UniqueKey, Workflow, WorkflowStep)
 from ...policy import attempts, pick
 from ...policy.priority import validate_priority
 from ...policy.states import HAS_DELIVERIES_LEFT_SQL, JobState, used_up
@@ -1030,10 +1030,22 @@ class OrmBroker(Broker):
         self.dialect.analyze(self.connection)
 
     def prune_keys(self, batch: int = 1000) -> int:
-        """Delete idempotency keys whose TTL ran out, at most ``batch`` per call."""
+        """Delete idempotency keys whose TTL ran out and coalescing keys whose job ended (or is
+        gone), at most ``batch`` of each per call; return how many."""
         keys = IdempotencyKey.objects.using(self.alias)
         expired = list(keys.filter(expires_at__lt=self._at()).values_list("pk", flat=True)[:batch])
-        return keys.filter(pk__in=expired, expires_at__lt=self._at()).delete()[0] if expired else 0
+        deleted = keys.filter(pk__in=expired, expires_at__lt=self._at()).delete()[0] if expired else 0
+        # A coalescing key whose job ended holds nothing: its next enqueue would take it over, but
+        # a key never used again would stay for ever (one row per distinct key).
+        unique = UniqueKey.objects.using(self.alias)
+        jobs = Job.objects.using(self.alias)
+        ended = list(unique.exclude(job_id__in=jobs.exclude(state__in=FINISHED).values("pk"))
+                     .values_list("pk", flat=True)[:batch])
+        if ended:
+            # Checked again in the DELETE itself: a job replayed, or a key taken over, since the read stays.
+            deleted += unique.filter(pk__in=ended).exclude(
+                job_id__in=jobs.exclude(state__in=FINISHED).values("pk")).delete()[0]
+        return deleted
 
     def prune(self, keep: int, batch: int = 1000) -> int:
         """Delete the oldest SUCCEEDED jobs beyond the newest ``keep``, at most ``batch`` per call."""
