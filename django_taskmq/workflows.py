@@ -52,18 +52,24 @@ class Workflow:
     """A graph of steps to queue at once with :meth:`enqueue`: all of them or none.
 
     ``name`` is shown in the admin. Steps run as soon as the steps they wait for (``after``)
-    have succeeded; see :meth:`add`.
+    have succeeded; see :meth:`add`. ``key`` is the workflow's idempotency key: within
+    ``TASKMQ['idempotency_ttl']`` a second workflow with the same key is not queued, and its
+    :meth:`enqueue` returns the first one's id.
     """
 
-    def __init__(self, name: str = "") -> None:
+    def __init__(self, name: str = "", key: str | None = None) -> None:
         if not isinstance(name, str) or len(name) > 200:
             raise ConfigError(f"a workflow's name must be a string of at most 200 characters, got {name!r}")
+        if key is not None and (not isinstance(key, str) or not 0 < len(key) <= rules.KEY_MAX):
+            raise ConfigError(f"a workflow's key must be a string of 1..{rules.KEY_MAX} characters, got {key!r}")
         self.name = name
+        self.key = key
         #: The workflow's id, known before it is queued (its steps' packages carry it).
         self.id = new_id()
         self.steps: dict[str, _Step] = {}
         #: Each step's job id (by step name), once :meth:`enqueue` queued them.
         self.job_ids: dict[str, str] = {}
+        self.queued = False
 
     def add(self, func: Callable | str, *args: Any, name: str | None = None, after: Iterable[str] | None = None,
             run_on_failure: bool = False, q_options: dict | None = None, **kwargs: Any) -> str:
@@ -96,8 +102,9 @@ class Workflow:
         options = {k: v for k, v in (options or {}).items() if v is not None}
         refused = sorted(k for k in STEP_REFUSED if k in options)
         if refused:
+            hint = " (give the workflow a key: Workflow(key=...))" if "key" in refused else ""
             raise ConfigError(f"a workflow step does not take {', '.join(refused)}: the workflow decides when "
-                              f"its jobs exist and run")
+                              f"its jobs exist and run{hint}")
         # Checked here, at the call, like async_task's: a bad queue or retry fails at add().
         template = JobTemplate(func, {**options, "workflow": self.id}, get_settings())
         self.steps[name] = _Step(name, func, tuple(args), dict(kwargs or {}), options,
@@ -113,7 +120,7 @@ class Workflow:
         """
         if sync is not None and not isinstance(sync, bool):
             raise ConfigError(f"sync must be True or False, got {sync!r}")
-        if self.job_ids:
+        if self.queued:
             raise ConfigError(f"workflow {self.id} was queued already; build a new Workflow to queue another")
         steps = rules.order({name: step.after for name, step in self.steps.items()}, ConfigError)
         settings = get_settings()
@@ -130,7 +137,10 @@ class Workflow:
             edges += [(ids[upstream], ids[name]) for upstream in step.after]
         broker = get_broker()
         with broker.atomic(write=True):
-            broker.enqueue_workflow({"id": workflow_id, "name": self.name}, rows, edges)
+            holder = broker.enqueue_workflow({"id": workflow_id, "name": self.name}, rows, edges, key=self.key)
+        self.queued = True
+        if holder != workflow_id:  # the key's workflow: nothing was queued
+            return holder
         self.job_ids = ids
         if settings.sync if sync is None else sync:
             # Each step after the ones it waits for: by then it is ready (or was cancelled, and

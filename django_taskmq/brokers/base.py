@@ -368,10 +368,12 @@ class Broker(abc.ABC):
 
     # -- workflows (brokers that cannot run them refuse) -------------------------------------
     def enqueue_workflow(self, workflow: Mapping[str, Any], steps: Sequence[Mapping[str, Any]],
-                         edges: Sequence[tuple[str, str]]) -> None:
+                         edges: Sequence[tuple[str, str]], key: str | None = None) -> str:
         """Store a workflow (``id``, ``name``), its steps (``job``: column values, ``name``,
         ``waiting_for``, ``run_on_failure``) and its edges (upstream job id, downstream job id)
-        in the caller's transaction; steps that wait are stored WAITING."""
+        in the caller's transaction; steps that wait are stored WAITING. Return its id; with
+        ``key``, the id of the workflow that key queued within the idempotency TTL instead, if any
+        (nothing is stored then)."""
         raise NotImplementedError(f"{type(self).__name__} does not run workflows")
 
     def workflow_ended(self, job_ids: Sequence[str]) -> None:

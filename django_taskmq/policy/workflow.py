@@ -17,6 +17,10 @@ from .states import JobState
 #: The ends of a step that cancel its dependents (unless they run on failure).
 UNSUCCESSFUL = frozenset(JobState.FINAL) - {JobState.SUCCEEDED}
 NAME_MAX = 100  # the step table's name column
+# A workflow's idempotency key is stored in the job keys' table under this prefix: its own
+# namespace, so that a job and a workflow given the same key do not take each other's.
+KEY_PREFIX = "workflow:"
+KEY_MAX = 255 - len(KEY_PREFIX)  # the key table's primary key
 
 
 class WorkflowState(str, enum.Enum):

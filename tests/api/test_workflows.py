@@ -88,6 +88,26 @@ def test_a_workflow_is_queued_once():
         wf.enqueue()
 
 
+def test_a_workflow_key_queues_it_once_within_the_ttl_apart_from_job_keys():
+    def build(key="report-42"):
+        wf = Workflow(name="report", key=key)
+        wf.add(f"{T}.noop", name="a")
+        wf.add(f"{T}.noop", name="b", after=["a"])
+        return wf
+
+    first = build().enqueue()
+    again = build()
+    assert again.enqueue() == first and again.job_ids == {}
+    assert WorkflowRecord.objects.count() == 1 and Job.objects.count() == 2
+    assert build("other").enqueue() != first
+    from django_taskmq import async_task
+
+    job_id = async_task(f"{T}.noop", key="report-42")  # a job's key is another namespace
+    assert job_id not in (first,) and Job.objects.filter(pk=job_id).exists()
+    with pytest.raises(ConfigError, match="key must be a string"):
+        Workflow(key="x" * 247)
+
+
 def test_steps_are_rows_from_the_start_and_options_apply_per_step():
     wf = Workflow(name="report-42")
     a = wf.add(f"{T}.add", 1, 2, name="a", queue="reports", priority=7, max_deliveries=3)

@@ -32,7 +32,7 @@ from ...policy import attempts, pick
 from ...policy.priority import validate_priority
 from ...policy.states import HAS_DELIVERIES_LEFT_SQL, JobState, used_up
 from ...policy.unique import REPLACEABLE, Unique
-from ...policy.workflow import WorkflowState
+from ...policy.workflow import KEY_PREFIX, WorkflowState
 from ...signals import job_dead
 from ...signing import seal_result
 from .. import pooling
@@ -239,33 +239,42 @@ class OrmBroker(Broker):
         if key is None:
             self._insert([job])
             return job_id
+        with self.write_transaction():
+            holder = self._take_key(key, job_id)
+            if holder != job_id:
+                return holder
+            self._insert([job])
+        return job_id
+
+    def _take_key(self, key: str, owner: str) -> str:
+        """Take the idempotency ``key`` for ``owner`` (a job's or a workflow's id) for the TTL, in the
+        caller's transaction; return the id that holds it: ``owner``, or the one that took it
+        within the TTL."""
         until, until_args = self.clock.at(self.settings.idempotency_ttl)
         now, now_args = self.clock.at()
         key_column = self.connection.ops.quote_name("key")  # a reserved word on MySQL
-        # Our own transaction takes SQLite's write lock at its start (see write_transaction), so a
-        # statement added before the inserts can never make it fail with "database is locked" on
+        # The caller's transaction took SQLite's write lock at its start (see write_transaction), so
+        # a statement added before the inserts can never make it fail with "database is locked" on
         # Django's default (deferred) transactions.
-        with self.write_transaction():
-            # The primary key on the key table decides races between concurrent callers: the
-            # loser's insert fails (after waiting for the winner's commit on PostgreSQL).
-            try:
-                with transaction.atomic(using=self.alias), self.connection.cursor() as cursor:
-                    cursor.execute(f"INSERT INTO {KEYS} ({key_column}, job_id, expires_at) VALUES (%s, %s, {until})",
-                                   [key, job_id, *until_args])
-            except Exception:
-                with self.connection.cursor() as cursor:
-                    # A key whose TTL ran out (by the clock) is taken again; of concurrent callers
-                    # the first to update it wins, the others then read its job.
-                    cursor.execute(f"UPDATE {KEYS} SET job_id = %s, expires_at = {until} "
-                                   f"WHERE {key_column} = %s AND expires_at <= {now}", [job_id, *until_args, key, *now_args])
-                    if not cursor.rowcount:
-                        cursor.execute(f"SELECT job_id FROM {KEYS} WHERE {key_column} = %s", [key])
-                        row = cursor.fetchone()
-                        if row is None:
-                            raise
-                        return row[0]
-            self._insert([job])
-        return job_id
+        # The primary key on the key table decides races between concurrent callers: the
+        # loser's insert fails (after waiting for the winner's commit on PostgreSQL).
+        try:
+            with transaction.atomic(using=self.alias), self.connection.cursor() as cursor:
+                cursor.execute(f"INSERT INTO {KEYS} ({key_column}, job_id, expires_at) VALUES (%s, %s, {until})",
+                               [key, owner, *until_args])
+        except Exception:
+            with self.connection.cursor() as cursor:
+                # A key whose TTL ran out (by the clock) is taken again; of concurrent callers
+                # the first to update it wins, the others then read its holder.
+                cursor.execute(f"UPDATE {KEYS} SET job_id = %s, expires_at = {until} "
+                               f"WHERE {key_column} = %s AND expires_at <= {now}", [owner, *until_args, key, *now_args])
+                if not cursor.rowcount:
+                    cursor.execute(f"SELECT job_id FROM {KEYS} WHERE {key_column} = %s", [key])
+                    row = cursor.fetchone()
+                    if row is None:
+                        raise
+                    return row[0]
+        return owner
 
     def _enqueue_unique(self, job: Mapping[str, Any], unique: Unique) -> str:
         """Enqueue with a coalescing key: the key row first (its primary key decides between
@@ -882,9 +891,14 @@ class OrmBroker(Broker):
 
     # -- workflows ------------------------------------------------------------------------------
     def enqueue_workflow(self, workflow: Mapping[str, Any], steps: Sequence[Mapping[str, Any]],
-                         edges: Sequence[tuple[str, str]]) -> None:
+                         edges: Sequence[tuple[str, str]], key: str | None = None) -> str:
         with self.write_transaction():  # the write lock first, as in enqueue
+            if key is not None:
+                holder = self._take_key(KEY_PREFIX + key, workflow["id"])
+                if holder != workflow["id"]:
+                    return holder
             workflows.insert(self, workflow, steps, edges)
+        return workflow["id"]
 
     def workflow_ended(self, job_ids: Sequence[str]) -> None:
         workflows.ended(self, job_ids)
