@@ -236,7 +236,6 @@ def reopened(broker: OrmBroker, job_ids: Iterable[str]) -> None:
                 [*part, False],
             )
             failed.update((job_id, (name, state)) for job_id, name, state in cursor.fetchall())
-        if failed:
-            cancelled = _settle_edges(broker, cursor, failed)
-    if failed and cancelled:
+        cancelled = _settle_edges(broker, cursor, failed) if failed else []
+    if cancelled:
         ended(broker, cancelled)
