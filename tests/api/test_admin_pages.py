@@ -16,7 +16,7 @@ from django.utils import timezone
 
 from django_taskmq import async_chain, async_task
 from django_taskmq.api import run_sync
-from django_taskmq.models import Cluster, DeadLetter, Job, Schedule, State
+from django_taskmq.models import Cluster, DeadLetter, Job, Schedule, State, WorkflowStep
 
 pytestmark = pytest.mark.django_db
 
@@ -128,14 +128,16 @@ def test_job_page_of_a_forged_package_says_so(admin_client, broker, run_log):
     assert "unreadable package: bad signature" in text(response)
 
 
-def test_job_page_links_the_next_link_of_its_chain(admin_client, broker):
+def test_a_chain_links_page_links_its_workflow_and_the_next_link_waits(admin_client, broker):
     first = async_chain([("tests.tasks.add", (1, 2)), ("tests.tasks.noop", (3,))])
+    step = WorkflowStep.objects.get(job_id=first)
     page = text(admin_client.get(f"{JOBS}{first}/change/"))
-    assert "tests.tasks.noop(3)" in page and "queued when this job succeeds" in page
-    run_sync(first)
+    assert f"/admin/django_taskmq/workflow/{step.workflow_id}/change/" in page and "(step link-1)" in page
     nxt = Job.objects.exclude(pk=first).get()
-    page = text(admin_client.get(f"{JOBS}{first}/change/"))
-    assert f"/admin/django_taskmq/job/{nxt.pk}/change/" in page
+    assert nxt.state == State.WAITING
+    run_sync(first)
+    nxt.refresh_from_db()
+    assert nxt.state == State.QUEUED
 
 
 def test_retry_confirms_then_requeues_under_the_same_id_and_logs(admin_client, broker):
