@@ -1,7 +1,7 @@
 """OpenTelemetry traces (``TASKMQ['opentelemetry'] = True``; needs ``opentelemetry-api``).
 
 * Producer: ``async_task()`` (and everything built on it: ``@task.delay``, ``django.tasks``,
-  schedules, chains) runs inside a ``PRODUCER`` span ``taskmq enqueue <task>`` and stores that
+  schedules, workflows and chains) runs inside a ``PRODUCER`` span ``taskmq enqueue <task>`` and stores that
   span's W3C trace context (``traceparent``, ``tracestate``) in the envelope's options, inside the
   signed package.
 * Consumer: the worker runs the task inside a ``CONSUMER`` span ``taskmq run <task>`` whose parent
@@ -105,7 +105,7 @@ def run(message: Any, execute: Callable[[Any], Any]) -> Any:
 @contextlib.contextmanager
 def attached(carrier: dict[str, str]) -> Iterator[None]:
     """Make the trace context stored in ``carrier`` the current one inside the block (the monitor
-    enqueues a chain's next link in its predecessor's trace)."""
+    enqueues the next link of a chain queued by release 0.2 in its predecessor's trace)."""
     from opentelemetry import context, propagate
 
     token = context.attach(propagate.extract(carrier))

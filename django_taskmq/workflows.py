@@ -124,11 +124,22 @@ class Workflow:
             raise ConfigError(f"workflow {self.id} was queued already; build a new Workflow to queue another")
         steps = rules.order({name: step.after for name, step in self.steps.items()}, ConfigError)
         settings = get_settings()
+        if settings.opentelemetry:  # one producer span for the workflow; every step runs in its trace
+            from . import tracing
+
+            with tracing.enqueue(f"workflow {self.name or self.id}", settings.default_queue, 0,
+                                 batch=len(self.steps)) as (span, carrier):
+                queued = self._enqueue(steps, settings, sync, carrier)
+                tracing.enqueued(span, queued)
+            return queued
+        return self._enqueue(steps, settings, sync)
+
+    def _enqueue(self, steps: list[str], settings: Any, sync: bool | None, trace: dict | None = None) -> str:
         workflow_id = self.id
         ids = {name: new_id() for name in self.steps}
         rows, edges = [], []
         for name, step in self.steps.items():
-            job = step.template.values(step.args, step.kwargs)
+            job = step.template.values(step.args, step.kwargs, trace)
             job["id"] = ids[name]
             if step.after and job["state"] == JobState.QUEUED.value:
                 job["state"] = JobState.WAITING.value
