@@ -55,6 +55,7 @@ __all__ = ["TaskMQBackend", "to_taskmq", "to_django", "check_queues", "connect"]
 DJANGO_MIN_PRIORITY, DJANGO_MAX_PRIORITY = -100, 100
 
 STATUS = {
+    State.WAITING: TaskResultStatus.READY,  # a workflow step waiting for its dependencies
     State.QUEUED: TaskResultStatus.READY,
     State.RETRYING: TaskResultStatus.READY,
     State.RUNNING: TaskResultStatus.RUNNING,
