@@ -2,19 +2,22 @@
 
 The list shows each workflow's name, state, its steps counted by state (one query for the page,
 each count a link to those jobs), when it was created and when it finished; it filters by state
-and finds a workflow by its id (exact) or a part of its name. The page draws the workflow as an
+and finds a workflow by its id (exact) or a part of its name; *Cancel selected workflows* cancels
+their steps that have not ended (``cancel_workflow``). The page draws the workflow as an
 SVG graph, the steps in columns by dependency depth, each a link to its job, and lists the drawn
 steps with their state and error (see :mod:`.workflow_page` for what it reads).
 """
 
 from __future__ import annotations
 
-from django.contrib import admin
-from django.db.models import Q
+from django.contrib import admin, messages
+from django.db.models import Q, QuerySet
 from django.utils.translation import gettext_lazy as _
+from django.utils.translation import ngettext
 
-from ..models import Workflow
-from . import workflow_page
+from ..models import Job, Workflow, WorkflowStates
+from ..workflows import cancel_workflow
+from . import confirm, workflow_page
 from .display import short_time, state_badge
 from .jobs import ReadOnlyMixin, without_delete_selected
 from .paginator import CappedPaginator
@@ -32,7 +35,31 @@ class WorkflowAdmin(ReadOnlyMixin, admin.ModelAdmin):
     readonly_fields = fields
     change_form_template = "admin/django_taskmq/workflow/change_form.html"
 
-    get_actions = without_delete_selected  # nothing to act on: workflows are cancelled from code
+    actions = ["cancel_workflows"]
+    get_actions = without_delete_selected
+
+    def has_cancel_permission(self, request) -> bool:
+        """Cancelling a workflow ends its jobs: ``delete job``, as the jobs' own *Cancel*."""
+        return self.has_model_perm(request, "delete", Job)
+
+    @admin.action(description=_("Cancel selected workflows"), permissions=["cancel"])
+    def cancel_workflows(self, request, queryset: QuerySet):
+        running = queryset.filter(state=WorkflowStates.RUNNING)
+        if not confirm.confirmed(request):
+            count = running.count()
+            return confirm.page(
+                self, request, title=_("Cancel workflows"), verb=_("cancel"), action="cancel_workflows",
+                question=_("Cancel the selected workflows? Their steps that wait never run; their running steps "
+                           "are asked to stop. A cancelled workflow resumes if one of its steps is replayed."),
+                note=ngettext("%(n)d of them is running.", "%(n)d of them are running.", count) % {"n": count},
+                objects=queryset.order_by("-id"), total=queryset.count())
+        ids = list(running.values_list("pk", flat=True))
+        steps = sum(cancel_workflow(workflow_id) for workflow_id in ids)
+        confirm.log(request, Workflow.objects.filter(pk__in=ids).only("id", "name"), "Cancelled")
+        self.message_user(request, ngettext("%(w)d workflow cancelled (%(s)d steps).",
+                                            "%(w)d workflows cancelled (%(s)d steps).", len(ids))
+                          % {"w": len(ids), "s": steps}, messages.SUCCESS)
+        return None
 
     def get_search_results(self, request, queryset, search_term):
         """Search by workflow id (exact) or a part of the name."""

@@ -117,8 +117,22 @@ def test_workflows_are_read_only(admin_client, broker):
     assert admin_client.post(f"{WORKFLOWS}{workflow_id}/change/", {"name": "renamed"}).status_code == 403
     assert admin_client.get(f"{WORKFLOWS}{workflow_id}/delete/").status_code == 403
     assert WorkflowRecord.objects.get(pk=workflow_id).name == "report-42"
-    actions = admin_client.get(WORKFLOWS).context.get("action_form")
-    assert actions is None
+    choices = dict(admin_client.get(WORKFLOWS).context["action_form"].fields["action"].choices)
+    assert set(choices) == {"", "cancel_workflows"}  # no "delete selected"
+
+
+def test_cancel_confirms_then_cancels_the_running_workflows_steps(admin_client, broker):
+    running, done = diamond("running"), diamond("done")
+    WorkflowRecord.objects.filter(pk=done).update(state="SUCCEEDED")
+    selected = {"action": "cancel_workflows", "_selected_action": [running, done]}
+    page = text(admin_client.post(WORKFLOWS, selected))
+    assert "Cancel workflows" in page and "1 of them is running." in page
+    assert WorkflowRecord.objects.get(pk=running).state == "RUNNING"  # nothing changed yet
+    response = admin_client.post(WORKFLOWS, {**selected, "post": "yes"}, follow=True)
+    assert "1 workflow cancelled (4 steps)." in [str(m) for m in response.context["messages"]]
+    assert WorkflowRecord.objects.get(pk=running).state == "CANCELLED"
+    assert set(Job.objects.filter(pk__in=ids(running).values()).values_list("state", flat=True)) == {"CANCELLED"}
+    assert set(Job.objects.filter(pk__in=ids(done).values()).values_list("state", flat=True)) == {"QUEUED", "WAITING"}
 
 
 # -- the page ----------------------------------------------------------------------------------------
