@@ -17,6 +17,7 @@ See README.md.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import platform
@@ -32,6 +33,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+import durable_redis  # noqa: E402
 import report  # noqa: E402
 import venvs  # noqa: E402
 from cluster import trim_log  # noqa: E402
@@ -433,8 +435,13 @@ def main(argv=None) -> int:
     runner.save()
 
     # 2. Interleaved rounds: every system runs a workload before any system runs the next.
+    # celery-durable's private Redis (durable_redis.py) lives for the rounds only.
+    durable = durable_redis.running(log=log) if "celery-durable" in args.systems else contextlib.nullcontext()
     try:
-        failed = run_rounds(runner, args, broken)
+        with durable as settings:
+            if settings:
+                runner.results["durable_redis"] = settings
+            failed = run_rounds(runner, args, broken)
     except KeyboardInterrupt:
         log("\n!! interrupted: reporting what was measured so far")
         failed = True
