@@ -17,7 +17,6 @@ See README.md.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import os
 import platform
@@ -355,6 +354,14 @@ def log(message: str) -> None:
 
 def main(argv=None) -> int:
     args = parse_args(argv)
+    # celery-durable's private Redis (durable_redis.py) runs from the version checks to the report.
+    if "celery-durable" not in args.systems:
+        return run(args, None)
+    with durable_redis.running(log=log) as settings:
+        return run(args, settings)
+
+
+def run(args: argparse.Namespace, durable: dict | None) -> int:
     # Where each taskmq venv must import django_taskmq from.
     expected_package = {"taskmq": REPO_ROOT / "django_taskmq"}
     baseline = None
@@ -379,6 +386,8 @@ def main(argv=None) -> int:
                                      fingerprint_files=spec.fingerprint_files)
         expected_package["taskmq"] = tree / "django_taskmq"
     runner = Runner(args, measured)
+    if durable:
+        runner.results["durable_redis"] = durable
     if measured:
         log(f"taskmq: {measured['ref']} = {measured['sha'][:12]} {measured['subject']} (exported, "
             f"venv-taskmq-ref)")
@@ -435,13 +444,8 @@ def main(argv=None) -> int:
     runner.save()
 
     # 2. Interleaved rounds: every system runs a workload before any system runs the next.
-    # celery-durable's private Redis (durable_redis.py) lives for the rounds only.
-    durable = durable_redis.running(log=log) if "celery-durable" in args.systems else contextlib.nullcontext()
     try:
-        with durable as settings:
-            if settings:
-                runner.results["durable_redis"] = settings
-            failed = run_rounds(runner, args, broken)
+        failed = run_rounds(runner, args, broken)
     except KeyboardInterrupt:
         log("\n!! interrupted: reporting what was measured so far")
         failed = True
