@@ -701,6 +701,35 @@ def result_folders() -> list[Path]:
     return sorted(p.parent for p in RESULTS_DIR.glob("*/session.json"))
 
 
+ROUND3_TITLES = {
+    "latency": "Idle latency at equal durability: Celery on a Redis that fsyncs every write",
+    "enqueue": "Single enqueue against the Django ORM's create of the same row, and the peers' single enqueue",
+    "ready": "Ready time of the cluster against a bare django.setup() and one query",
+}
+
+
+def _round3_sections() -> list[str]:
+    """Issue 30's comparisons (``round3.py``): one section per raw file, goals computed."""
+    found = [(part, RESULTS_DIR / f"round3-{part}.json") for part in ROUND3_TITLES]
+    found = [(part, path) for part, path in found if path.exists()]
+    if not found:
+        return []
+    import round3
+
+    lines = ["", "## Performance round three (issue 30)", "",
+             "Measured with `python3 benchmarks/round3.py` (how: its docstring); each table is "
+             "`python3 benchmarks/round3.py --report benchmarks/results/<file>`. Cells: median (min–max) over the "
+             "interleaved rounds."]
+    for part, path in found:
+        raw = json.loads(path.read_text())
+        buffer = io.StringIO()
+        with contextlib.redirect_stdout(buffer):
+            round3.report(raw)
+        lines += ["", f"### {ROUND3_TITLES[part]}", "",
+                  f"Raw results: [`results/{path.name}`](results/{path.name}).", "", buffer.getvalue().rstrip()]
+    return lines
+
+
 def _older_sections() -> list[str]:
     """The later rounds' raw files in benchmarks/results/, rendered or linked."""
     lines = ["", "## Earlier rounds", "",
@@ -813,7 +842,7 @@ def _older_sections() -> list[str]:
              "fan_in.json", "fan_in-profile.txt",
              "prefetch.json", "pgbouncer_wakeup.json", *(p.name for p in RESULTS_DIR.glob("retention-claims-*.json")),
              "result_memory.json", Path(ROUND_ONE).name, Path(COMMENTARY).name, "drain-sqlite.png",
-             "drain-postgresql.png"}
+             "drain-postgresql.png", *(p.name for p in RESULTS_DIR.glob("round3-*"))}
     dashboards = sorted(RESULTS_DIR.glob("dashboard-*.txt"))
     shown.update(p.name for p in dashboards)
     others = sorted(p for p in RESULTS_DIR.iterdir() if p.is_file() and p.name not in shown)
@@ -870,6 +899,7 @@ def results_md() -> str:
             lines += ["", "## Other results folders", ""]
             lines += [f"* [`results/{f.name}/`](results/{f.name}/): `python3 benchmarks/report.py "
                       f"benchmarks/results/{f.name}` renders it." for f in reversed(folders) if f != latest]
+    lines += _round3_sections()
     lines += _older_sections()
     return "\n".join(lines).rstrip() + "\n"
 

@@ -32,6 +32,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+import durable_redis  # noqa: E402
 import report  # noqa: E402
 import venvs  # noqa: E402
 from cluster import trim_log  # noqa: E402
@@ -353,6 +354,14 @@ def log(message: str) -> None:
 
 def main(argv=None) -> int:
     args = parse_args(argv)
+    # celery-durable's private Redis (durable_redis.py) runs from the version checks to the report.
+    if "celery-durable" not in args.systems:
+        return run(args, None)
+    with durable_redis.running(log=log) as settings:
+        return run(args, settings)
+
+
+def run(args: argparse.Namespace, durable: dict | None) -> int:
     # Where each taskmq venv must import django_taskmq from.
     expected_package = {"taskmq": REPO_ROOT / "django_taskmq"}
     baseline = None
@@ -377,6 +386,8 @@ def main(argv=None) -> int:
                                      fingerprint_files=spec.fingerprint_files)
         expected_package["taskmq"] = tree / "django_taskmq"
     runner = Runner(args, measured)
+    if durable:
+        runner.results["durable_redis"] = durable
     if measured:
         log(f"taskmq: {measured['ref']} = {measured['sha'][:12]} {measured['subject']} (exported, "
             f"venv-taskmq-ref)")

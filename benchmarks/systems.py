@@ -208,8 +208,36 @@ SYSTEMS: dict[str, System] = {
             engines=("redis",),
             launcher="celery",
         ),
+        System(
+            # The same Celery against a Redis that keeps every write on disk before it answers
+            # (appendonly yes, appendfsync always): the durability of a database commit. A private
+            # redis-server that durable_redis.py starts on DURABLE_REDIS_PORT, never the machine's.
+            name="celery-durable",
+            label="Celery + Redis with appendfsync always (prefork, concurrency 2)",
+            venv="celery",
+            project="celery_project",
+            adapter="celery",
+            pg_database="",
+            env={"BENCH_REDIS_PORT": "6390"},
+            engines=("redis",),
+            launcher="celery",
+        ),
+        System(
+            # Not a task queue: Job.objects.create(...) of the row async_task() would write (the
+            # payload signed once, reused), the yardstick of round3.py's enqueue. Shares taskmq's
+            # project and databases (each run starts from a fresh copy anyway).
+            name="taskmq-orm",
+            label="Django ORM: Job.objects.create (the same row)",
+            venv="taskmq",
+            project="taskmq_project",
+            adapter="taskmq_orm",
+            pg_database="bench_taskmq",
+        ),
     )
 }
+
+# The private durable Redis of "celery-durable" (durable_redis.py starts and stops it).
+DURABLE_REDIS_PORT = int(SYSTEMS["celery-durable"].env["BENCH_REDIS_PORT"])
 
 # The system every ratio is computed against, and the systems it is compared with
 # (a ratio column each, when both are in the results).

@@ -620,6 +620,7 @@ def collect_info(system: System, engine: str) -> dict:
     from databases import server_info
 
     info: dict = {"python": platform.python_version()}
+    os.environ.update(system.env)  # e.g. celery-durable's Redis port, before the server is asked
     try:
         info.update(server_info(engine))
     except Exception as exc:  # the report still wants the rest
@@ -701,6 +702,7 @@ def main(argv=None) -> int:
     marks_dir = Path(tempfile.mkdtemp(prefix="marks-", dir=WORK_DIR))
     ctx = None
     try:
+        os.environ.update(system.env)  # e.g. celery-durable's Redis port, before it is flushed
         fresh_database(system, options.engine)
         setup_django(system, options.engine)
         from adapters import load
