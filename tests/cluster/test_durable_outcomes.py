@@ -53,38 +53,53 @@ def crash_command() -> list[str]:
     return crash
 
 
-def hold_wal_writer() -> None:
-    """Stop the server's WAL writer (SIGSTOP) for :data:`HOLD_WAL_WRITER` s; the crash ends it
-    (the postmaster kills what does not quit after an immediate shutdown). Without it a commit
-    that does not wait is written out within ``wal_writer_delay``, and only the last few are lost."""
+def wal_writer() -> int | None:
+    """The pid of the server's WAL writer (None: not found)."""
     with connections["default"].cursor() as cursor:
         cursor.execute("SELECT pid FROM pg_stat_activity WHERE backend_type = 'walwriter'")
         row = cursor.fetchone()
-    if row is not None:
-        os.kill(row[0], signal.SIGSTOP)
-        time.sleep(HOLD_WAL_WRITER)
+    return row[0] if row is not None else None
 
 
 def crash_watching(command: list[str], ids: list[str]) -> set[str]:
-    """Run ``command`` (the crash and the start); meanwhile read which of ``ids`` have SUCCEEDED
-    again and again, until the server is gone. Return the last such set: committed (and visible)
-    just before the crash, not necessarily flushed."""
-    seen = succeeded(ids)
-    with tempfile.TemporaryFile() as output:  # a file, not a pipe: the new server may inherit it
-        proc = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=output, stderr=subprocess.STDOUT)
-        try:
-            while proc.poll() is None:
-                try:
-                    seen = succeeded(ids)
-                except DatabaseError:
-                    break
-            code = proc.wait(timeout=RESTART_TIMEOUT + 30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            code = "a timeout"
-        output.seek(0)
-        if code != 0:
-            pytest.fail(f"{shlex.join(command)} exited with {code}:\n{output.read().decode(errors='replace')}")
+    """Hold the server's WAL writer (SIGSTOP) for :data:`HOLD_WAL_WRITER` s, then run ``command``
+    (the crash and the start); meanwhile read which of ``ids`` have SUCCEEDED again and again, until
+    the server is gone. Return the last such set: committed (and visible) just before the crash,
+    not necessarily flushed.
+
+    Without the hold, a commit that does not wait is written out within ``wal_writer_delay`` and only
+    the last few are lost. Once this test's session is ended by the crash, the WAL writer has been
+    told to quit too: let go, it quits before writing anything (it would be killed 5 s later anyway).
+    """
+    writer = wal_writer()
+    try:
+        if writer is not None:
+            os.kill(writer, signal.SIGSTOP)
+            time.sleep(HOLD_WAL_WRITER)
+        seen = succeeded(ids)
+        with tempfile.TemporaryFile() as output:  # a file, not a pipe: the new server may inherit it
+            proc = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=output, stderr=subprocess.STDOUT)
+            try:
+                while proc.poll() is None:
+                    try:
+                        seen = succeeded(ids)
+                    except DatabaseError:
+                        break
+                if writer is not None:
+                    os.kill(writer, signal.SIGCONT)
+                code = proc.wait(timeout=RESTART_TIMEOUT + 30)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                code = "a timeout"
+            output.seek(0)
+            if code != 0:
+                pytest.fail(f"{shlex.join(command)} exited with {code}:\n{output.read().decode(errors='replace')}")
+    finally:
+        if writer is not None:
+            try:
+                os.kill(writer, signal.SIGCONT)  # never leave a server's WAL writer stopped
+            except ProcessLookupError:
+                pass
     for conn in connections.all():
         conn.close()  # this test's own connection died with the server too
     return seen
@@ -95,7 +110,7 @@ def succeeded(ids: list[str]) -> set[str]:
     return {pk for pk, state in Job.objects.values_list("pk", "state") if pk in wanted and state == "SUCCEEDED"}
 
 
-@pytest.mark.parametrize("durable", [False, True], ids=["durable_outcomes False", "durable_outcomes True"])
+@pytest.mark.parametrize("durable", [False, True], ids=["durable_outcomes=False", "durable_outcomes=True"])
 def test_a_database_crash_loses_outcomes_not_jobs(cluster, durable):
     """A burst, the server crashed in its middle: every job still ends SUCCEEDED, recorded once
     (one execution on its row), and ran at least once; those whose recorded success the crash
@@ -107,7 +122,6 @@ def test_a_database_crash_loses_outcomes_not_jobs(cluster, durable):
     ids = enqueue_many("tests.cluster.tasks_cluster.slow", [("crash", 0.001)] * JOBS)
     cluster.wait_until(lambda: len(succeeded(ids)) >= JOBS // 4, "a quarter of the jobs to succeed", alive=[qc])
 
-    hold_wal_writer()
     seen = crash_watching(crash, ids)
     # Those whose success was visible before the crash and is not after it: the crash lost them.
     # (A lower bound: the cluster may record some again before this read.)
