@@ -62,6 +62,7 @@ class Settings:
     lease: float = 60.0
     max_deliveries: int = 5
     ack_failures: bool = False
+    durable_outcomes: bool = True
     retry: Retry = field(default_factory=Retry)
     queue_limit: int | None = None
     max_yields: int = 100
@@ -258,6 +259,7 @@ _VALIDATORS = {
     "lease": lambda k, v: _number(k, v, minimum=1),
     "max_deliveries": lambda k, v: _number(k, v, minimum=1, integer=True, maximum=COUNTER_MAX),
     "ack_failures": _flag,
+    "durable_outcomes": _flag,
     "retry": lambda k, v: _retry(v),
     "queue_limit": lambda k, v: _number(k, v, minimum=1, integer=True, optional=True),
     "max_yields": lambda k, v: _number(k, v, integer=True, maximum=COUNTER_MAX),

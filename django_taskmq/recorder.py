@@ -59,7 +59,7 @@ def _acks_failure(outcome: ex.Outcome, settings: Settings) -> bool:
 
 def record(outcomes: Sequence[ex.Outcome], broker: Broker, settings: Settings,
            enqueue: Callable[..., str] | None = None, *,
-           outside_transaction: bool = False) -> list[tuple[ex.Outcome, str]]:
+           outside_transaction: bool = False, bookkeeping: bool = False) -> list[tuple[ex.Outcome, str]]:
     """Record outcomes with the broker; return (outcome, final state) for those that ended.
 
     Final states are "SUCCEEDED", "FAILED", "DEAD" and "CANCELLED"; a lost lease is logged and skipped (the
@@ -68,7 +68,10 @@ def record(outcomes: Sequence[ex.Outcome], broker: Broker, settings: Settings,
     that cannot be stored fails its own job with the reason and leaves the others as they are.
     Only an error of the database itself (it is away) propagates, so the caller can retry.
     ``outside_transaction``: the caller holds no transaction (the cluster's processes), so a lone
-    success is acknowledged by one statement that commits by itself.
+    success is acknowledged by one statement that commits by itself. ``bookkeeping``: the
+    cluster records (the monitor, a worker): the commits are :meth:`Broker.bookkeeping`'s (with
+    ``TASKMQ['durable_outcomes']`` False they need not wait for the disk flush); what runs after
+    them (hooks, signals) is not.
     """
     finals: list[tuple[ex.Outcome, str]] = []
     outcomes = [_storable(o) for o in outcomes]
@@ -76,7 +79,8 @@ def record(outcomes: Sequence[ex.Outcome], broker: Broker, settings: Settings,
     # Plain successes (the usual batch) are acknowledged in one transaction of their own: an outer
     # one would only add a savepoint and its release, a round trip each on PostgreSQL.
     acks_only = len(successes) == len(outcomes) and not any(_chained(o) or _step(o) for o in successes)
-    with contextlib.nullcontext() if acks_only else broker.atomic():
+    with (broker.bookkeeping() if bookkeeping else contextlib.nullcontext(),
+          contextlib.nullcontext() if acks_only else broker.atomic()):
         if successes:
             finals += _ack(successes, broker, settings,
                            lone=acks_only and outside_transaction and len(successes) == 1)

@@ -13,7 +13,7 @@ from __future__ import annotations
 import abc
 import datetime
 from collections.abc import Iterable, Mapping, Sequence
-from contextlib import AbstractContextManager
+from contextlib import AbstractContextManager, nullcontext
 from typing import Any, NamedTuple, Protocol
 
 from ..conf import Settings
@@ -78,6 +78,16 @@ class Broker(abc.ABC):
         takes the write lock up front where the engine has one (SQLite), so a block that reads
         before it writes waits for other writers instead of failing.
         """
+
+    def bookkeeping(self) -> AbstractContextManager[None]:
+        """Return a context for the cluster's own commits: recording outcomes, renewing leases,
+        giving work back, pruning, heartbeats; never a caller's enqueue.
+
+        With ``TASKMQ['durable_outcomes']`` False, the commits of such a block need not wait for
+        the disk flush where the store can say so per transaction. Entered inside a transaction
+        (the caller's), it changes nothing. This default changes nothing.
+        """
+        return nullcontext()
 
     @abc.abstractmethod
     def close(self) -> None:

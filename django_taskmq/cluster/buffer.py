@@ -134,7 +134,8 @@ class Buffer:
         if not leaving:
             return 0
         self.waiting = [w for w in self.waiting if w.task.reservation.queue not in queues]
-        return self.broker.defer_many([w.task.reservation for w in leaving])
+        with self.broker.bookkeeping():
+            return self.broker.defer_many([w.task.reservation for w in leaving])
 
     def give_back(self) -> int:
         """Return every waiting task to the broker unstarted, their deliveries not counted; return
@@ -142,6 +143,7 @@ class Buffer:
         leases of what it did not take bring those tasks back)."""
         reservations = [w.task.reservation for w in self.waiting]
         self.waiting.clear()
-        returned = self.broker.defer_many(reservations)
+        with self.broker.bookkeeping():
+            returned = self.broker.defer_many(reservations)
         logger.info("returned %d unstarted reservation(s) to the broker", returned)
         return returned

@@ -162,7 +162,8 @@ class Monitor:
         deadline = started + self.settings.lease / 2
         while True:
             try:
-                recorder.record(batch, self.broker, self.settings, enqueue=async_task, outside_transaction=True)
+                recorder.record(batch, self.broker, self.settings, enqueue=async_task, outside_transaction=True,
+                                bookkeeping=True)
             except Exception as exc:
                 self.broker.close()
                 self.failures.failed(f"recording {len(batch)} outcome(s)", exc)
@@ -184,8 +185,9 @@ class Monitor:
         self.last_prune = time.monotonic()
         self.last_record = 0.0  # monotonic time the last batch was taken
         try:
-            if self.broker.hold_chore(retention_policy.CHORE, self.owner, retention_policy.CHORE_LEASE):
-                self.prune()
+            with self.broker.bookkeeping():
+                if self.broker.hold_chore(retention_policy.CHORE, self.owner, retention_policy.CHORE_LEASE):
+                    self.prune()
         except Exception as exc:
             self.failures.failed("pruning old jobs or expired keys", exc)
             self.broker.close()  # a broken connection would fail every later prune

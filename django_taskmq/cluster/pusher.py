@@ -154,7 +154,8 @@ class Pusher:
                 logger.error("job %s: %s; dead-lettered, not executed", reservation.job_id, exc,
                              extra=joblog.fields(reservation, None))
                 try:
-                    broker.dead_letter_package(reservation, str(exc))
+                    with broker.bookkeeping():
+                        broker.dead_letter_package(reservation, str(exc))
                 except Exception:
                     logger.exception("could not dead-letter job %s", reservation.job_id)
         return tasks
@@ -176,7 +177,8 @@ class Pusher:
         if now - self._last_sweep >= SWEEP_EVERY:
             self._last_sweep = now
             try:
-                self.broker.reclaim_expired()
+                with self.broker.bookkeeping():
+                    self.broker.reclaim_expired()
             except Exception as exc:
                 self.failures.failed("lease sweep", exc)
                 self.broker.close()

@@ -450,7 +450,7 @@ class Sentinel:
             self.buffer.put_back(tickets)
         else:
             self.upkeep.attempt(f"returning {len(tickets)} unstarted task(s) of a stopped worker",
-                                lambda: self.broker.defer_many([t.reservation for t in tickets]))
+                                lambda: self._give_back([t.reservation for t in tickets]))
         return len(tickets)
 
     def _take_back_unstarted(self, slot: Slot) -> int:
@@ -936,7 +936,15 @@ class Sentinel:
         self.counts["interrupted"] += len(tickets)
         reservations = [t.reservation for t in tickets]
         self.upkeep.attempt(f"returning {len(tickets)} interrupted task(s) (their leases bring them back)",
-                            lambda: self.broker.return_interrupted(reservations, INTERRUPTED_BY_STOP.format(timeout)))
+                            lambda: self._give_back(reservations, INTERRUPTED_BY_STOP.format(timeout)))
+
+    def _give_back(self, reservations: list, interrupted_by: str | None = None) -> int:
+        """Return reservations to the broker (unstarted, or interrupted saying why): the cluster's
+        own bookkeeping (see :meth:`Broker.bookkeeping`)."""
+        with self.broker.bookkeeping():
+            if interrupted_by is None:
+                return self.broker.defer_many(reservations)
+            return self.broker.return_interrupted(reservations, interrupted_by)
 
     def _kill_all(self) -> None:
         for process in [self.pusher, self.monitor, *(s.process for s in self.slots)]:

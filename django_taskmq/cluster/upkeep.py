@@ -123,10 +123,14 @@ class Upkeep:
         held = self.held()
         started = time.monotonic()
         if held and not self.attempt("lease renewal",
-                                     lambda: self.broker.extend_leases(self.owner, held, self.settings.lease)):
+                                     lambda: self._extend_leases(held)):
             return False
         self.renewed_at = started
         return True
+
+    def _extend_leases(self, held: list[str]) -> int:
+        with self.broker.bookkeeping():  # the cluster's own commit (see Broker.bookkeeping)
+            return self.broker.extend_leases(self.owner, held, self.settings.lease)
 
     def leases(self) -> str:
         """What the cluster can say of the leases it holds (:func:`~django_taskmq.policy.lease.standing`)."""
@@ -140,14 +144,15 @@ class Upkeep:
         report = self.report()
         if not final:
             self.skew.measure()
-        self.broker.publish_heartbeat(
-            self.owner,
-            name=self.name, host=self.host, pid=os.getpid(),
-            state="stopped" if final else report.state, workers=report.workers, queues=self.queues,
-            counts={**report.counts, "uptime": round(time.monotonic() - self.started_monotonic, 1),
-                    **self.skew.counts()},
-            started_at=datetime.datetime.fromtimestamp(self.started, tz=datetime.UTC),
-        )
+        with self.broker.bookkeeping():  # the cluster's own commit (see Broker.bookkeeping)
+            self.broker.publish_heartbeat(
+                self.owner,
+                name=self.name, host=self.host, pid=os.getpid(),
+                state="stopped" if final else report.state, workers=report.workers, queues=self.queues,
+                counts={**report.counts, "uptime": round(time.monotonic() - self.started_monotonic, 1),
+                        **self.skew.counts()},
+                started_at=datetime.datetime.fromtimestamp(self.started, tz=datetime.UTC),
+            )
 
     # -- a burst ------------------------------------------------------------------------------
     def burst_done(self, idle: bool) -> bool:

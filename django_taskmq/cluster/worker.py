@@ -223,7 +223,7 @@ class OneAtATime:
                 self.broker = get_broker()
             # A lease lost meanwhile is logged and skipped by record(), as in the monitor.
             with _brief_lock_wait(self.settings.database):
-                recorder.record([outcome], self.broker, self.settings, outside_transaction=True)
+                recorder.record([outcome], self.broker, self.settings, outside_transaction=True, bookkeeping=True)
         except Exception:
             logger.debug("worker %s: recording job %s failed; the monitor records it", self.index,
                          outcome.reservation.job_id, exc_info=True)

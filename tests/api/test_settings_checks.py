@@ -25,6 +25,8 @@ BAD = {
     "negative timeout": ({"timeout": -1}, "timeout"),
     "max_deliveries string": ({"max_deliveries": "5"}, "max_deliveries"),
     "ack_failures not bool": ({"ack_failures": "yes"}, "ack_failures"),
+    "durable_outcomes not bool": ({"durable_outcomes": "no"}, "durable_outcomes"),
+    "durable_outcomes 0": ({"durable_outcomes": 0}, "durable_outcomes"),
     "retry with an unknown key": ({"retry": {"tries": 3}}, "retry"),
     "retry of a wrong type": ({"retry": 3}, "retry"),
     "idempotency_ttl 0": ({"idempotency_ttl": 0}, "idempotency_ttl"),

@@ -13,6 +13,7 @@ import contextlib
 import datetime
 import functools
 import logging
+import threading
 import time
 import uuid
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
@@ -84,6 +85,9 @@ class OrmBroker(Broker):
         self._flow: FlowGate | None = None
         # What the dialect keeps per broker (SQLite: the connection's synchronous level).
         self._engine_state: dict[str, Any] = {}
+        # Per thread (a worker's threads share this broker): whether a bookkeeping() block whose
+        # commits need not flush is open on this thread's connection.
+        self._local = threading.local()
 
     # -- plumbing ---------------------------------------------------------------------------
     @property
@@ -194,6 +198,38 @@ class OrmBroker(Broker):
         return self.dialect.waker(self, burst)
 
     @contextlib.contextmanager
+    def bookkeeping(self) -> Iterator[None]:
+        """See :meth:`Broker.bookkeeping`. With ``TASKMQ['durable_outcomes']`` False, the block's
+        commits on this thread's connection need not wait for the disk flush: the dialect's
+        :meth:`.Dialect.relaxed` (PostgreSQL: ``synchronous_commit`` off for each of its
+        transactions; SQLite in WAL mode: ``synchronous NORMAL`` for the block; MySQL: nothing,
+        its setting is the server's). A commit lost in a crash of the database leaves its jobs
+        RUNNING: their leases run out and they run again (see docs/decisions.rst).
+        """
+        conn = self.connection
+        if (self.settings.durable_outcomes or self.relaxed or conn.in_atomic_block
+                or (conn.connection is not None and not conn.autocommit)):  # a transaction that is the caller's
+            yield
+            return
+        with self.dialect.relaxed(conn, self._engine_state):
+            self._local.relaxed = True
+            try:
+                yield
+            finally:
+                self._local.relaxed = False
+
+    @property
+    def relaxed(self) -> bool:
+        """True inside a :meth:`bookkeeping` block whose commits need not flush (this thread's):
+        statements that commit by themselves then say so (``Dialect.no_flush_from``)."""
+        return getattr(self._local, "relaxed", False)
+
+    def _no_flush_from(self) -> str:
+        """A ``FROM`` clause for an UPDATE that commits by itself: the dialect's no-flush one inside
+        a relaxed :meth:`bookkeeping` block, else nothing."""
+        return self.dialect.no_flush_from if self.relaxed else ""
+
+    @contextlib.contextmanager
     def write_transaction(self, durable: bool = True) -> Iterator[Any]:
         """Open a write transaction that holds the write lock from its first statement.
 
@@ -207,6 +243,8 @@ class OrmBroker(Broker):
         claiming), and any later durable commit (an ack) flushes the claim before itself, the log
         being written in order. On PostgreSQL a claim says ``synchronous_commit off`` inside its
         first read instead (``postgresql.NO_FLUSH``), which costs no round trip of its own.
+        (The cluster's other commits defer the flush only with ``TASKMQ['durable_outcomes']``
+        False: see :meth:`bookkeeping`.)
         """
         conn = self.connection
         outermost = not conn.in_atomic_block
@@ -765,7 +803,8 @@ class OrmBroker(Broker):
             return 0
         with transaction.atomic(using=self.alias), self.connection.cursor() as cursor:
             cursor.executemany(
-                f"UPDATE {JOB} SET {GIVE_BACK}{sets} WHERE id = %s AND lease_token = %s AND state IN {GIVE.sources}",
+                f"UPDATE {JOB} SET {GIVE_BACK}{sets}{self._no_flush_from()} "
+                f"WHERE id = %s AND lease_token = %s AND state IN {GIVE.sources}",
                 [(*params, r.job_id, r.token) for r in reservations],
             )
             return cursor.rowcount
@@ -799,8 +838,8 @@ class OrmBroker(Broker):
         with self.connection.cursor() as cursor:
             for part in chunks(list(job_ids)):
                 cursor.execute(
-                    f"UPDATE {JOB} SET lease_until = {until} WHERE lease_owner = %s AND state = {RUNNING} "
-                    f"AND id IN ({marks(len(part))})",
+                    f"UPDATE {JOB} SET lease_until = {until}{self._no_flush_from()} WHERE lease_owner = %s "
+                    f"AND state = {RUNNING} AND id IN ({marks(len(part))})",
                     [*until_args, owner, *part],
                 )
                 renewed += cursor.rowcount
@@ -1009,7 +1048,8 @@ class OrmBroker(Broker):
     def _reclaim_expired(self) -> int:
         now, now_args = self.clock.at()
         sets = (f"UPDATE {JOB} SET state = {RECLAIM.to}, lease_owner = NULL, lease_token = NULL, lease_until = NULL, "
-                f"error = 'lease expired', visible_at = {now} WHERE state = {RUNNING} AND lease_until < {now}")
+                f"error = 'lease expired', visible_at = {now}{self._no_flush_from()} "
+                f"WHERE state = {RUNNING} AND lease_until < {now}")
         with self.connection.cursor() as cursor:
             if not self.dialect.locks_scanned_rows:
                 cursor.execute(sets, [*now_args, *now_args])
@@ -1114,8 +1154,8 @@ class OrmBroker(Broker):
         now, now_args = self.clock.at()
         until, until_args = self.clock.at(seconds)
         with self.connection.cursor() as cursor:
-            cursor.execute(f"UPDATE {CHORE} SET owner = %s, until = {until} WHERE name = %s AND (until < {now} "
-                           f"OR owner = %s)", [owner, *until_args, name, *now_args, owner])
+            cursor.execute(f"UPDATE {CHORE} SET owner = %s, until = {until}{self._no_flush_from()} "
+                           f"WHERE name = %s AND (until < {now} OR owner = %s)", [owner, *until_args, name, *now_args, owner])
             if cursor.rowcount:
                 return True
         # The first time: one of the clusters that race here creates the row, the others see it.

@@ -54,6 +54,10 @@ class Dialect:
     locks_scanned_rows: bool = False
     #: True: :meth:`flush_deferred` does something (the broker enters it only then).
     defers_flush: bool = False
+    #: A ``FROM`` clause that makes the UPDATE it is added to (one that commits by itself) commit
+    #: without waiting for the flush, inside a relaxed ``OrmBroker.bookkeeping`` block; "": none
+    #: (the block's own setting covers it, or the engine has no such thing).
+    no_flush_from: str = ""
     #: (start, end) of an INSERT that skips rows whose key exists; {last} in the end is the last column.
     insert_ignore: tuple[str, str] = ("INSERT INTO", " ON CONFLICT DO NOTHING")
 
@@ -93,6 +97,13 @@ class Dialect:
         """Run a block whose commits need not wait for the disk flush (a claim: see
         ``OrmBroker.write_transaction``); ``state`` is the broker's, for what the dialect keeps."""
         return contextlib.nullcontext()
+
+    def relaxed(self, connection: Any, state: dict[str, Any]) -> contextlib.AbstractContextManager[None]:
+        """Run a block of the cluster's own bookkeeping whose commits need not wait for the disk
+        flush (``TASKMQ['durable_outcomes']`` False; see ``OrmBroker.bookkeeping``). This default
+        is :meth:`flush_deferred`'s: the connection's own setting, for the whole block. MySQL has
+        none per session or transaction (``innodb_flush_log_at_trx_commit`` is global): nothing."""
+        return self.flush_deferred(connection, state) if self.defers_flush else contextlib.nullcontext()
 
     def lock_wait(self, connection: Any, seconds: float) -> contextlib.AbstractContextManager[None]:
         """Run a block that waits at most ``seconds`` for a lock another writer holds, where the
@@ -199,7 +210,9 @@ class Dialect:
 
     def ack_all(self, broker: Any, rows: list[tuple]) -> int | None:
         """Acknowledge ``rows`` (see ``OrmBroker._ack_rows``) in one statement if the engine can;
-        None: the broker's statement per row."""
+        None: the broker's statement per row. Inside a relaxed bookkeeping block
+        (``broker.relaxed``) the statement says that its commit need not flush, where the engine
+        says that per statement."""
         return None
 
     def analyze(self, connection: Any) -> None:

@@ -13,10 +13,11 @@ and the pusher polls.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import logging
 import select
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from multiprocessing.connection import Connection
 from typing import Any
 
@@ -36,6 +37,8 @@ ANALYZE_BASE, ANALYZE_SHARE = 50, 0.1  # PostgreSQL's autovacuum_analyze_thresho
 # In a FROM clause of a PostgreSQL claim's read: the transaction commits without waiting for the WAL
 # flush (what SET LOCAL synchronous_commit TO OFF does, without a round trip of its own).
 NO_FLUSH = "set_config('synchronous_commit', 'off', true) AS no_flush"
+# The same as a statement of its own, for a transaction whose first statement does not carry it.
+SAY_NO_FLUSH = f"SELECT {NO_FLUSH}"
 # The ack: the rows of OrmBroker._ack_rows as columns, one array each (started appears twice).
 ACK_ARRAYS_SQL = (
     f"UPDATE {JOB} AS j SET state = {ACK.to}, result_package = a.result, started_at = a.started, "
@@ -45,6 +48,10 @@ ACK_ARRAYS_SQL = (
     f"AS a(result, started, first, finished, id, token) "
     f"WHERE j.id = a.id AND j.lease_token = a.token AND j.state IN {ACK.sources}"
 )
+# The ack of a relaxed bookkeeping block (TASKMQ['durable_outcomes'] False): the same, its commit
+# not waiting for the flush. One statement either way, in autocommit or a transaction of its own.
+ACK_ARRAYS_NO_FLUSH_SQL = ACK_ARRAYS_SQL.replace(" FROM unnest(", f" FROM {NO_FLUSH}, unnest(", 1)
+assert ACK_ARRAYS_NO_FLUSH_SQL != ACK_ARRAYS_SQL
 CONNECT_TIMEOUT = 5  # seconds a cluster's connection attempt may take, unless the project says
 
 
@@ -55,6 +62,7 @@ class PostgresqlDialect(Dialect):
     row_locks = True
     greatest = "GREATEST"
     counters_in_claim = True
+    no_flush_from = f" FROM {NO_FLUSH}"
 
     def seconds_between(self, later: str, earlier: str) -> str:
         return f"EXTRACT(EPOCH FROM ({later} - {earlier}))"
@@ -69,6 +77,26 @@ class PostgresqlDialect(Dialect):
     def where(self, settings_dict: dict[str, Any]) -> str:
         host = settings_dict.get("HOST") or "the local socket"
         return f"{super().where(settings_dict)} at {host}:{settings_dict.get('PORT') or 5432}"
+
+    @contextlib.contextmanager
+    def relaxed(self, connection: Any, state: dict[str, Any]) -> Iterator[None]:
+        """Each transaction of the block runs with ``synchronous_commit`` off, set for that
+        transaction only (so it holds behind a pooler in transaction mode, and a pooled server
+        connection keeps nothing): folded into its first statement where that carries
+        :data:`NO_FLUSH` (the ack), else said by a statement of its own before it. A statement that
+        commits by itself carries it (``no_flush_from``) or flushes as usual."""
+        said: list[Any] = [None]  # the outermost atomic block of the last transaction told so
+
+        def say_no_flush(execute, sql, params, many, context):
+            if connection.in_atomic_block and connection.atomic_blocks[0] is not said[0]:
+                said[0] = connection.atomic_blocks[0]
+                if NO_FLUSH not in sql:
+                    with connection.wrap_database_errors:
+                        context["cursor"].cursor.execute(SAY_NO_FLUSH)
+            return execute(sql, params, many, context)
+
+        with connection.execute_wrapper(say_no_flush):
+            yield
 
     def lock_flow(self, cursor: Any, names: Sequence[str]) -> None:
         if names:
@@ -145,7 +173,8 @@ class PostgresqlDialect(Dialect):
         # One statement over arrays, whatever the batch: one text to prepare, and the server
         # updates the rows as one set (an executemany runs the UPDATE once per row).
         with broker.hot_cursor() as cursor:
-            cursor.execute(ACK_ARRAYS_SQL, [list(column) for column in zip(*rows)])
+            cursor.execute(ACK_ARRAYS_NO_FLUSH_SQL if broker.relaxed else ACK_ARRAYS_SQL,
+                           [list(column) for column in zip(*rows)])
             return cursor.rowcount
 
     def analyze(self, connection: Any) -> None:

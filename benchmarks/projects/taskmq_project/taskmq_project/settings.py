@@ -41,3 +41,8 @@ TASKMQ = {
 # million rows, and a table that holds them is one whose owner keeps results.
 if os.environ.get("BENCH_TASKMQ_SAVE_LIMIT"):
     TASKMQ["save_limit"] = int(os.environ["BENCH_TASKMQ_SAVE_LIMIT"])
+
+# BENCH_TASKMQ_DURABLE_OUTCOMES=0: the cluster's own commits skip the disk flush (docs/settings.rst,
+# durable_outcomes), to compare with the default.
+if os.environ.get("BENCH_TASKMQ_DURABLE_OUTCOMES"):
+    TASKMQ["durable_outcomes"] = os.environ["BENCH_TASKMQ_DURABLE_OUTCOMES"] not in ("0", "false", "False")
