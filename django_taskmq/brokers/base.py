@@ -309,6 +309,11 @@ class Broker(abc.ABC):
     def prune_keys(self, batch: int = 1000) -> int:
         """Delete idempotency keys whose TTL ran out, at most ``batch``; return how many."""
 
+    def prune_workflows(self, batch: int = 100) -> int:
+        """Delete ended workflows none of whose steps' jobs is left (retention took them), at most
+        ``batch``, with their steps and edges; return how many. This default has none."""
+        return 0
+
     @abc.abstractmethod
     def paused_queues(self) -> frozenset[str]:
         """Return the queues paused now (no cluster claims from them)."""

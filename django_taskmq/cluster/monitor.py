@@ -196,7 +196,8 @@ class Monitor:
 
     def prune(self) -> None:
         """One pruning round (the chore held): successes beyond ``save_limit`` first, then each final
-        state past its retention, until :data:`PRUNE_BUDGET` is spent; then expired keys."""
+        state past its retention, until :data:`PRUNE_BUDGET` is spent; then expired keys, and the
+        ended workflows whose last job retention deleted."""
         deadline = time.monotonic() + PRUNE_BUDGET
         deleted = 0
         while time.monotonic() < deadline:
@@ -216,6 +217,7 @@ class Monitor:
             if count:
                 by_state[state.value] = count
         self.broker.prune_keys()
+        self.broker.prune_workflows()
         deleted += sum(by_state.values())
         if deleted:
             self.broker.chore_done(retention_policy.CHORE, deleted)

@@ -245,3 +245,21 @@ def test_retention_keeps_the_steps_of_a_running_workflow():
     run_ready(workflow_id)
     assert workflow(workflow_id).state == "SUCCEEDED"
     assert broker.delete_finished("SUCCEEDED", before=time.time() + 3600) == 2
+
+
+def test_an_ended_workflow_goes_once_retention_took_its_last_job():
+    finished, running = Workflow(name="finished"), Workflow(name="running")
+    finished.add(f"{T}.add", 1, 2, name="a")
+    finished.add(f"{T}.noop", name="b", after=["a"])
+    finished_id = finished.enqueue(sync=True)
+    running.add(f"{T}.noop", name="a")
+    running_id = running.enqueue()
+    broker = get_broker()
+    assert broker.prune_workflows() == 0  # the finished one still has its jobs
+    Job.objects.filter(pk=running.job_ids["a"]).delete()  # (a running workflow is kept, jobs or not)
+    assert broker.delete_finished("SUCCEEDED", before=time.time() + 3600) == 2
+    assert broker.prune_workflows() == 1
+    assert list(WorkflowRecord.objects.values_list("pk", flat=True)) == [running_id]
+    assert not WorkflowStep.objects.filter(workflow_id=finished_id).exists()
+    assert not WorkflowEdge.objects.filter(workflow_id=finished_id).exists()
+    assert workflow(finished_id) is None

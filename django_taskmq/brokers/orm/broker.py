@@ -20,7 +20,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any, TypeVar
 
 from django.db import connections, transaction
-from django.db.models import F, FloatField, OuterRef, Subquery
+from django.db.models import Exists, F, FloatField, OuterRef, Subquery
 from django.db.models.expressions import RawSQL
 from django.db.models.signals import post_delete, pre_delete
 from django.utils import timezone
@@ -1100,6 +1100,18 @@ class OrmBroker(Broker):
             deleted += unique.filter(pk__in=ended).exclude(
                 job_id__in=jobs.exclude(state__in=FINISHED).values("pk")).delete()[0]
         return deleted
+
+    def prune_workflows(self, batch: int = 100) -> int:
+        """See :meth:`Broker.prune_workflows`: a workflow goes once retention deleted its last job."""
+        flows = Workflow.objects.using(self.alias)
+        jobs_left = Exists(Job.objects.using(self.alias).filter(workflow_step__workflow=OuterRef("pk")))
+        ids = list(flows.exclude(state=WorkflowState.RUNNING.value).filter(~jobs_left)
+                   .values_list("pk", flat=True)[:batch])
+        if not ids:
+            return 0
+        # (Nothing can reopen them meanwhile: a replay needs a job.) Steps and edges go with them.
+        with transaction.atomic(using=self.alias):
+            return flows.filter(pk__in=ids).delete()[1].get(Workflow._meta.label, 0)
 
     def prune(self, keep: int, batch: int = 1000) -> int:
         """Delete the oldest SUCCEEDED jobs beyond the newest ``keep``, at most ``batch`` per call."""
