@@ -42,10 +42,9 @@ class _Step:
     func: Any
     args: tuple
     kwargs: dict
-    options: dict
     after: tuple[str, ...]
     run_on_failure: bool
-    template: JobTemplate
+    template: JobTemplate  # the step's validated options, its packages stamped from it
 
 
 class Workflow:
@@ -107,8 +106,8 @@ class Workflow:
                               f"its jobs exist and run{hint}")
         # Checked here, at the call, like async_task's: a bad queue or retry fails at add().
         template = JobTemplate(func, {**options, "workflow": self.id}, get_settings())
-        self.steps[name] = _Step(name, func, tuple(args), dict(kwargs or {}), options,
-                                 rules.check_after(after, ConfigError), run_on_failure, template)
+        self.steps[name] = _Step(name, func, tuple(args), dict(kwargs or {}), rules.check_after(after, ConfigError),
+                                 run_on_failure, template)
         return name
 
     def enqueue(self, sync: bool | None = None) -> str:
