@@ -71,8 +71,7 @@ def ended(broker: OrmBroker, job_ids: Iterable[str]) -> None:
             ends = _uncounted_ends(cursor, frontier)
             if not ends:
                 break
-            for part in chunks(list(ends)):
-                cursor.execute(f"UPDATE {STEP} SET ended = %s WHERE job_id IN ({marks(len(part))})", [True, *part])
+            _per_chunk(cursor, f"UPDATE {STEP} SET ended = %s WHERE job_id IN (?ids)", list(ends), before=[True])
             closing.update(workflow for workflow, _, _ in ends.values())
             frontier = _settle_edges(broker, cursor, {job_id: (name, state) for job_id, (_, name, state) in ends.items()})
         if closing:
@@ -82,29 +81,20 @@ def ended(broker: OrmBroker, job_ids: Iterable[str]) -> None:
 def _uncounted_ends(cursor: Any, job_ids: Sequence[str]) -> dict[str, tuple[str, str, str]]:
     """job id -> (workflow id, step name, final state) of the steps among ``job_ids`` that ended
     and whose end was not counted yet."""
-    found: dict[str, tuple[str, str, str]] = {}
-    for part in chunks(job_ids):
-        cursor.execute(
-            f"SELECT s.job_id, s.workflow_id, s.name, j.state FROM {STEP} s JOIN {JOB} j ON j.id = s.job_id "
-            f"WHERE s.job_id IN ({marks(len(part))}) AND s.ended = %s AND j.state IN {FINAL_SQL}",
-            [*part, False],
-        )
-        found.update((job_id, (workflow, name, state)) for job_id, workflow, name, state in cursor.fetchall())
-    return found
+    rows = _per_chunk(cursor, f"SELECT s.job_id, s.workflow_id, s.name, j.state FROM {STEP} s "
+                              f"JOIN {JOB} j ON j.id = s.job_id "
+                              f"WHERE s.job_id IN (?ids) AND s.ended = %s AND j.state IN {FINAL_SQL}",
+                      job_ids, after=[False])
+    return {job_id: (workflow, name, state) for job_id, workflow, name, state in rows}
 
 
 def _settle_edges(broker: OrmBroker, cursor: Any, upstreams: Mapping[str, tuple[str, str]]) -> list[str]:
     """Apply the ends of ``upstreams`` (job id -> (step name, final state)) to their edges not yet
     done: satisfy them (releasing dependents left waiting for nothing) or cancel the waiting
     dependents. Return the ids of the dependents cancelled here (they ended in turn)."""
-    edges = []
-    for part in chunks(list(upstreams)):
-        cursor.execute(
-            f"SELECT e.id, e.upstream, e.downstream, d.run_on_failure FROM {EDGE} e "
-            f"JOIN {STEP} d ON d.job_id = e.downstream WHERE e.upstream IN ({marks(len(part))}) AND e.done = %s",
-            [*part, False],
-        )
-        edges += cursor.fetchall()
+    edges = _per_chunk(cursor, f"SELECT e.id, e.upstream, e.downstream, d.run_on_failure FROM {EDGE} e "
+                               f"JOIN {STEP} d ON d.job_id = e.downstream WHERE e.upstream IN (?ids) AND e.done = %s",
+                       list(upstreams), after=[False])
     satisfied: list[int] = []
     cancels: dict[str, str] = {}  # dependent -> the upstream that cancels it
     for edge_id, upstream, downstream, run_on_failure in sorted(edges, key=lambda e: e[2]):
@@ -121,25 +111,20 @@ def _satisfy(broker: OrmBroker, cursor: Any, edge_ids: list[int], downstreams: l
     the steps that wait for nothing more."""
     if not edge_ids:
         return
-    for part in chunks(edge_ids):
-        cursor.execute(f"UPDATE {EDGE} SET done = %s WHERE id IN ({marks(len(part))})", [True, *part])
+    _per_chunk(cursor, f"UPDATE {EDGE} SET done = %s WHERE id IN (?ids)", edge_ids, before=[True])
     by_count: dict[int, list[str]] = collections.defaultdict(list)
     for downstream, count in sorted(collections.Counter(downstreams).items()):
         by_count[count].append(downstream)
     # Sorted ids, so that two transactions that satisfy edges of the same steps lock them in one order.
     for count, steps in sorted(by_count.items()):
-        for part in chunks(steps):
-            cursor.execute(f"UPDATE {STEP} SET waiting_for = waiting_for - %s WHERE job_id IN ({marks(len(part))})",
-                           [count, *part])
+        _per_chunk(cursor, f"UPDATE {STEP} SET waiting_for = waiting_for - %s WHERE job_id IN (?ids)", steps,
+                   before=[count])
     # The step rows are locked by this transaction now: the counts read are the last ones.
-    ready = []
-    targets = sorted(set(downstreams))
-    for part in chunks(targets):
-        cursor.execute(f"SELECT job_id FROM {STEP} WHERE job_id IN ({marks(len(part))}) AND waiting_for = 0", list(part))
-        ready += [row[0] for row in cursor.fetchall()]
-    for part in chunks(ready):
-        cursor.execute(f"UPDATE {JOB} SET state = {RELEASE.to} WHERE state IN {RELEASE.sources} "
-                       f"AND id IN ({marks(len(part))})", list(part))
+    rows = _per_chunk(cursor, f"SELECT job_id FROM {STEP} WHERE job_id IN (?ids) AND waiting_for = 0",
+                      sorted(set(downstreams)))
+    ready = [row[0] for row in rows]
+    _per_chunk(cursor, f"UPDATE {JOB} SET state = {RELEASE.to} WHERE state IN {RELEASE.sources} AND id IN (?ids)",
+               ready)
     if ready:
         broker.dialect.released(broker, cursor)
 
@@ -164,12 +149,8 @@ def _close(broker: OrmBroker, cursor: Any, closing: Mapping[str, int]) -> None:
     """Count ``closing`` (workflow id -> steps that ended) and end the workflows with none open."""
     for workflow_id, count in sorted(closing.items()):
         cursor.execute(f"UPDATE {FLOW} SET open_steps = open_steps - %s WHERE id = %s", [count, workflow_id])
-    ids = sorted(closing)
-    done = []
-    for part in chunks(ids):
-        cursor.execute(f"SELECT id, cancelled FROM {FLOW} WHERE id IN ({marks(len(part))}) AND open_steps = 0",
-                       list(part))
-        done += cursor.fetchall()
+    done = _per_chunk(cursor, f"SELECT id, cancelled FROM {FLOW} WHERE id IN (?ids) AND open_steps = 0",
+                      sorted(closing))
     finished = []
     for workflow_id, cancelled in done:
         cursor.execute(f"SELECT j.state FROM {STEP} s JOIN {JOB} j ON j.id = s.job_id WHERE s.workflow_id = %s",
@@ -194,32 +175,23 @@ def reopened(broker: OrmBroker, job_ids: Iterable[str]) -> None:
     with broker.connection.cursor() as cursor:
         first = True
         while frontier:
-            rows = []
-            for part in chunks(frontier):
-                cursor.execute(f"SELECT job_id, workflow_id, ended FROM {STEP} WHERE job_id IN ({marks(len(part))})",
-                               list(part))
-                rows += cursor.fetchall()
+            rows = _per_chunk(cursor, f"SELECT job_id, workflow_id, ended FROM {STEP} WHERE job_id IN (?ids)", frontier)
             if not rows:
                 break
             ids = [job_id for job_id, _, _ in rows]
             if first:  # the replayed steps themselves: QUEUED, or WAITING while they wait for something
-                for part in chunks(ids):
-                    cursor.execute(f"UPDATE {JOB} SET state = {REOPEN.to} WHERE state = '{JobState.QUEUED.value}' "
-                                   f"AND id IN (SELECT job_id FROM {STEP} WHERE waiting_for > 0 "
-                                   f"AND job_id IN ({marks(len(part))}))", list(part))
+                _per_chunk(cursor, f"UPDATE {JOB} SET state = {REOPEN.to} WHERE state = '{JobState.QUEUED.value}' "
+                                   f"AND id IN (SELECT job_id FROM {STEP} WHERE waiting_for > 0 AND job_id IN (?ids))",
+                           ids)
             opening.update(workflow for _, workflow, was_ended in rows if was_ended)
-            for part in chunks(ids):
-                cursor.execute(f"UPDATE {STEP} SET ended = %s, cancelled_by = NULL WHERE job_id IN ({marks(len(part))})",
-                               [False, *part])
+            _per_chunk(cursor, f"UPDATE {STEP} SET ended = %s, cancelled_by = NULL WHERE job_id IN (?ids)", ids,
+                       before=[False])
             reopened_ids += ids
             # The dependents these steps' ends cancelled wait again.
-            frontier = []
-            for part in chunks(ids):
-                cursor.execute(f"SELECT job_id FROM {STEP} WHERE cancelled_by IN ({marks(len(part))})", list(part))
-                frontier += [row[0] for row in cursor.fetchall()]
-            for part in chunks(frontier):
-                cursor.execute(f"UPDATE {JOB} SET state = {REOPEN.to}, finished_at = NULL, error = '' "
-                               f"WHERE state = '{JobState.CANCELLED.value}' AND id IN ({marks(len(part))})", list(part))
+            rows = _per_chunk(cursor, f"SELECT job_id FROM {STEP} WHERE cancelled_by IN (?ids)", ids)
+            frontier = [row[0] for row in rows]
+            _per_chunk(cursor, f"UPDATE {JOB} SET state = {REOPEN.to}, finished_at = NULL, error = '' "
+                               f"WHERE state = '{JobState.CANCELLED.value}' AND id IN (?ids)", frontier)
             first = False
         for workflow_id, count in sorted(opening.items()):
             cursor.execute(f"UPDATE {FLOW} SET open_steps = open_steps + %s, state = %s, finished_at = NULL, "
@@ -227,15 +199,23 @@ def reopened(broker: OrmBroker, job_ids: Iterable[str]) -> None:
                            [count, rules.WorkflowState.RUNNING.value, False, workflow_id])
         # A reopened step may wait for another step that ended badly (and still stands): that one
         # cancels it again.
-        failed: dict[str, tuple[str, str]] = {}
-        for part in chunks(reopened_ids):
-            cursor.execute(
-                f"SELECT DISTINCT u.id, us.name, u.state FROM {EDGE} e JOIN {JOB} u ON u.id = e.upstream "
-                f"JOIN {STEP} us ON us.job_id = e.upstream "
-                f"WHERE e.downstream IN ({marks(len(part))}) AND e.done = %s AND u.state IN {UNSUCCESSFUL_SQL}",
-                [*part, False],
-            )
-            failed.update((job_id, (name, state)) for job_id, name, state in cursor.fetchall())
+        rows = _per_chunk(cursor, f"SELECT DISTINCT u.id, us.name, u.state FROM {EDGE} e "
+                                  f"JOIN {JOB} u ON u.id = e.upstream JOIN {STEP} us ON us.job_id = e.upstream "
+                                  f"WHERE e.downstream IN (?ids) AND e.done = %s AND u.state IN {UNSUCCESSFUL_SQL}",
+                          reopened_ids, after=[False])
+        failed = {job_id: (name, state) for job_id, name, state in rows}
         cancelled = _settle_edges(broker, cursor, failed) if failed else []
     if cancelled:
         ended(broker, cancelled)
+
+
+def _per_chunk(cursor: Any, sql: str, ids: Sequence, before: Sequence = (), after: Sequence = ()) -> list:
+    """Run ``sql`` once per chunk of ``ids`` (the database's limit on parameters), its ``?ids`` the
+    chunk's placeholders and its parameters ``before``, the chunk, ``after``; return the rows a
+    SELECT read, in order (nothing for other statements)."""
+    rows: list = []
+    for part in chunks(list(ids)):
+        cursor.execute(sql.replace("?ids", marks(len(part))), [*before, *part, *after])
+        if cursor.description is not None:
+            rows += cursor.fetchall()
+    return rows
