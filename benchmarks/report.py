@@ -764,7 +764,9 @@ def _older_sections() -> list[str]:
             ("threads.json", "threads", "Threads per worker: I/O-bound and no-op tasks, beside Celery's threads pool "
              "and Dramatiq", ".venv/bin/python benchmarks/threads.py --runs 3"),
             ("prefetch.json", "prefetch", "Prefetch on the hot path: no-op drain with prefetch 0 and 16",
-             ".venv/bin/python benchmarks/prefetch.py --runs 3"),
+             ".venv/bin/python benchmarks/prefetch.py --runs 3 (round two's version)"),
+            ("prefetch-long.json", "prefetch", "Prefetch 4 (the default) against 0: the no-op drain, and short "
+             "tasks queued behind a long one", ".venv/bin/python benchmarks/prefetch.py --runs 3"),
             ("pgbouncer_wakeup.json", "pgbouncer_wakeup", "Wake-up of an idle cluster on PostgreSQL: direct, and "
              "through PgBouncer (transaction mode) without and with listen_database",
              ".venv/bin/python benchmarks/pgbouncer_wakeup.py --runs 3 --samples 40")):
@@ -775,11 +777,13 @@ def _older_sections() -> list[str]:
             buffer = io.StringIO()
             with contextlib.redirect_stdout(buffer):
                 script.report(raw["rows"])
+            load = ("foreign load below" if any("foreign_cores" in r for r in raw["rows"])
+                    else "foreign load was not recorded by these scripts")
             lines += ["", f"### {title}", "",
                       f"Raw results: [`results/{name}`](results/{name}) (commit {raw.get('commit', '?')}, "
                       f"{raw.get('date', '?')}, {raw.get('runs', '?')} interleaved runs); generated with "
                       f"`python3 benchmarks/{module}.py --report benchmarks/results/{name}` (measured with "
-                      f"`{measured}`; foreign load was not recorded by these scripts). Cells: median (min-max).",
+                      f"`{measured}`; {load}). Cells: median (min-max).",
                       "", buffer.getvalue().rstrip()]
     fan_in = RESULTS_DIR / "fan_in.json"
     if fan_in.exists():
@@ -840,7 +844,8 @@ def _older_sections() -> list[str]:
                          f"{cell(sums)} | {cell(maxes)} |")
     shown = {"architecture-before-after.json", "architecture-latency-rerun.json", "flow.json", "threads.json",
              "fan_in.json", "fan_in-profile.txt",
-             "prefetch.json", "pgbouncer_wakeup.json", *(p.name for p in RESULTS_DIR.glob("retention-claims-*.json")),
+             "prefetch.json", "prefetch-long.json", "pgbouncer_wakeup.json",
+             *(p.name for p in RESULTS_DIR.glob("retention-claims-*.json")),
              "result_memory.json", Path(ROUND_ONE).name, Path(COMMENTARY).name, "drain-sqlite.png",
              "drain-postgresql.png", *(p.name for p in RESULTS_DIR.glob("round3-*"))}
     dashboards = sorted(RESULTS_DIR.glob("dashboard-*.txt"))
