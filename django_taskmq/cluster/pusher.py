@@ -41,6 +41,7 @@ def run(pipe: Connection, settings: Settings, queues: list[str], owner: str, bur
     broker.reclaim_every = float("inf")
     pusher = Pusher(broker, settings, queues, owner, burst, workers)
     waker = broker.waker(burst)
+    pusher.warm_up()
     post_spawn.send(sender=run, proc_name="pusher")
     pusher.serve(pipe, waker)
 
@@ -61,6 +62,16 @@ class Pusher:
         self._last_sweep = 0.0  # monotonic time of the last lease sweep
         self.paused: frozenset[str] = frozenset()  # of self.queues, as last read
         self._pauses_read = float("-inf")  # monotonic time of that read
+
+    def warm_up(self) -> None:
+        """Connect and read the paused queues before the first want: at start-up the sentinel is
+        still forking the workers, and the first claim then finds the connection open. A failure
+        is only logged: the first claim retries as any claim does."""
+        try:
+            self.serving()
+        except Exception as exc:
+            self.failures.failed("connect", exc)
+            self.broker.close()
 
     def serve(self, pipe: Connection, waker: Waker) -> None:
         """Answer each :class:`Want` from ``pipe`` with one :class:`Batch` until :class:`Stop` or EOF;

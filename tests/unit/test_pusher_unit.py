@@ -48,6 +48,29 @@ def test_a_failed_claim_answers_none_and_drops_the_connection(broker):
     assert not pusher.failures.failing
 
 
+def test_the_warm_up_reads_the_paused_queues_and_a_failure_there_is_only_logged(broker):
+    """Before its first want the pusher connects and reads the paused queues; with the database
+    away it logs that and drops the connection, and the first claim tries again."""
+    broker.pause_queue("a", by="test")
+    pusher = Pusher(broker, get_settings(), ["a", "default"], "test-cluster")
+    pusher.warm_up()
+    assert pusher.paused == frozenset({"a"})
+    assert broker.closes == 0
+
+    def away(*args, **kwargs):
+        raise OperationalError("could not connect to server")
+
+    broker.paused_queues = away
+    cold = Pusher(broker, get_settings(), ["a", "default"], "test-cluster")
+    cold.warm_up()  # does not raise
+    assert broker.closes == 1
+    assert cold.failures.failing and "connect" in cold.failures.last
+    del broker.paused_queues  # the database is back
+    enqueue(broker, "job")
+    assert [t.reservation.job_id for t in cold.claim_safely(Want(5, None), False)] == ["job"]
+    assert cold.paused == frozenset({"a"}) and not cold.failures.failing
+
+
 class NoWait:
     """A waker that returns at once, as if the poll interval had passed with no news."""
 
