@@ -23,8 +23,15 @@ A round runs, on each database in turn (the first alternating between rounds): N
 and the rate after the first job finished; then, in the same cluster, one idle second and
 ``--probe-jobs`` jobs sent one at a time, each 50 ms after the previous one became visible:
 enqueue call -> the job's row SUCCEEDED (polled every 0.5 ms). Foreign CPU load around each run
-(``hostload.LoadMeter``). Raw results go to ``benchmarks/results/scale-retention-postgresql.json``;
-``report.py`` renders them (goal: drain and visible p99 within 10 % of the empty table).
+(``hostload.LoadMeter``). Raw results go to ``benchmarks/results/scale-retention-postgresql.json``
+(``-<label>`` with ``--label``), rewritten after every run; ``report.py`` renders them (goal: drain
+and visible p99 within 10 % of the empty table). A run that fails (another program restarting the
+shared server) is recorded and retried once.
+
+``--ref COMMIT`` runs that commit's ``django_taskmq`` (exported with ``git archive`` under
+``benchmarks/.work/``) in a cluster of its own beside every run of the working tree, interleaved:
+before and after a change in the same session. Only the clusters run it; the driver (enqueues,
+probes) runs the working tree.
 """
 
 from __future__ import annotations
