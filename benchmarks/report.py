@@ -826,6 +826,8 @@ def _older_sections() -> list[str]:
                          f"{cell(stats([r['p99'] for r in runs]))} |")
         lines += ["", f"Retention deleted {cell(stats(raw['delete_rows_per_second']))} rows a second meanwhile "
                       "(one cluster, 0.1 s of deleting a second)."]
+    for raw_path in sorted(RESULTS_DIR.glob("scale-retention-*.json")):
+        lines += _scale_retention_section(raw_path)
     memory = RESULTS_DIR / "result_memory.json"
     if memory.exists():
         raw = json.loads(memory.read_text())
@@ -846,6 +848,7 @@ def _older_sections() -> list[str]:
              "fan_in.json", "fan_in-profile.txt",
              "prefetch.json", "prefetch-long.json", "pgbouncer_wakeup.json",
              *(p.name for p in RESULTS_DIR.glob("retention-claims-*.json")),
+             *(p.name for p in RESULTS_DIR.glob("scale-retention-*.json")),
              "result_memory.json", Path(ROUND_ONE).name, Path(COMMENTARY).name, "drain-sqlite.png",
              "drain-postgresql.png", *(p.name for p in RESULTS_DIR.glob("round3-*"))}
     dashboards = sorted(RESULTS_DIR.glob("dashboard-*.txt"))
@@ -862,6 +865,80 @@ def _older_sections() -> list[str]:
                   "Committed by other benchmark scripts of `benchmarks/`; each script's docstring says how "
                   "it measured them and how to print their tables:", ""]
         lines += [f"* [`results/{p.name}`](results/{p.name})" for p in others]
+    return lines
+
+
+#: Issue 30's goal: drain and visible p99 with the big table within this fraction of the empty one's.
+SCALE_TOLERANCE = 0.10
+
+
+def _pooled_p99(samples: list[float]) -> float | None:
+    ordered = sorted(samples)
+    return ordered[min(len(ordered) - 1, int(len(ordered) * 0.99))] if ordered else None
+
+
+def _scale_retention_section(raw_path: Path) -> list[str]:
+    """Issue 30: drain and visible latency beside millions of finished rows that retention is deleting,
+    against an empty table (``scale_retention.py``), with the goal's met/not met computed per code
+    (the working tree, and ``--ref``'s commit when it ran beside it)."""
+    raw = json.loads(raw_path.read_text())
+    label = f", {raw['label']}" if raw.get("label") else ""
+    runs = raw["runs"]
+    codes = {"worktree": f"{raw['commit']}{' + uncommitted changes' if raw.get('dirty') else ''}"}
+    if raw.get("ref"):
+        codes["ref"] = f"{raw['ref']} (`--ref`)"
+    lines = ["", f"### Scale: {raw['finished_rows']:,} finished jobs with retention deleting them "
+                 f"({raw['engine']}{label})", "",
+             f"Raw results: [`results/{raw_path.name}`](results/{raw_path.name}) ({raw['date']}, "
+             f"{raw['rounds']} rounds; in each, every size, table and code once, every other round in the "
+             f"reverse order); measured with `.venv/bin/python benchmarks/"
+             f"{raw['command'].split('benchmarks/', 1)[-1]}`. The clusters ran: "
+             + ", ".join(f"{k} = {v}" for k, v in codes.items())
+             + (f" (uncommitted: {', '.join(raw['dirty'])})" if raw.get("dirty") else "")
+             + f". Settings {json.dumps(raw['settings'])}, retention the default, so the cluster's monitor "
+             "deletes old rows all through every run on the full table. Drain: N queued jobs, from the "
+             "cluster's exec to none pending, and after the first job; visible: "
+             f"{raw['probe_jobs']} jobs one at a time in the same cluster, enqueue call to the row "
+             "SUCCEEDED. Cells: median (min-max) over the rounds.", "",
+             "| code | N | job table | drain jobs/s | after the first job, jobs/s | visible p50 ms | "
+             "visible p99 ms | visible p99 ms, the rounds' samples pooled | rows pruned in the run | "
+             "rows in the table | foreign load, cores of 2 |", "|---|---|---|---|---|---|---|---|---|---|---|"]
+    names = {"empty": "empty", "full": f"filled with {raw['finished_rows']:,}"}
+    by: dict[tuple, list] = {}
+    for r in runs:
+        by.setdefault((r.get("code", "worktree"), r["n"], r["database"]), []).append(r)
+    goals = []
+    for code in codes:
+        for n in raw["sizes"]:
+            for which in ("empty", "full"):
+                rs = by.get((code, n, which), [])
+                lines.append(f"| {code} | {n} | {names[which]} | " + " | ".join(
+                    cell(stats([r[k] for r in rs])) for k in ("jobs_per_s", "steady_jobs_per_s", "visible_p50_ms",
+                                                              "visible_p99_ms"))
+                    + f" | {fmt(_pooled_p99([v for r in rs for v in r['visible_ms']]))} | "
+                    + " | ".join(cell(stats([r[k] for r in rs])) for k in ("pruned_rows", "rows_before"))
+                    + f" | {cell(stats([r['load']['foreign_cores'] for r in rs]))} |")
+            empty, full = by.get((code, n, "empty"), []), by.get((code, n, "full"), [])
+            for key, word, higher_better in (("jobs_per_s", "drain", True),
+                                             ("steady_jobs_per_s", "drain after the first job", True),
+                                             ("visible_p99_ms", "visible p99", False)):
+                e, f = stats([r[key] for r in empty]), stats([r[key] for r in full])
+                if not e or not f:
+                    continue
+                value = f["median"] / e["median"]
+                met = value >= 1 - SCALE_TOLERANCE if higher_better else value <= 1 + SCALE_TOLERANCE
+                rounds_e = {r["round"]: r[key] for r in empty}
+                paired = stats([r[key] / rounds_e[r["round"]] for r in full if rounds_e.get(r["round"])])
+                goals.append(f"| {code} | {n} | {word} | {value:.2f} | {cell(paired)} | "
+                             f"{'>= 0.90' if higher_better else '<= 1.10'} | {'met' if met else 'not met'} |")
+    lines += ["", "Issue 30's goal, full / empty (the ratio of the medians; beside it the same ratio round by "
+                  "round, median (min-max)):", "", "| code | N | figure | full / empty | per round | goal | |",
+              "|---|---|---|---|---|---|---|", *goals]
+    if raw.get("note"):
+        lines += ["", f"Note: {raw['note']}."]
+    if raw.get("failed"):
+        lines += ["", "Failed attempts (each retried once): " + "; ".join(
+            f"round {f['round']} {f['code']} {f['database']} N={f['n']}: {f['error'][:120]}" for f in raw["failed"])]
     return lines
 
 

@@ -117,11 +117,11 @@ class Monitor:
                 self.record(batch)
             self.prune_if_due()
 
-    def gather(self) -> list[ex.Outcome]:
-        """Wait up to a second for outcomes, then take what else arrives within :data:`GATHER` s (at
-        most :data:`BATCH` messages); return them. Sets ``stopping`` when the end mark was among them."""
+    def gather(self, wait: float = 1.0) -> list[ex.Outcome]:
+        """Wait up to ``wait`` seconds for outcomes, then take what else arrives within :data:`GATHER` s
+        (at most :data:`BATCH` messages); return them. Sets ``stopping`` when the end mark was among them."""
         try:
-            first = self.results.get(timeout=1.0)
+            first = self.results.get(timeout=wait)
         except queue_module.Empty:
             return []
         except EOFError:  # the sentinel is gone: its leases bring the work back
@@ -197,23 +197,29 @@ class Monitor:
     def prune(self) -> None:
         """One pruning round (the chore held): successes beyond ``save_limit`` first, then each final
         state past its retention, until :data:`PRUNE_BUDGET` is spent; then expired keys, and the
-        ended workflows whose last job retention deleted."""
+        ended workflows whose last job retention deleted.
+
+        Outcomes that arrive meanwhile are recorded between two batches (:meth:`record_waiting`),
+        so a job finishing during a round waits for one batch, not for the whole round; their
+        recording counts against the budget, so a busy cluster deletes less, not longer."""
         deadline = time.monotonic() + PRUNE_BUDGET
         deleted = 0
-        while time.monotonic() < deadline:
+        while time.monotonic() < deadline and not self.stopping:
             pruned = self.broker.prune(self.settings.save_limit)
             deleted += pruned
             if not pruned:
                 break
+            self.record_waiting()
         by_state = {}
         # Old by the database's clock, as every time the queue decides with (see brokers/clock.py).
         for state, before in retention_policy.cutoffs(self.settings.retention, self.broker.now()).items():
             count = 0
-            while time.monotonic() < deadline:
+            while time.monotonic() < deadline and not self.stopping:
                 step = self.broker.delete_finished(state.value, before, RETENTION_BATCH)
                 count += step
                 if step < RETENTION_BATCH:
                     break
+                self.record_waiting()
             if count:
                 by_state[state.value] = count
         self.broker.prune_keys()
@@ -223,3 +229,11 @@ class Monitor:
             self.broker.chore_done(retention_policy.CHORE, deleted)
         if by_state:
             self.retention_log.deleted(by_state)
+
+    def record_waiting(self) -> None:
+        """Record the outcomes already waiting, if any, without waiting for more. Called between two
+        batches of a pruning round: on a table of millions of old jobs every round spends its whole
+        budget, and a job that finished meanwhile waited for the whole round (0.1 s)."""
+        batch = self.gather(wait=0.0)
+        if batch:
+            self.record(batch)

@@ -164,3 +164,60 @@ def test_a_batch_the_database_refuses_is_retried_with_a_new_connection(broker):
     assert broker.transactions == 2  # the failed one rolled back, the retry committed
     assert states(broker, items) == {JobState.SUCCEEDED}
     assert not m.failures.failing
+
+
+class PruningRound:
+    """A pruning round on a big table: every batch is full (so the round goes on until its budget),
+    takes ``seconds``, and what happened is logged in ``events``; ``during_first`` is sent on the
+    result queue while the first batch runs, as outcomes arriving in the middle of a round."""
+
+    def __init__(self, broker: MemoryBroker, results: queue.Queue, during_first: list, seconds: float = 0.005):
+        self.events: list[str] = []
+        self.results, self.during_first, self.seconds = results, during_first, seconds
+        ack_many = broker.ack_many
+
+        def recording(acks):
+            self.events.append("record")
+            return ack_many(acks)
+
+        broker.prune = self.prune
+        broker.ack_many = recording
+
+    def prune(self, keep: int, batch: int = 1000) -> int:
+        self.events.append("prune")
+        if len(self.events) == 1:
+            for item in self.during_first:
+                self.results.put(item)
+        monitor_module.time.sleep(self.seconds)
+        return batch
+
+
+def test_outcomes_that_arrive_during_a_pruning_round_are_recorded_before_its_next_batch(broker):
+    """On a table of millions of old jobs every round deletes for its whole budget: a job that
+    finished meanwhile is recorded after the batch under way, not after the round, and the round
+    then goes on deleting."""
+    items = outcomes(broker, 3)
+    results: queue.Queue = queue.Queue()
+    round_ = PruningRound(broker, results, during_first=[[dump_outcome(o) for o in items]])
+    m = Monitor(results, broker, get_settings())
+
+    m.prune()
+
+    assert round_.events[:3] == ["prune", "record", "prune"]
+    assert round_.events.count("record") == 1 and round_.events.count("prune") > 2
+    assert states(broker, items) == {JobState.SUCCEEDED}
+
+
+def test_the_end_mark_arriving_during_a_pruning_round_ends_the_round(broker):
+    """The cluster stops while the monitor prunes: what came with the end mark is recorded, and no
+    further batch is deleted (the monitor exits soon after, as outside a round)."""
+    items = outcomes(broker, 2)
+    results: queue.Queue = queue.Queue()
+    round_ = PruningRound(broker, results, during_first=[[dump_outcome(o) for o in items], END_OF_RESULTS])
+    m = Monitor(results, broker, get_settings())
+
+    m.prune()
+
+    assert round_.events == ["prune", "record"]
+    assert m.stopping
+    assert states(broker, items) == {JobState.SUCCEEDED}
