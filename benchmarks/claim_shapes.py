@@ -1,5 +1,5 @@
 """The claim's shapes, statement by statement: the current transaction against an optimistic
-autocommit claim (issue 30), on PostgreSQL, in one run, interleaved.
+autocommit claim and a pipelined transaction (issue 30), on PostgreSQL, in one run, interleaved.
 
     .venv/bin/python benchmarks/claim_shapes.py --engine postgresql [--rounds 3] [-n 200] [--backlog 3000]
     .venv/bin/python benchmarks/claim_shapes.py --engine sqlite      # the current claim only
@@ -15,6 +15,9 @@ autocommit claim (issue 30), on PostgreSQL, in one run, interleaved.
   trips. A candidate another claimer took in between fails the ``state`` condition and is not
   returned (a lost race: counted here); the counters count it all the same (the prototype's
   approximation).
+* ``pipelined``: another prototype: the current transaction, locks and all, in psycopg's pipeline
+  mode, its ``COMMIT`` sent together with the ``UPDATE`` (``BEGIN`` already goes with the heads):
+  two round trips, and the row locks keep concurrent claims disjoint.
 
 Two measurements, each shape in turn (which goes first alternates):
 
@@ -49,7 +52,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 PROJECT = HERE / "projects" / "taskmq_project"
 QUEUES = ["a", "b", "default"]
-SHAPES = ("current", "optimistic")
+SHAPES = ("current", "optimistic", "pipelined")
 
 
 def _setup(engine: str) -> None:
@@ -161,10 +164,47 @@ def optimistic_broker():
     return Optimistic(plain.settings, plain.alias)
 
 
+def pipelined_broker():
+    """An OrmBroker whose claim transaction runs in psycopg's pipeline mode, its COMMIT sent with the
+    claim's UPDATE: BEGIN + heads in one round trip, UPDATE + COMMIT in the next."""
+    import contextlib
+
+    from django_taskmq.brokers import get_broker
+    from django_taskmq.brokers.orm.broker import OrmBroker
+    from django_taskmq.brokers.orm.sql import JOB, RESERVE
+    from django_taskmq.brokers.base import Reservation
+
+    class Pipelined(OrmBroker):
+        @contextlib.contextmanager
+        def write_transaction(self, durable=True):
+            with super().write_transaction(durable) as cursor, self.connection.connection.pipeline():
+                yield cursor
+
+        def _claim(self, cursor, chosen, token, owner, lease, counters=None):
+            if not chosen:
+                return []
+            prefix, prefix_params = "", []
+            if counters is not None:
+                prefix, prefix_params = f"WITH {counters[0]}, counted AS ({counters[1]}) ", counters[2]
+            until, until_args = self.clock.at(lease)
+            cursor.execute(
+                f"{prefix}UPDATE {JOB} SET state = {RESERVE.to}, deliveries = deliveries + 1, lease_owner = %s, "
+                f"lease_token = %s, lease_until = {until}, cluster = %s WHERE id = ANY(%s::text[]) "
+                "RETURNING id, deliveries, yields, payload",
+                [*prefix_params, owner, token, *until_args, owner.split(":", 1)[0], [c.id for c in chosen]])
+            cursor.cursor.connection.commit()  # sent with the UPDATE: one round trip for both
+            rows = {r[0]: r for r in cursor.fetchall()}
+            return [Reservation(c.id, c.queue, c.priority, rows[c.id][1], rows[c.id][2], token, owner,
+                                c.max_deliveries, rows[c.id][3]) for c in chosen if c.id in rows]
+
+    plain = get_broker()
+    return Pipelined(plain.settings, plain.alias)
+
+
 def broker_for(shape: str):
     from django_taskmq.brokers import get_broker
 
-    broker = optimistic_broker() if shape == "optimistic" else get_broker()
+    broker = {"optimistic": optimistic_broker, "pipelined": pipelined_broker}.get(shape, get_broker)()
     broker.reclaim_every = float("inf")  # as the pusher's: sweeps run beside the claims, not inside
     return broker
 
@@ -321,13 +361,13 @@ def main() -> int:
     for round_ in range(1, args.rounds + 1):
         before = _load()
         _empty()
-        result = idle(shapes if round_ % 2 else shapes[::-1], args.n)
+        result = idle(shapes[round_ % len(shapes):] + shapes[:round_ % len(shapes)], args.n)
         raw["idle"].append({"round": round_, "loadavg_before": before, "loadavg_after": _load(), **result})
         print(f"round {round_} idle: " + "; ".join(f"{s} {r['total_ms']['p50']} ms "
                                                    f"{ {k: v['p50'] for k, v in r['statements_ms'].items()} }"
                                                    for s, r in result.items()), flush=True)
         for processes in [int(p) for p in args.processes.split(",")]:
-            for shape in (shapes if round_ % 2 else shapes[::-1]):
+            for shape in shapes[round_ % len(shapes):] + shapes[:round_ % len(shapes)]:
                 before = _load()
                 row = shared(args.engine, shape, processes, args.backlog)
                 raw["shared"].append({"round": round_, "loadavg_before": before, "loadavg_after": _load(), **row})

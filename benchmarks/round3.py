@@ -393,8 +393,8 @@ def report(raw: dict) -> None:
               "at or below durable Celery's, on both engines. ms:")
         print()
         print("| system | engine | runs ok | enqueue -> visible p50 | p99 | enqueue -> task start p50 | "
-              "enqueue call p50 | goal |")
-        print("|---|---|---|---|---|---|---|---|")
+              "enqueue returned (its commit) -> task start p50 | enqueue call p50 | goal |")
+        print("|---|---|---|---|---|---|---|---|---|")
         durable = _median(_metric(rows, "celery-durable", "redis", "visible_p50_ms"))
         default = _median(_metric(rows, "celery", "redis", "visible_p50_ms"))
         for system, engine in pairs:
@@ -410,7 +410,8 @@ def report(raw: dict) -> None:
             print(f"| {LABELS[system].split(' `')[0] if not system.startswith('taskmq') else LABELS[system]}"
                   f"{', Redis appendfsync always' if system == 'celery-durable' else ''} | {ENGINE_LABELS[engine]} | "
                   f"{len(got)}/{len(tried)} | {_stats(p50, 2)} | {_stats(_metric(rows, system, engine, 'visible_p99_ms'), 2)} | "
-                  f"{_stats(_metric(rows, system, engine, 'start_p50_ms'), 2)} | {_stats(call_p50, 2)} | {goal} |")
+                  f"{_stats(_metric(rows, system, engine, 'start_p50_ms'), 2)} | "
+                  f"{_stats(_metric(rows, system, engine, 'start_after_commit_p50_ms'), 2)} | {_stats(call_p50, 2)} | {goal} |")
         if any(r["system"] == "taskmq-relaxed" for r in rows):
             print()
             print(f"Goal of `durable_outcomes` False: visible p50 <= {RELAXED_GOAL_MS:g} ms on both engines and below "
