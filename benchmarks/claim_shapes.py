@@ -177,8 +177,11 @@ def pipelined_broker():
     class Pipelined(OrmBroker):
         @contextlib.contextmanager
         def write_transaction(self, durable=True):
-            with super().write_transaction(durable) as cursor, self.connection.connection.pipeline():
-                yield cursor
+            with super().write_transaction(durable) as cursor:
+                with self.connection.connection.pipeline():
+                    yield cursor
+                    start = time.perf_counter()
+                TIMES.append(("pipeline exit", time.perf_counter() - start))
 
         def _claim(self, cursor, chosen, token, owner, lease, counters=None):
             if not chosen:
@@ -192,7 +195,9 @@ def pipelined_broker():
                 f"lease_token = %s, lease_until = {until}, cluster = %s WHERE id = ANY(%s::text[]) "
                 "RETURNING id, deliveries, yields, payload",
                 [*prefix_params, owner, token, *until_args, owner.split(":", 1)[0], [c.id for c in chosen]])
+            start = time.perf_counter()
             cursor.cursor.connection.commit()  # sent with the UPDATE: one round trip for both
+            TIMES.append(("COMMIT with the UPDATE (pipeline sync)", time.perf_counter() - start))
             rows = {r[0]: r for r in cursor.fetchall()}
             return [Reservation(c.id, c.queue, c.priority, rows[c.id][1], rows[c.id][2], token, owner,
                                 c.max_deliveries, rows[c.id][3]) for c in chosen if c.id in rows]
@@ -356,6 +361,8 @@ def main() -> int:
     raw: dict = {"engine": args.engine, "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
                  "commit": subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=HERE, capture_output=True,
                                           text=True).stdout.strip(),
+                 "uncommitted": subprocess.run(["git", "status", "--porcelain", "--", "django_taskmq", "benchmarks"],
+                                               cwd=HERE, capture_output=True, text=True).stdout.splitlines(),
                  "machine": platform.node(), "cpus": os.cpu_count(), "options": vars(args) | {"out": None},
                  "idle": [], "shared": []}
     for round_ in range(1, args.rounds + 1):

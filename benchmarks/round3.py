@@ -359,6 +359,7 @@ LABELS = {"taskmq": "django_taskmq", "taskmq-relaxed": "django_taskmq, `durable_
           "djangoq2": "django-q2 `async_task`", "dtdb": "django-tasks-db `Task.enqueue`",
           "celery": "Celery `delay`, Redis (nothing on disk)",
           "celery-durable": "Celery `delay`, Redis appendfsync always"}
+SHORT = {"taskmq": "ours", "taskmq-relaxed": "ours relaxed", "celery": "Celery", "celery-durable": "Celery fsync"}
 ENGINE_LABELS = {"sqlite": "SQLite", "postgresql": "PostgreSQL", "redis": "Redis"}
 
 
@@ -419,10 +420,9 @@ def report(raw: dict) -> None:
                   "each other within a minute or two; each round's visible p50 (ms) and the foreign load of its run "
                   "(cores), then ours divided by Celery's default of the same round (below 1: ours faster):")
             print()
-            print("| round | " + " | ".join(f"{LABELS[s].split(' `')[0] if not s.startswith('taskmq') else LABELS[s]}"
-                                          f" ({ENGINE_LABELS[e]})" for s, e in pairs) + " | " +
-                  " | ".join(f"{'relaxed' if s == 'taskmq-relaxed' else 'durable'} {ENGINE_LABELS[e]} / Celery"
-                             for s, e in pairs if s.startswith("taskmq")) + " |")
+            print("| round | " + " | ".join(f"{SHORT[s]} {ENGINE_LABELS[e]}" for s, e in pairs) + " | " +
+                  " | ".join(f"{SHORT[s]} {ENGINE_LABELS[e]} / Celery" for s, e in pairs if s.startswith("taskmq"))
+                  + " |")
             print("|---" * (1 + len(pairs) + sum(1 for s, _ in pairs if s.startswith("taskmq"))) + "|")
             for round_ in sorted({r["round"] for r in rows}):
                 by = {(r["system"], r["engine"]): r for r in rows if r["round"] == round_ and r["ok"]}
