@@ -29,7 +29,8 @@ Two measurements, each shape in turn (which goes first alternates):
   duplicate claims (a job returned to two claims: must be 0) and the share of each queue in the
   first third of the claims (the weighted round robin: 0.6 of them from ``a``).
 
-Prints a summary and writes ``results/claim-shapes-<engine>.json`` (the raw numbers; ``--out``).
+Prints a summary and writes ``results/claim-shapes-<engine>.json`` (the raw numbers; ``--out``);
+``--report <file>`` prints a raw file's tables.
 A development tool for a decision (docs/performance.rst, "The claim, statement by statement"):
 the optimistic shape stays out of the product unless these numbers say it wins.
 """
@@ -77,6 +78,12 @@ def _label(sql: str) -> str:
         return "claim UPDATE (+ counters)"
     if words.startswith("SELECT 1 FROM"):
         return "has_ready SELECT"
+    if words.startswith("SELECT c.id"):
+        return "heads SELECT"  # SQLite: one per queue (summed per claim)
+    if words.startswith("SELECT queue, served"):
+        return "served counters SELECT"
+    if words.startswith("UPDATE django_taskmq_queuestate"):
+        return "served counters UPDATE"
     return words[:40]
 
 
@@ -341,6 +348,50 @@ def _load() -> list[float]:
     return list(os.getloadavg())
 
 
+def report(raw: dict) -> None:
+    """Print the summary of a raw file: median (min–max) over the rounds of each round's figure."""
+
+    def cell(values: list[float], digits: int = 3) -> str:
+        return (f"{statistics.median(values):.{digits}f} ({min(values):.{digits}f}–{max(values):.{digits}f})"
+                if values else "–")
+
+    shapes = [s for s in SHAPES if any(s in r for r in raw["idle"])]
+    loads = [r[key][0] for r in raw["idle"] + raw["shared"] for key in ("loadavg_before", "loadavg_after")]
+    print(f"{raw['engine']}, commit {raw['commit']}{' + uncommitted edits' if raw.get('uncommitted') else ''}, "
+          f"{raw['date']}, {len(raw['idle'])} rounds, {raw['cpus']} CPUs, load average (1 min) during the run "
+          f"{cell(loads, 2)}.")
+    print()
+    print(f"Idle: one job, one claim of room 2, {raw['options']['n']} claims per shape and round; each round's "
+          "p50, ms (a statement's time includes its round trip; on PostgreSQL psycopg sends BEGIN before the first one, within its time):")
+    print()
+    for r in raw["idle"]:  # files written before these statements had names of their own
+        for s in shapes:
+            r[s]["statements_ms"] = {_label(label): v for label, v in r[s]["statements_ms"].items()}
+    labels = sorted({label for r in raw["idle"] for s in shapes for label in r[s]["statements_ms"]})
+    print("| | " + " | ".join(shapes) + " |")
+    print("|---" * (len(shapes) + 1) + "|")
+    print("| whole claim | " + " | ".join(cell([r[s]["total_ms"]["p50"] for r in raw["idle"]]) for s in shapes) + " |")
+    for label in labels:
+        print(f"| {label} | " + " | ".join(cell([r[s]["statements_ms"][label]["p50"] for r in raw["idle"]
+                                                 if label in r[s]["statements_ms"]]) for s in shapes) + " |")
+    print("| Python (the rest) | " + " | ".join(cell([r[s]["python_ms"]["p50"] for r in raw["idle"]])
+                                              for s in shapes) + " |")
+    print()
+    print(f"Shared backlog: {raw['options']['backlog']} jobs on three queues (weights a 3, b 1, default 1), claimed "
+          "10 at a time by 1, 2 and 4 processes until none is left; jobs/s, median (min–max) over the rounds; "
+          "lost races and duplicate claims summed over the rounds; the share of queue a in the first third of "
+          "the claims (its weight says 0.6):")
+    print()
+    print("| processes | shape | jobs/s | lost races | duplicate claims | share of a |")
+    print("|---|---|---|---|---|---|")
+    for processes in sorted({r["processes"] for r in raw["shared"]}):
+        for shape in shapes:
+            rows = [r for r in raw["shared"] if r["processes"] == processes and r["shape"] == shape]
+            print(f"| {processes} | {shape} | {cell([r['jobs_per_s'] for r in rows], 0)} | "
+                  f"{sum(r['lost_races'] for r in rows)} | {sum(r['duplicates'] for r in rows)} | "
+                  f"{cell([r['first_third_shares']['a'] for r in rows], 2)} |")
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--engine", choices=["postgresql", "sqlite"], default="postgresql")
@@ -349,7 +400,11 @@ def main() -> int:
     parser.add_argument("--backlog", type=int, default=3000)
     parser.add_argument("--processes", default="1,2,4")
     parser.add_argument("--out", type=Path)
+    parser.add_argument("--report", type=Path, help="print the summary of a raw file")
     args = parser.parse_args()
+    if args.report:
+        report(json.loads(args.report.read_text()))
+        return 0
     tmp = tempfile.mkdtemp(prefix="claim-shapes-")
     os.environ.setdefault("BENCH_SQLITE_PATH", os.path.join(tmp, "claims.sqlite3"))
     os.environ.setdefault("BENCH_PG_NAME", "bench_claim_shapes")
