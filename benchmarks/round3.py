@@ -1,12 +1,15 @@
 """Performance round three (issue 30): three comparisons, each in one run, interleaved.
 
-* ``latency``: the idle latency of django_taskmq (SQLite, PostgreSQL) against Celery on the
+* ``latency``: the idle latency of django_taskmq (SQLite, PostgreSQL; ``durable_outcomes`` True, and
+  False as system ``taskmq-relaxed``) against Celery on the
   machine's Redis (nothing kept on disk) and against ``celery-durable``: the same Celery on a
   private Redis with ``appendonly yes`` and ``appendfsync always`` (``durable_redis.py``), the
   durability of a database commit. The measurement is ``workloads.py``'s latency workload itself
   (README.md, "latency"): a warm cluster, idle ``--settle`` s, then single tagged jobs, each
-  awaited; enqueue call -> result visible (polled every 0.5 ms) and -> task start. Goal: our
-  visible p50 at or below durable Celery's on both engines.
+  awaited; enqueue call -> result visible (polled every 0.5 ms) and -> task start. Goals: our
+  visible p50 at or below durable Celery's on both engines; with ``durable_outcomes`` False, at or
+  below 5 ms and below Celery's default. Each round's figures are also shown side by side with
+  their runs' foreign load (the figures at equal load).
 * ``enqueue``: ``workloads.py``'s enqueue workload (N single calls, no cluster; the raw
   INSERT + COMMIT rate after it) for django_taskmq's ``async_task()``, for ``taskmq-orm``
   (``adapters/taskmq_orm.py``: ``Job.objects.create`` of the row ``async_task`` writes, signed
