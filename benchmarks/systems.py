@@ -223,6 +223,18 @@ SYSTEMS: dict[str, System] = {
             launcher="celery",
         ),
         System(
+            # django_taskmq with TASKMQ['durable_outcomes'] False: the cluster's own commits (claims,
+            # outcomes) skip the disk flush; the enqueue's commit still flushes. Same project and
+            # databases as "taskmq" (each run starts from a fresh copy anyway).
+            name="taskmq-relaxed",
+            label="django_taskmq, durable_outcomes False",
+            venv="taskmq",
+            project="taskmq_project",
+            adapter="taskmq",
+            pg_database="bench_taskmq",
+            env={"BENCH_TASKMQ_DURABLE_OUTCOMES": "0"},
+        ),
+        System(
             # Not a task queue: Job.objects.create(...) of the row async_task() would write (the
             # payload signed once, reused), the yardstick of round3.py's enqueue. Shares taskmq's
             # project and databases (each run starts from a fresh copy anyway).

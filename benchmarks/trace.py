@@ -111,6 +111,18 @@ def _install(sql: bool) -> None:
                     _log("sql>")
 
             setattr(utils.CursorWrapper, name, logged)
+        from django.db.backends.base.base import BaseDatabaseWrapper
+
+        commit = BaseDatabaseWrapper._commit
+
+        def logged_commit(self, _original=commit):
+            _log("sql<", "COMMIT")
+            try:
+                return _original(self)
+            finally:
+                _log("sql>")
+
+        BaseDatabaseWrapper._commit = logged_commit
 
 
 def run_cluster(args: argparse.Namespace) -> None:
@@ -181,6 +193,8 @@ def main() -> int:
     parser.add_argument("-n", type=int, default=40, help="jobs to time (after 5 warm-up jobs)")
     parser.add_argument("--gap", type=float, default=0.05, help="seconds between a job's result and the next job")
     parser.add_argument("--sql", action="store_true", help="log every statement too")
+    parser.add_argument("--poll", type=float, default=0.0005,
+                        help="seconds between the client's looks for the result (the harness's: 0.0005)")
     parser.add_argument("--window", type=int, help="print every event around the K-th job")
     parser.add_argument("--fill", type=int, default=0,
                         help="first add that many finished jobs, as the scale workload does (keeps them: save_limit 0)")
@@ -220,7 +234,7 @@ def main() -> int:
                 while not Job.objects.filter(pk=job_id, state="SUCCEEDED").exists():
                     if time.time() > deadline or cluster.poll() is not None:
                         raise SystemExit(f"job {job_id} not finished; is the cluster running?")
-                    time.sleep(0.0005)
+                    time.sleep(args.poll)
                 if count >= 5:
                     jobs.append((called, returned, time.time()))
         finally:
@@ -229,6 +243,8 @@ def main() -> int:
         events = _events(trace_dir)
 
     report(jobs, events)
+    if args.sql:
+        statements(jobs, events)
     slow = [i for i, (called, _, visible) in enumerate(jobs) if visible - called > 0.05]
     if slow:
         print(f"jobs visible more than 50 ms after their enqueue call: {slow} (see --window K)")
@@ -273,6 +289,25 @@ def report(jobs: list[tuple[float, float, float]], events: list[tuple[float, str
         line(name, gaps[name], offsets[name], described[name])
     line("visible", polls, text="the result seen by polling every 0.5 ms")
     line("total", totals, text="enqueue call to result seen")
+
+
+def statements(jobs: list[tuple[float, float, float]], events: list[tuple[float, str, str, str]]) -> None:
+    """Print each statement met on the jobs' way (enqueue call to result seen, the client's own
+    excepted): its duration at the driver, median and max, in ms, and how often it ran per job."""
+    durations: dict[str, list[float]] = {}
+    for called, _, visible in jobs:
+        opened: dict[str, tuple[float, str]] = {}
+        for at, pid, event, detail in events:
+            if not called <= at <= visible:
+                continue
+            if event == "sql<":
+                opened[pid] = (at, detail)
+            elif event == "sql>" and pid in opened:
+                start, text = opened.pop(pid)
+                durations.setdefault(text[:60], []).append(at - start)
+    print(f"statements during the {len(jobs)} jobs (cluster processes), ms: median, max, runs per job")
+    for text, values in sorted(durations.items(), key=lambda item: -sum(item[1])):
+        print(f"  {statistics.median(values) * 1000:7.3f} {max(values) * 1000:8.3f} {len(values) / len(jobs):5.2f}  {text}")
 
 
 if __name__ == "__main__":
