@@ -2,6 +2,7 @@
 
     .venv/bin/python benchmarks/memory.py [-n 3000] [--runs 3] [--engine sqlite,postgresql] [--threads 1,8] [--source]
     .venv/bin/python benchmarks/memory.py --ref main --label before-after   # interleaved A/B
+    .venv/bin/python benchmarks/memory.py --ref main --startup 8            # and start-up time, interleaved
     .venv/bin/python benchmarks/memory.py --report benchmarks/results/memory-<label>.json
 
 Per run: N no-op jobs queued with ``enqueue_many`` in the benchmark project
@@ -15,6 +16,8 @@ pages that copy-on-write unshared); ``Pss_File`` is the mapped code (python, .so
 With ``--ref COMMIT`` each round also runs that commit's ``django_taskmq`` (exported like
 ``cpu_by_process.py`` does), interleaved with the working tree; the drain's rate is recorded too,
 since a change that saves memory by costing throughput is no win.
+With ``--startup N``, N more rounds time ``qcluster --burst`` of one job from exec to exit for
+every code (the imports moved before the fork must not delay the first job).
 Raw rows: ``benchmarks/results/memory-<label>.json``; ``report.py`` renders the table of
 ``memory-latest.json`` in RESULTS.md.
 """
@@ -206,6 +209,22 @@ def run_once(tree: Path | None, n: int, engine: str, threads: int, settings_dir:
             "kib_by_process": processes, "copy_on_write_kib": cow}
 
 
+def startup_once(tree: Path | None, engine: str, settings_dir: str) -> float:
+    """Seconds from exec to exit of ``qcluster --burst`` with one no-op job queued."""
+    env = dict(os.environ, BENCH_ENGINE=engine, DJANGO_SETTINGS_MODULE="memory_settings", PYTHONDONTWRITEBYTECODE="1")
+    env["PYTHONPATH"] = os.pathsep.join(([str(tree)] if tree else []) + [str(PROJECT), str(HERE), settings_dir])
+    with tempfile.TemporaryDirectory() as work:
+        env["BENCH_SQLITE_PATH"] = os.path.join(work, "db.sqlite3")
+        env.setdefault("BENCH_PG_NAME", "bench_memory")
+        if engine == "postgresql":
+            _create_pg_database(env["BENCH_PG_NAME"])
+        subprocess.run([sys.executable, "-c", PREPARE, "1"], env=env, check=True)
+        started = time.perf_counter()
+        subprocess.run([sys.executable, str(PROJECT / "manage.py"), "qcluster", "--burst"], env=env, check=True,
+                       stderr=subprocess.DEVNULL)
+        return time.perf_counter() - started
+
+
 def group(name: str) -> str:
     return "worker" if name.startswith("worker") else name
 
@@ -281,7 +300,29 @@ def markdown(raw: dict) -> list[str]:
         mine = [r for r in rows if (r["engine"], r["threads"], r["code"]) == key]
         lines.append(f"| {key[0]} | {mine[0]['workers']} x {key[1]} | {key[2]} | {cell([r['pss_mib'] for r in mine])} | "
                      f"{statistics.median(r['jobs_per_s_incl_startup'] for r in mine):.0f} |")
+    startup = raw.get("startup_rows") or []
+    if startup:
+        lines += ["", f"Start-up, each code in turn ({len({r['round'] for r in startup})} rounds): `qcluster --burst` "
+                  "with one no-op job queued, from exec to exit, ms:", "",
+                  "| engine | code | exec to exit |", "|---|---|---|"]
+        for engine, code in dict.fromkeys((r["engine"], r["code"]) for r in startup):
+            values = [1000 * r["seconds"] for r in startup if (r["engine"], r["code"]) == (engine, code)]
+            lines.append(f"| {engine} | {code} | {statistics.median(values):.0f} ({min(values):.0f}-{max(values):.0f}) |")
     return lines
+
+
+def save(label: str, rows: list[dict], startup_rows: list[dict]) -> Path:
+    """Write what was measured so far to ``results/memory-<label>.json``; return its path."""
+    head = subprocess.run(["git", "rev-parse", "--short=12", "HEAD"], cwd=HERE.parent, capture_output=True,
+                          text=True).stdout.strip()
+    dirty = bool(subprocess.run(["git", "status", "--porcelain", "django_taskmq"], cwd=HERE.parent,
+                                capture_output=True, text=True).stdout.strip())
+    out = HERE / "results" / f"memory-{label}.json"
+    out.write_text(json.dumps({"command": " ".join(sys.argv), "worktree_head": head, "worktree_dirty": dirty,
+                               "date": time.strftime("%Y-%m-%d %H:%M:%S"), "rows": rows,
+                               "startup_rows": startup_rows},
+                              indent=1) + "\n")
+    return out
 
 
 def main() -> None:
@@ -293,6 +334,8 @@ def main() -> None:
     parser.add_argument("--ref", help="also run this commit's django_taskmq, interleaved")
     parser.add_argument("--source", action="store_true",
                         help="also run the working tree without bytecode (compiled from source at every start)")
+    parser.add_argument("--startup", type=int, default=0, metavar="ROUNDS",
+                        help="also time qcluster --burst of one job, this many rounds of every code")
     parser.add_argument("--label", default="latest")
     parser.add_argument("--report", help="print the table of a results file and exit")
     args = parser.parse_args()
@@ -311,23 +354,40 @@ def main() -> None:
         for engine in args.engine.split(","):
             for threads in map(int, args.threads.split(",")):
                 for code, tree in (codes if round_ % 2 else codes[::-1]):
-                    with LoadMeter() as load:
-                        row = run_once(tree, args.n, engine, threads, settings_dir)
+                    for attempt in range(3):  # a database server restarted meanwhile (a shared machine)
+                        try:
+                            with LoadMeter() as load:
+                                row = run_once(tree, args.n, engine, threads, settings_dir)
+                            break
+                        except Exception as exc:
+                            print(f"round {round_} {code} {engine} t{threads}: {exc!r}; again in 10 s", flush=True)
+                            time.sleep(10)
+                    else:
+                        continue
                     row.update(code=code, round=round_, host_load=load.result)
+                    save(args.label, rows + [row], [])
                     rows.append(row)
                     print(f"round {round_} {code} {engine} t{threads}: PSS {row['pss_mib']:.1f} MiB "
                           + " ".join(f"{p}:{f['Pss'] / 1024:.1f}" for p, f in row["kib_by_process"].items())
                           + f" | {row['jobs_per_s_incl_startup']:.0f} jobs/s"
                           + f" | foreign load {row['host_load']['foreign_cores']:.2f} cores", flush=True)
-    head = subprocess.run(["git", "rev-parse", "--short=12", "HEAD"], cwd=HERE.parent, capture_output=True,
-                          text=True).stdout.strip()
-    dirty = bool(subprocess.run(["git", "status", "--porcelain", "django_taskmq"], cwd=HERE.parent,
-                                capture_output=True, text=True).stdout.strip())
-    out = HERE / "results" / f"memory-{args.label}.json"
-    out.write_text(json.dumps({"command": " ".join(sys.argv), "worktree_head": head, "worktree_dirty": dirty,
-                               "date": time.strftime("%Y-%m-%d %H:%M:%S"), "rows": rows},
-                              indent=1) + "\n")
-    print(f"raw rows: {out}")
+    startup_rows = []
+    for round_ in range(1, args.startup + 1):
+        for engine in args.engine.split(","):
+            for code, tree in (codes if round_ % 2 else codes[::-1]):
+                for attempt in range(3):  # a database server restarted meanwhile (a shared machine)
+                    try:
+                        seconds = startup_once(tree, engine, settings_dir)
+                        break
+                    except Exception as exc:
+                        print(f"start-up round {round_} {code} {engine}: {exc!r}; again in 10 s", flush=True)
+                        time.sleep(10)
+                else:
+                    continue
+                startup_rows.append({"code": code, "engine": engine, "round": round_, "seconds": seconds})
+                save(args.label, rows, startup_rows)
+                print(f"start-up round {round_} {code} {engine}: {startup_rows[-1]['seconds'] * 1000:.0f} ms", flush=True)
+    print(f"raw rows: {save(args.label, rows, startup_rows)}")
     report(rows)
 
 

@@ -77,7 +77,7 @@ class Command(BaseCommand):
         # Imported before the fork, once, so that every process shares them: otherwise the sentinel
         # (its scheduler), the monitor and each worker that records a success import them for
         # themselves after it, and importing writes to, so copies, much of the heap they inherited
-        # (1 to 2.5 MiB a cluster; see "Memory" in docs/performance.rst).
+        # (0.7 to 3 MiB a cluster; see "Memory" in docs/performance.rst).
         from django_taskmq import api, recorder, scheduler  # noqa: F401
 
         # The one place the cluster's broker is chosen; the pusher and the monitor, forked children,
