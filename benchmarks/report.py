@@ -844,7 +844,13 @@ def _older_sections() -> list[str]:
             sums, maxes = stats([r["sum_mib"] for r in rows_]), stats([r["max_mib"] for r in rows_])
             lines.append(f"| {size} | {', '.join(sorted({r['state'] for r in rows_}))} | {len(rows_)} | "
                          f"{cell(sums)} | {cell(maxes)} |")
-    shown = {"architecture-before-after.json", "architecture-latency-rerun.json", "flow.json", "threads.json",
+    where = RESULTS_DIR / "memory-latest.json"
+    if where.exists():
+        import memory as memory_script
+
+        lines += ["", "### Where the memory goes: an idle cluster's PSS by process", ""]
+        lines += memory_script.markdown(json.loads(where.read_text()))
+    shown = {"architecture-before-after.json", "memory-latest.json", "architecture-latency-rerun.json", "flow.json", "threads.json",
              "fan_in.json", "fan_in-profile.txt",
              "prefetch.json", "prefetch-long.json", "pgbouncer_wakeup.json",
              *(p.name for p in RESULTS_DIR.glob("retention-claims-*.json")),

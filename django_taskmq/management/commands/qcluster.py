@@ -74,6 +74,12 @@ class Command(BaseCommand):
                                            options["threads"] or settings.threads)
         if budget:
             self.stderr.write(f"qcluster: warning: {budget}")
+        # Imported before the fork, once, so that every process shares them: otherwise the sentinel
+        # (its scheduler), the monitor and each worker that records a success import them for
+        # themselves after it, and importing writes to, so copies, much of the heap they inherited
+        # (0.7 to 3 MiB a cluster; see "Memory" in docs/performance.rst).
+        from django_taskmq import api, recorder, scheduler  # noqa: F401
+
         # The one place the cluster's broker is chosen; the pusher and the monitor, forked children,
         # each build their own at their entry point.
         status = Sentinel(settings, broker, queues=queues, burst=options["burst"], workers=options["workers"],
