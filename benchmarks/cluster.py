@@ -255,6 +255,31 @@ def tree_memory(root: int) -> dict:
             "rss_mb_per_process": sorted(round(r / 1024, 1) for r in rss)}
 
 
+def tree_processes(root: int) -> list[dict]:
+    """Return every live process of the tree under ``root`` with its memory, root first.
+
+    Each: pid, ppid, start (clock ticks after boot), comm, threads, rss_kb (VmRSS) and pss_kb
+    (smaps_rollup's Pss: pages shared with other processes count by share, so the sum over
+    the tree is what the tree really holds). The rest follow in the order they started.
+    """
+    out = []
+    for pid in process_tree(root):
+        fields = _read_stat(pid)
+        if fields is None:
+            continue
+        try:
+            with open(f"/proc/{pid}/comm") as f:
+                comm = f.read().strip()
+        except OSError:
+            comm = "?"
+        # ppid is field 4, num_threads field 20, starttime field 22 of /proc/<pid>/stat
+        out.append({"pid": pid, "ppid": int(fields[1]), "start": int(fields[19]), "comm": comm,
+                    "threads": int(fields[17]),
+                    "rss_kb": _status_kb(pid, "VmRSS") or 0, "pss_kb": _status_kb(pid, "Pss", "smaps_rollup") or 0})
+    rest = sorted((p for p in out if p["pid"] != root), key=lambda p: (p["start"], p["pid"]))
+    return [p for p in out if p["pid"] == root] + rest
+
+
 def trim_log(path: Path, max_bytes: int = 4 << 20, keep_lines: int = 300) -> None:
     """Shrink a large log of a successful run to its first and last ``keep_lines`` lines.
 

@@ -24,7 +24,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from systems import BASELINES, BENCH_DIR, DEFAULT_SYSTEMS, DEFAULT_WORKLOADS, RESULTS_DIR, SUBJECT, SYSTEMS
+from systems import BASELINES, BENCH_DIR, DEFAULT_SYSTEMS, DEFAULT_WORKLOADS, PEERS, RESULTS_DIR, SUBJECT, SYSTEMS
 
 
 @dataclass(frozen=True)
@@ -244,7 +244,7 @@ def merge(all_results: list[dict]) -> dict:
 # (format 2: run.py writes session.json and runs/*.json; the figures of issue 12)
 
 ENGINE_LABELS = {"sqlite": "SQLite", "postgresql": "PostgreSQL", "mysql": "MariaDB",
-                 "redis": "Redis (Celery only)"}
+                 "redis": "Redis (Celery, Dramatiq)"}
 
 # (workload, key, label, unit, better)
 FOLDER_METRICS = {
@@ -299,6 +299,13 @@ FOLDER_METRICS = {
         Metric("scale", "empty_visible_p99_ms", "Empty table: enqueue → result visible p99", "ms", "lower"),
         Metric("scale", "visible_p99_ms", "SCALE_ROWS finished rows: enqueue → result visible p99", "ms", "lower"),
     ),
+    "Memory after a drain of N jobs (every process of the cluster's tree)": (
+        Metric("memory", "pss_2w_mb", "PSS summed over the tree, 2 workers (one thread each)", "MiB", "lower"),
+        Metric("memory", "pss_16t_mb", "PSS summed over the tree, 16 threads", "MiB", "lower"),
+        Metric("memory", "rss_2w_mb", "RSS summed over the tree (shared pages counted in every process), "
+               "2 workers, for information", "MiB", None),
+        Metric("memory", "rss_16t_mb", "RSS summed over the tree, 16 threads, for information", "MiB", None),
+    ),
     "Older workloads (first round)": tuple(m for m in LEGACY_METRICS if m.workload in ("mixed", "idle_cpu", "rss")),
 }
 
@@ -324,6 +331,9 @@ def _values(data: dict, engine: str, system: str, workload: str, key: str):
                 values.append(value)
             elif (rec.get("details") or {}).get("na"):
                 reason = rec["details"]["na"]
+            elif workload == "memory":  # one configuration n/a: details[<config>]["na"]
+                config = (rec.get("details") or {}).get(key.split("_")[1]) or {}
+                reason = config.get("na") or reason
     return stats(values), reason
 
 
@@ -561,6 +571,90 @@ def mariadb_targets(data: dict) -> list[str]:
     return lines
 
 
+# Issue 30's memory goal: the cluster's PSS within this factor of the lowest of every peer.
+MEMORY_GOAL = 1.5
+MEMORY_CONFIGS = (("2w", "2 workers (one thread each)"), ("16t", "16 threads"))
+
+
+def _memory_processes(data: dict, engine: str, system: str, config: str) -> list[tuple[str, dict]]:
+    """Per process of the tree (by role, in start order): stats of its PSS over the runs."""
+    per_role: dict[str, list[float]] = {}
+    for rec in data["records"]:
+        if (rec.get("ok") and rec["engine"] == engine and rec["system"] == system
+                and rec["workload"] == "memory"):
+            processes = (rec.get("details") or {}).get(config, {}).get("processes", [])
+            total = {r: sum(1 for p in processes if p["role"] == r) for r in {p["role"] for p in processes}}
+            counts: dict[str, int] = {}
+            for p in processes:
+                counts[p["role"]] = counts.get(p["role"], 0) + 1
+                role = p["role"] if total[p["role"]] == 1 else f"{p['role']} {counts[p['role']]}"
+                per_role.setdefault(role, []).append(p["pss_mb"])
+    return [(role, stats(values)) for role, values in per_role.items()]
+
+
+# Peers whose whole cluster is one asyncio process (their concurrency inside it), against the
+# others' separate worker processes; the goal line names the lowest of the others as well.
+ONE_PROCESS = ("procrastinate", "oban")
+
+
+def _short(system: str) -> str:
+    """The system's label without its parenthesis, and its name where two labels would clash."""
+    short = SYSTEMS[system].label.split(" (")[0]
+    clash = [s for s in SYSTEMS if SYSTEMS[s].label.split(" (")[0] == short]
+    return f"{short} (`{system}`)" if len(clash) > 1 else short
+
+
+def memory_goal(data: dict) -> list[str]:
+    """Issue 30: cluster PSS against the lowest of every peer (ratio, goal met or not), and
+    django_taskmq's per process. Computed from the memory workload's runs."""
+    if "memory" not in data["workloads"]:
+        return []
+    systems = [s for s in data["systems"] if s in SYSTEMS]
+    lines = ["", f"Goal: django_taskmq's cluster PSS within {MEMORY_GOAL:g}x of the lowest peer's, after a drain "
+                 f"of N={data['options'].get('n')} jobs. Every (system, engine) cell, lowest first; the ratio is "
+                 "the cell's median over the lowest median of the configuration."]
+    for config, title in MEMORY_CONFIGS:
+        cells = []
+        for system in systems:
+            for engine in SYSTEMS[system].engines_for(data["engines"]):
+                s, _ = _values(data, engine, system, "memory", f"pss_{config}_mb")
+                if s is not None:
+                    cells.append((s["median"], system, engine, s))
+        if not cells:
+            continue
+        cells.sort(key=lambda c: c[0])
+        lowest = cells[0][0]
+        lines += ["", f"**PSS at {title}**, MiB (lower is better)", "",
+                  "| system | engine | PSS | × lowest |", "|---|---|---|---|"]
+        for median, system, engine, s in cells:
+            lines.append(f"| {_short(system)} | {ENGINE_LABELS[engine]} | {cell(s)} | {median / lowest:.2f}× |")
+        forked = [c for c in cells if c[1] not in ONE_PROCESS and c[1] != SUBJECT]
+        ours = [c for c in cells if c[1] == SUBJECT]
+        for median, _, engine, _ in ours:
+            ratio_ = median / lowest
+            verdict = "met" if ratio_ <= MEMORY_GOAL else "not met"
+            line = (f"* {title}, {ENGINE_LABELS[engine]}: django_taskmq {fmt(median)} MiB = {ratio_:.2f}× the "
+                    f"lowest ({_short(cells[0][1])}, {ENGINE_LABELS[cells[0][2]]}, {fmt(lowest)} MiB): goal ≤ "
+                    f"{MEMORY_GOAL:g}× **{verdict}**")
+            if forked and cells[0][1] in ONE_PROCESS:
+                f_median, f_system, f_engine, _ = forked[0]
+                line += (f"; against the lowest peer that runs separate worker processes as ours does "
+                         f"({_short(f_system)}, {ENGINE_LABELS[f_engine]}, {fmt(f_median)} MiB): "
+                         f"{median / f_median:.2f}×")
+            lines.append(line + ".")
+    if SUBJECT in systems:
+        lines += ["", "**django_taskmq per process** (PSS, MiB, median (min–max) over the runs; roles by spawn "
+                      "order under the sentinel)", "",
+                  "| engine | configuration | " + "processes |", "|---|---|---|"]
+        for engine in SYSTEMS[SUBJECT].engines_for(data["engines"]):
+            for config, title in MEMORY_CONFIGS:
+                procs = _memory_processes(data, engine, SUBJECT, config)
+                if procs:
+                    lines.append(f"| {ENGINE_LABELS[engine]} | {title} | "
+                                 + "; ".join(f"{role}: {cell(s)}" for role, s in procs) + " |")
+    return lines
+
+
 def run_lists(data: dict) -> list[str]:
     """Failed and retried runs; the foreign CPU load of every run."""
     records = data["records"]
@@ -661,6 +755,8 @@ def folder_markdown(data: dict, link_base: Path = BENCH_DIR, level: int = 2) -> 
         lines += ["", f"{head}# Targets of issue 12 (django_taskmq)"] + target_table(data)
     if "mysql" in _engines_present(data):
         lines += ["", f"{head}# Issue 25 on MariaDB: against django-q2 and the best peer"] + mariadb_targets(data)
+    if "memory" in data["workloads"]:
+        lines += ["", f"{head}# Memory against every peer (issue 30)"] + memory_goal(data)
     lines += metric_tables(data)
     plots = sorted(folder.glob("*.png"))
     if plots:
@@ -978,6 +1074,11 @@ def results_md() -> str:
     if folders:
         latest = (complete or folders)[-1]
         lines += ["", folder_markdown(load_folder(latest), link_base=BENCH_DIR, level=2).rstrip()]
+        # Every Python peer in one run (issue 30): the newest folder with the peers added then.
+        with_peers = [f for f in folders if set(PEERS) <= set(sessions[f].get("systems", ()))]
+        if with_peers and with_peers[-1] != latest:
+            lines += ["", "## Every Python peer in one run (issue 30)", "",
+                      folder_markdown(load_folder(with_peers[-1]), link_base=BENCH_DIR, level=3).rstrip()]
         # MariaDB (issue 25) beside them: if the headline run did not include it, the newest run that did.
         with_mysql = [f for f in folders if "mysql" in sessions[f].get("engines", ())]
         if with_mysql and "mysql" not in sessions[latest].get("engines", ()):

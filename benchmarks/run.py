@@ -344,7 +344,7 @@ class Runner:
         """Outer safety net only; workloads.py has its own tighter deadlines."""
         a = self.args
         jobs = {"enqueue": a.n, "bulk": a.bulk_n, "drain": a.n, "drain_large": a.large_n, "mixed": a.mixed_n,
-                "rss": a.rss_n, "scale": a.n + a.scale_rows / 1000}.get(workload, 0)
+                "rss": a.rss_n, "memory": 2 * a.n, "scale": a.n + a.scale_rows / 1000}.get(workload, 0)
         return 900 + jobs / 3 + a.idle_seconds
 
 

@@ -33,6 +33,9 @@ class VenvSpec:
     name: str
     requirements: tuple[str, ...]
     fingerprint_files: tuple[Path, ...] = ()
+    # The Python series the venv needs when the peer requires a newer one than run.py's
+    # (oban and steady-queue need 3.12+); venvs.interpreter() finds one.
+    min_python: tuple[int, int] | None = None
 
     @property
     def path(self) -> Path:
@@ -68,6 +71,30 @@ VENVS: dict[str, VenvSpec] = {
         name="dtdb",
         requirements=("django-tasks-db[compat]", DJANGO_REQUIREMENT, PSYCOPG_REQUIREMENT,
                       MYSQLCLIENT_REQUIREMENT),
+    ),
+    # Dramatiq with its Redis broker and Redis result backend (the [redis] extra). Django only
+    # so the driver runs like the others; the worker (`dramatiq dramatiqapp`) imports none.
+    "dramatiq": VenvSpec(
+        name="dramatiq",
+        requirements=("dramatiq[redis]", DJANGO_REQUIREMENT),
+    ),
+    # Procrastinate through its Django integration (procrastinate.contrib.django); PostgreSQL only.
+    "procrastinate": VenvSpec(
+        name="procrastinate",
+        requirements=("procrastinate[django]", DJANGO_REQUIREMENT, PSYCOPG_REQUIREMENT),
+    ),
+    # oban-py (`oban` on PyPI), PostgreSQL only, Python 3.12+. Django only for the driver and
+    # to install oban's schema as a migration (the way oban.schema's docs show).
+    "oban": VenvSpec(
+        name="oban",
+        requirements=("oban", DJANGO_REQUIREMENT, PSYCOPG_REQUIREMENT),
+        min_python=(3, 12),
+    ),
+    # Steady Queue, a backend of Django 6's django.tasks: Django 6.0 and so Python 3.12+.
+    "steadyqueue": VenvSpec(
+        name="steadyqueue",
+        requirements=("steady-queue", "Django>=6.0,<6.1", PSYCOPG_REQUIREMENT, MYSQLCLIENT_REQUIREMENT),
+        min_python=(3, 12),
     ),
     # Only for the PNG plot; kept apart so plotting never changes a measured environment.
     "tools": VenvSpec(name="tools", requirements=("matplotlib",)),
@@ -133,10 +160,14 @@ class System:
         return (self.sqlite_name, self.pg_database)
 
     def engines_for(self, selected) -> list[str]:
-        """Return the engines this system runs on, given the --engines selection."""
+        """Return the engines this system runs on, given the --engines selection.
+
+        Redis (the Redis-only peers) runs whatever --engines says; a peer limited to some
+        database engines (PostgreSQL-only ones) runs on those that are selected.
+        """
         if self.engines is None:
             return [e for e in selected if e in DATABASE_ENGINES]
-        return list(self.engines)
+        return [e for e in self.engines if e == "redis" or e in selected]
 
     @property
     def project_dir(self) -> Path:
@@ -235,6 +266,58 @@ SYSTEMS: dict[str, System] = {
             env={"BENCH_TASKMQ_DURABLE_OUTCOMES": "0"},
         ),
         System(
+            # Dramatiq, Redis broker and Redis result backend; `dramatiq --processes 2 --threads 1`:
+            # two worker processes of one thread each, like the others' 2 workers. Its own Redis
+            # databases (12, 13), so it never meets Celery's keys.
+            name="dramatiq",
+            label="Dramatiq + Redis (2 processes x 1 thread)",
+            venv="dramatiq",
+            project="dramatiq_project",
+            adapter="dramatiq",
+            pg_database="",
+            env={"BENCH_REDIS_BROKER_DB": "12", "BENCH_REDIS_RESULT_DB": "13"},
+            engines=("redis",),
+            launcher="dramatiq",
+        ),
+        System(
+            # Procrastinate's Django integration: `manage.py procrastinate worker --concurrency 2`,
+            # one asyncio worker process running up to 2 jobs at once (its unit of scaling).
+            name="procrastinate",
+            label="Procrastinate (Django integration, concurrency 2)",
+            venv="procrastinate",
+            project="procrastinate_project",
+            adapter="procrastinate",
+            pg_database="bench_procrastinate",
+            engines=("postgresql",),
+            launcher="procrastinate",
+        ),
+        System(
+            # oban-py: `oban start --queues default:2`, one asyncio process with a queue limit of 2
+            # (the open-source edition has no multi-process execution).
+            name="oban",
+            label="oban-py (oban start, queue limit 2)",
+            venv="oban",
+            project="oban_project",
+            adapter="oban",
+            pg_database="bench_oban",
+            engines=("postgresql",),
+            launcher="oban",
+        ),
+        System(
+            # Steady Queue (Django 6 django.tasks backend): `manage.py steady_queue`, a supervisor
+            # forking one dispatcher and a worker of `processes: 2, threads: 1`.
+            name="steady-queue",
+            label="Steady Queue (django.tasks, 2 worker processes x 1 thread)",
+            venv="steadyqueue",
+            project="steadyqueue_project",
+            adapter="steadyqueue",
+            pg_database="bench_steadyqueue",
+            # Not SQLite: there its two worker processes and dispatcher fail most claims with
+            # "database is locked" and FOREIGN KEY errors (0.8 jobs/s in a smoke run).
+            engines=("postgresql", "mysql"),
+            launcher="steady_queue",
+        ),
+        System(
             # Not a task queue: Job.objects.create(...) of the row async_task() would write (the
             # payload signed once, reused), the yardstick of round3.py's enqueue. Shares taskmq's
             # project and databases (each run starts from a fresh copy anyway).
@@ -255,6 +338,10 @@ DURABLE_REDIS_PORT = int(SYSTEMS["celery-durable"].env["BENCH_REDIS_PORT"])
 # (a ratio column each, when both are in the results).
 SUBJECT = "taskmq"
 BASELINES = ("taskmq-base", "djangoq2", "djangoq2-tuned", "dtdb", "celery")
+# The peers of issue 30 (every Python peer in one run); not in DEFAULT_SYSTEMS, so that
+# --quick stays under its two minutes (see README.md).
+PEERS = ("taskmq", "djangoq2", "djangoq2-tuned", "dtdb", "celery", "celery-durable", "dramatiq",
+         "procrastinate", "oban", "steady-queue")
 
 # What --systems means when not given (taskmq-base is added by --baseline).
 DEFAULT_SYSTEMS = ("taskmq", "djangoq2", "djangoq2-tuned", "dtdb", "celery")
@@ -271,7 +358,7 @@ SERVER_ENGINES = ("postgresql", "mysql")
 # Every workload; DEFAULT_WORKLOADS is what issue 12's figures need (mixed, idle_cpu and
 # rss are the first round's, still available by name).
 WORKLOADS = ("enqueue", "bulk", "drain", "drain_large", "latency", "startup", "burst", "scale",
-             "mixed", "idle_cpu", "rss")
+             "mixed", "idle_cpu", "rss", "memory")
 DEFAULT_WORKLOADS = ("enqueue", "bulk", "drain", "drain_large", "latency", "startup", "burst",
                      "scale")
 
@@ -289,6 +376,14 @@ def not_applicable(system: System, workload: str, large_skip=(), large_skip_reas
         return "Celery has no burst mode (a worker runs until stopped)"
     if workload == "burst" and system.adapter == "djangoq2":
         return "django-q2 has no burst mode (qcluster's --run-once is accepted but unused)"
+    if workload == "bulk" and system.adapter == "dramatiq":
+        return "Dramatiq has no bulk enqueue API (group(...).run() sends one message per call)"
+    if workload == "bulk" and system.adapter == "steadyqueue":
+        return "Steady Queue has no bulk enqueue (django.tasks' enqueue writes one job per call)"
+    if workload == "burst" and system.launcher in ("dramatiq", "oban", "steady_queue"):
+        return f"{system.label.split(' (')[0]} has no burst mode (a worker runs until stopped)"
+    if workload == "burst" and system.launcher == "procrastinate":
+        return "not wired: procrastinate worker --wait=False exists but was not measured here"
     if workload == "scale" and system.adapter != "taskmq":
         return "run for django_taskmq only (the 1M-row fill is written for its table)"
     if workload == "drain_large" and system.name in large_skip:

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import glob
 import hashlib
 import json
+import os
+import shutil
 import subprocess
 import sys
 from collections import deque
@@ -22,6 +25,38 @@ def fingerprint(spec: VenvSpec, python: str) -> dict:
     return {"python": python, "requirements": list(spec.requirements), "files": files}
 
 
+def _version(python: str) -> tuple[int, int] | None:
+    try:
+        out = subprocess.run([python, "-c", "import sys; print(*sys.version_info[:2])"],
+                             capture_output=True, text=True, check=True).stdout
+    except (OSError, subprocess.CalledProcessError):
+        return None
+    major, minor = out.split()
+    return int(major), int(minor)
+
+
+def interpreter(spec: VenvSpec, python: str) -> str:
+    """Return ``python``, or a newer interpreter when ``spec`` needs one (``min_python``).
+
+    Looked for as ``python3.X`` on the PATH, then under pyenv's versions (``PYENV_ROOT``,
+    default ``~/.pyenv``); the oldest series that suffices wins, so the peer runs on the
+    Python closest to the others'.
+    """
+    need = spec.min_python
+    if need is None or (_version(python) or (0, 0)) >= need:
+        return python
+    root = os.environ.get("PYENV_ROOT", os.path.expanduser("~/.pyenv"))
+    for minor in range(need[1], need[1] + 6):
+        found = shutil.which(f"python{need[0]}.{minor}")
+        candidates = ([found] if found else []) + sorted(
+            glob.glob(f"{root}/versions/{need[0]}.{minor}.*/bin/python"), reverse=True)
+        for candidate in candidates:
+            if (_version(candidate) or (0, 0)) >= need:
+                return candidate
+    raise RuntimeError(f"venv-{spec.name} needs Python {need[0]}.{need[1]}+; none found on the PATH "
+                       f"or under {root}/versions")
+
+
 def ensure(spec: VenvSpec, python: str = sys.executable, reinstall: bool = False,
            log=print) -> Path:
     """Make sure ``spec``'s venv exists and is current; return its python.
@@ -29,6 +64,7 @@ def ensure(spec: VenvSpec, python: str = sys.executable, reinstall: bool = False
     ``reinstall`` re-runs pip with ``--upgrade`` (e.g. to pick up a new django-q2
     release); otherwise a venv whose fingerprint matches is used as it is.
     """
+    python = interpreter(spec, python)
     marker = spec.path / MARKER
     wanted = fingerprint(spec, python)
     if not reinstall and spec.python.exists() and marker.exists():

@@ -24,7 +24,7 @@ import traceback
 from contextlib import contextmanager
 from pathlib import Path
 
-from cluster import Cluster, sample_tree_cpu, tree_cpu_total, trim_log, tree_memory
+from cluster import Cluster, sample_tree_cpu, tree_cpu_total, tree_memory, tree_processes, trim_log
 from systems import BENCH_DIR, SYSTEMS, WORK_DIR, WORKLOADS, System, not_applicable as na_reason
 
 RESULT_PREFIX = "BENCH-RESULT "
@@ -129,19 +129,39 @@ class Context:
         manage = str(system.project_dir / "manage.py")
         if system.launcher == "qcluster":
             return [python, manage, "qcluster", *(["--burst"] if burst else [])]
+        threads = self.threads
         if system.launcher == "celery":
             assert not burst, "Celery has no burst mode"
-            return [python, "-m", "celery", "-A", "celeryapp", "worker", "--pool", "prefork",
-                    "--concurrency", "2"]
+            # 2 workers: prefork 2 (its default pool); 16 threads: its thread pool of 16.
+            pool = ["--pool", "prefork", "--concurrency", "2"] if threads == 2 else \
+                ["--pool", "threads", "--concurrency", str(threads)]
+            return [python, "-m", "celery", "-A", "celeryapp", "worker", *pool]
         if system.launcher == "db_worker":
             return ["bash", "-c", DB_WORKERS_SH, "bench-db-workers", python, manage,
                     *(["--batch"] if burst else [])]
+        assert not burst, f"{system.name} has no burst mode here"
+        if system.launcher == "dramatiq":
+            return [python, "-m", "dramatiq", "dramatiqapp", "--processes", "2", "--threads", str(threads // 2)]
+        if system.launcher == "procrastinate":
+            return [python, manage, "procrastinate", "worker", "--concurrency", str(threads)]
+        if system.launcher == "oban":
+            from adapters.oban import dsn
+
+            return [python, "-m", "oban", "start", "--dsn", dsn(), "--queues", f"default:{threads}"]
+        if system.launcher == "steady_queue":
+            return [python, manage, "steady_queue"]  # processes and threads: its settings
         raise ValueError(f"unknown launcher {system.launcher!r}")
+
+    @property
+    def threads(self) -> int:
+        """Threads of the cluster: 2 (2 workers of one thread) unless BENCH_THREADS says more."""
+        return int(self.cluster_env.get("BENCH_THREADS") or 2)
 
     def new_cluster(self, burst: bool = False, suffix: str = "") -> Cluster:
         env = dict(self.cluster_env)
-        if self.system.launcher == "celery":
-            env["PYTHONPATH"] = str(BENCH_DIR)  # benchtasks; the worker imports no Django
+        if self.system.launcher in ("celery", "dramatiq", "oban"):
+            # benchtasks and the project's module; these workers import no Django.
+            env["PYTHONPATH"] = f"{self.system.project_dir}{os.pathsep}{BENCH_DIR}"
         return Cluster(sys.executable, self.system.project_dir, env,
                        Path(f"{self.log_prefix}{suffix}.cluster.log"), argv=self.cluster_argv(burst))
 
@@ -575,6 +595,74 @@ def workload_rss(ctx: Context) -> dict:
     }
 
 
+# The memory workload's two configurations: (name, BENCH_THREADS or None).
+MEMORY_CONFIGS = (("2w", None), ("16t", 16))
+# Systems that run one job per worker process: 16 threads would be 16 processes, another thing.
+PROCESS_ONLY = {"djangoq2": "django-q2 runs one task per worker process and has no threads",
+                "dtdb": "django-tasks-db's db_worker runs one task at a time and has no threads"}
+TASKMQ_ROLES = ("monitor", "pusher")  # the sentinel's first children, in spawn order; then workers
+
+
+def process_roles(system: System, processes: list[dict]) -> None:
+    """Name each process of the tree (``role``): django_taskmq's by spawn order, the rest by command."""
+    root = processes[0]["pid"]
+    children = [p for p in processes if p["ppid"] == root]
+    for p in processes:
+        p["role"] = p["comm"]
+    if system.adapter == "taskmq":
+        processes[0]["role"] = "sentinel"
+        for i, p in enumerate(children):
+            p["role"] = TASKMQ_ROLES[i] if i < len(TASKMQ_ROLES) else "worker"
+    else:
+        processes[0]["role"] = "main"
+        for p in processes[1:]:
+            p["role"] = "child" if p["ppid"] == root else "grandchild"
+
+
+def workload_memory(ctx: Context) -> dict:
+    """(8) PSS of the whole cluster after a drain of N jobs, at 2 workers and at 16 threads.
+
+    For each configuration a new cluster drains N queued jobs; one second after the last one
+    is recorded, every process of its tree is read from /proc/<pid>/smaps_rollup (PSS: shared
+    pages divided between their users, so the sum is the tree's real memory) and status (RSS).
+    16 threads: django_taskmq 2 workers x 8 threads, Celery its thread pool of 16, Dramatiq
+    2 processes x 8 threads, Steady Queue 2 processes x 8 threads, Procrastinate and oban a
+    concurrency of 16 in their one asyncio process; django-q2 and django-tasks-db have no
+    threads (n/a).
+    """
+    n, adapter = ctx.options.n, ctx.adapter
+    metrics: dict = {}
+    details: dict = {"n": n}
+    for name, threads in MEMORY_CONFIGS:
+        keys = (f"pss_{name}_mb", f"rss_{name}_mb")
+        reason = PROCESS_ONLY.get(ctx.system.adapter) if threads else None
+        if reason:
+            metrics.update({k: None for k in keys})
+            details[name] = {"na": reason}
+            continue
+        if threads:
+            ctx.cluster_env["BENCH_THREADS"] = str(threads)
+        else:
+            ctx.cluster_env.pop("BENCH_THREADS", None)
+        adapter.prefill([_untagged()] * n)
+        with ctx.running_cluster(suffix=f"-{name}") as cluster:
+            argv = cluster.argv
+            t_end, _ = ctx.wait_drained(cluster, n, interval=0.05)
+            time.sleep(1.0)  # let the last batch settle (results flushed, buffers freed)
+            processes = tree_processes(cluster.pid)
+        verify_done(adapter)
+        process_roles(ctx.system, processes)
+        metrics[keys[0]] = sum(p["pss_kb"] for p in processes) / 1024
+        metrics[keys[1]] = sum(p["rss_kb"] for p in processes) / 1024
+        details[name] = {"threads": threads or 2, "command": argv[1:] if argv else None,
+                         "drain_jobs_per_s": n / (t_end - cluster.started_at),
+                         "processes": [{"role": p["role"], "comm": p["comm"], "threads": p["threads"],
+                                        "pss_mb": round(p["pss_kb"] / 1024, 2),
+                                        "rss_mb": round(p["rss_kb"] / 1024, 2)} for p in processes]}
+    ctx.cluster_env.pop("BENCH_THREADS", None)
+    return {"metrics": metrics, "details": details}
+
+
 def _untagged():
     from adapters import JobSpec
 
@@ -593,6 +681,7 @@ WORKLOAD_FUNCTIONS = {
     "mixed": workload_mixed,
     "idle_cpu": workload_idle_cpu,
     "rss": workload_rss,
+    "memory": workload_memory,
 }
 assert set(WORKLOAD_FUNCTIONS) == set(WORKLOADS)
 

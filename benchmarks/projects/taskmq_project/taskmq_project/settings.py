@@ -46,3 +46,7 @@ if os.environ.get("BENCH_TASKMQ_SAVE_LIMIT"):
 # durable_outcomes), to compare with the default.
 if os.environ.get("BENCH_TASKMQ_DURABLE_OUTCOMES"):
     TASKMQ["durable_outcomes"] = os.environ["BENCH_TASKMQ_DURABLE_OUTCOMES"] not in ("0", "false", "False")
+
+# BENCH_THREADS=16: the memory workload's second configuration, 16 threads as 2 workers of 8.
+if os.environ.get("BENCH_THREADS"):
+    TASKMQ["threads"] = int(os.environ["BENCH_THREADS"]) // TASKMQ["workers"]
