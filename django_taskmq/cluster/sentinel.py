@@ -12,7 +12,6 @@ timers. What the processes say to each other is in :mod:`.messages`.
 
 from __future__ import annotations
 
-import gc
 import logging
 import multiprocessing
 import os
@@ -27,21 +26,21 @@ from typing import Any, Protocol
 
 from django.db import connections
 
-from .. import FROZEN_AT_IMPORT
 from .. import execution as ex
 from .. import joblog
 from ..brokers.base import Broker
 from ..conf import Settings
 from ..exceptions import JobCancelled, TaskMQError, TaskTimeout, WorkerDied
 from ..policy import lease
-from . import dispatch, monitor, outage, pusher, worker
+from . import dispatch, monitor, outage, processes, pusher
 from .buffer import Buffer
+from .feeder import Feeder
 from .messages import (END_OF_RESULTS, IDLE, READY, RECORDED, RETIRING, STOP, SUCCEEDED, TIMED_OUT, UNSTARTED, Batch, Stop,
                        Ticket, cancel_frame, cancel_request_frame, dump_outcome, read_outcome_frame,
-                       read_unstarted_frame, tasks_frame)
+                       read_unstarted_frame)
 from .poller import Poller, readable
 from .result_pipe import ResultPipe
-from .slots import CANCEL_GRACE, NOT_STARTED, Process, Running, SharedMemory, Slot
+from .slots import CANCEL_GRACE, NOT_STARTED, Process, SharedMemory, Slot
 from .upkeep import DatabaseAway, Report, Upkeep
 
 logger = logging.getLogger(__name__)
@@ -136,8 +135,9 @@ class Sentinel:
         self.leases_lost = False  # ... for a whole lease: give back what waits once the database answers
         self._next_cancel_check = 0.0  # monotonic time of the next look for cancellation requests
         self.upkeep = Upkeep(settings, broker, owner=self.owner, name=self.name, host=self.host, queues=self.queues,
-                             burst=burst, held=self._held, report=self._report)
+                             burst=burst, held=self._held, report=self.report)
         self.buffer = Buffer(broker, self.limit, self.capacity, failed=self.upkeep.failed)
+        self.feeder = Feeder(self.buffer, self.memory, self.rules)
 
     # -- life cycle -------------------------------------------------------------------------
     def start(self) -> int:
@@ -148,7 +148,7 @@ class Sentinel:
         outage.prepare(self.settings.database, self.settings.dead_connection_timeout)
         if self.settings.listen_database is not None:
             outage.prepare(self.settings.listen_database, self.settings.dead_connection_timeout)
-        self._spawn_all()
+        self.spawn_all()
         self.state = ClusterState.RUNNING
         logger.info("cluster %s started: %d workers%s, queues %s", self.owner, self.workers,
                     f" x {self.threads} threads" if self.threads > 1 else "", ", ".join(self.queues))
@@ -169,11 +169,11 @@ class Sentinel:
             # A bug here must not leave the children waiting for a sentinel that is gone: Python's
             # exit would wait for them for ever. Their leases bring back what the cluster held.
             logger.exception("cluster %s: the sentinel failed; killing its processes", self.owner)
-            self._kill_all()
+            self.kill_all()
             raise
         finally:
             if self.signals >= 2 or gave_up:
-                self._kill_all()
+                self.kill_all()
             published = not gave_up and self.upkeep.publish(final=True)
         if self.signals >= 2 or gave_up:
             return 1
@@ -183,7 +183,8 @@ class Sentinel:
     def _on_signal(self, signum, frame) -> None:
         self.signals += 1
 
-    def _spawn_all(self) -> None:
+    def spawn_all(self) -> None:
+        """Spawn the monitor, the pusher and the workers (:meth:`start` does)."""
         connections.close_all()  # a forked child must not share the parent's database socket
         self._spawn_monitor()
         self._spawn_pusher()
@@ -203,18 +204,7 @@ class Sentinel:
             foreign.append(self.results)
         if own_parent_end is not None:
             foreign.append(own_parent_end)
-        process = self.ctx.Process(target=_child, args=(target, args, foreign), name=name, daemon=False)
-        # Frozen, the objects the child inherits are left out of its garbage collections: a full
-        # collection would otherwise write to every one of them, copying the whole inherited heap.
-        # gc.unfreeze() would thaw what the project froze too (more than the interpreter's own).
-        frozen_by_the_project = gc.get_freeze_count() > FROZEN_AT_IMPORT
-        gc.freeze()
-        try:
-            process.start()
-        finally:
-            if not frozen_by_the_project:
-                gc.unfreeze()  # the sentinel's own collections go on as before
-        return process
+        return processes.fork(self.ctx, target, args, name, foreign)
 
     def _spawn_monitor(self) -> None:
         """Spawn the monitor with a new result pipe (what the old one still held is lost with the
@@ -341,7 +331,7 @@ class Sentinel:
         worker hands back what it holds unstarted."""
         if slot.retiring and not slot.stopped and (self.threads == 1 or not slot.running):
             slot.stopped = True
-            self._send(slot, STOP)
+            slot.send(STOP)
 
     def _unstarted(self, slot: Slot, job_ids: list[str]) -> int:
         """Take back tasks a worker held without starting them: they wait here again (their
@@ -397,7 +387,7 @@ class Sentinel:
             # Interrupt it in its worker (the signal raises JobCancelled there); the worker carries on.
             running.cancelled = now
             self.memory.ask_halt(slot, running.arrival)
-            _signal(slot.process)
+            processes.signal_cancel(slot.process)
             return
         timeout = running.ticket.timeout
         if running.stuck(now):
@@ -426,7 +416,7 @@ class Sentinel:
         for job_id, running in slot.running.items():
             if running.cancelled is None and (running.overdue(now) or running.cancel_due(now, self.settings.cancel_grace)):
                 running.cancelled = now
-                self._send(slot, cancel_frame(job_id))
+                slot.send(cancel_frame(job_id))
             elif running.stuck(now) and not slot.stuck:
                 slot.stuck = True
                 why = "was cancelled" if running.cancel_requested is not None else \
@@ -454,7 +444,7 @@ class Sentinel:
             self._record_lost(running.ticket, ex.TIMEOUT,
                               TaskTimeout(f"ran past its timeout of {running.ticket.timeout}s"), running.started)
         slot.running.clear()
-        _kill(slot.process)
+        processes.kill(slot.process)
         self._replace_worker(slot, crashed=False)
 
     def _replace_worker(self, slot: Slot, crashed: bool) -> None:
@@ -518,10 +508,10 @@ class Sentinel:
         logger.info("job %s cancelled while running on worker %s: asking it to stop (interrupted after %ss)",
                     job_id, slot.process.pid, self.settings.cancel_grace)
         if self.threads > 1:
-            self._send(slot, cancel_request_frame(job_id))
+            slot.send(cancel_request_frame(job_id))
         else:
             self.memory.ask_cancel(slot, running.arrival)
-            _signal(slot.process)
+            processes.signal_cancel(slot.process)
 
     def _count(self, queue: str, outcome: str) -> None:
         """Count one finished task of ``queue`` by outcome (a dict increment; the heartbeat publishes it)."""
@@ -568,48 +558,17 @@ class Sentinel:
                 self._revoke(slot)
 
     def _dispatch(self) -> None:
-        """Give the most urgent waiting tasks to the workers with room: one each in turn, all of a
-        worker's in one message. With prefetch, a task more urgent than everything a full worker
-        holds is sent to it all the same (one over): it runs next there, not after the prefetched.
-        Nothing while the leases are in doubt (see :meth:`_mind_leases`)."""
-        if not self.buffer or self.paused:
-            return
-        now = time.monotonic()
-        rooms = [(s, self._room(s, now)) for s in self.slots if s.accepting()]
-        open_slots = [s for s, room in rooms if room > 0]
-        space = [room for _, room in rooms if room > 0]
-        tickets = self.buffer.take(sum(space))
-        # The one task the cluster holds, nothing running: its worker may record it (worker.OneAtATime).
-        alone = len(tickets) == 1 and not self._holding()
-        left = dispatch.deal(tickets, space, lambda place, share: self._hand(open_slots[place], share, alone))
-        self.buffer.put_back(left)
-        if self.rules.prefetch:
-            self._overtake()
-
-    def _room(self, slot: Slot, now: float) -> int:
-        """How many more tasks ``slot`` may be sent (see :meth:`.dispatch.Rules.room`)."""
-        return self.rules.room(len(slot.running), self.rules.prefetch and self._in_long_task(slot, now))
-
-    def _in_long_task(self, slot: Slot, now: float) -> bool:
-        """The worker of ``slot`` (one thread) runs a long task. A worker that has started none of
-        what it was sent is not in one, whatever ``since`` says (it is 0 until the first start)."""
-        started = bool(self.memory.started(slot))
-        return self.rules.long_task(now - self.memory.since[slot.index] if started else None)
+        """Feed the workers with room (see :meth:`.feeder.Feeder.feed`); nothing while the leases
+        are in doubt (see :meth:`_mind_leases`)."""
+        if not self.paused:
+            self.feeder.feed(self.slots)
 
     def _steal(self) -> None:
         """With prefetch, while a worker is idle and nothing waits here: take back what another
         worker holds behind a long task, for the idle ones (see :meth:`.dispatch.Rules.steal_from`)."""
-        if not self.rules.prefetch or self.buffer or self.state != ClusterState.RUNNING:
-            return
-        slots = list(self.slots)
-        idle = [not s.running and s.accepting() for s in slots]
-        if not any(idle):
-            return
-        now = time.monotonic()
-        loads = [dispatch.Load(len(s.running), len(s.running) >= 2 and self._in_long_task(s, now), free)
-                 for s, free in zip(slots, idle)]
-        for position in self.rules.steal_from(loads, waiting=bool(self.buffer)):
-            self.counts["steals"] += self._revoke(slots[position])
+        if self.state == ClusterState.RUNNING:
+            for slot in self.feeder.to_steal_from(self.slots):
+                self.counts["steals"] += self._revoke(slot)
 
     def _revoke(self, slot: Slot) -> int:
         """Take back what the worker of ``slot`` (one thread, prefetch) holds unstarted, without its
@@ -625,35 +584,6 @@ class Sentinel:
             if slot not in self.slots:  # it died: replacing it took back what it held
                 return 0
         return self._take_back_unstarted(slot)
-
-    def _overtake(self) -> None:
-        """Send a full worker one task more (once) when it is more urgent than all it holds."""
-        now = time.monotonic()
-        for slot in self.slots:
-            urgent = self.buffer.most_urgent()
-            if urgent is None:
-                return
-            if (slot.accepting() and slot.running and self._room(slot, now) <= 0
-                    and self.rules.overtakes(urgent, (r.ticket.reservation.priority for r in slot.running.values()))):
-                taken = self.buffer.take(1)
-                if not self._hand(slot, taken):
-                    self.buffer.put_back(taken)
-
-    def _hand(self, slot: Slot, tickets: list[Ticket], alone: bool = False) -> bool:
-        """Send ``tickets`` to ``slot`` in one message (``alone``: see :func:`~.messages.tasks_frame`);
-        False when that failed."""
-        if not self._send(slot, tasks_frame(tickets, alone)):
-            return False
-        slot.hold(tickets, time.monotonic())
-        return True
-
-    def _send(self, slot: Slot, message: bytes) -> bool:
-        """Send a frame to a worker: tasks (their pickled bytes, unopened), a cancel, the poison pill."""
-        try:
-            slot.pipe.send_bytes(message)
-            return True
-        except (BrokenPipeError, OSError):
-            return False
 
     def _ask_pusher(self) -> None:
         if self.want_pending or self.state != ClusterState.RUNNING or not self.pusher.is_alive() or self.pusher_pipe is None \
@@ -679,7 +609,7 @@ class Sentinel:
         """The job ids of what the cluster holds: waiting and running tasks."""
         return self.buffer.held() + [job_id for s in self.slots for job_id in s.running]
 
-    def _report(self) -> Report:
+    def report(self) -> Report:
         """What the heartbeat says of the processes now; ``tasks`` lists what each busy worker runs:
         ``[worker index, job id, queue, seconds since it started]``."""
         now = time.monotonic()
@@ -721,7 +651,7 @@ class Sentinel:
                 self.upkeep.give_up_if_away()
             if self.pusher.is_alive():
                 logger.error("cluster %s: the pusher did not stop in time; killing it", self.owner)
-                _kill(self.pusher)  # what it had reserved and not handed over comes back with its lease
+                processes.kill(self.pusher)  # what it had reserved and not handed over comes back with its lease
         self.pusher.join(timeout=1)
         # 2. Reservations that never started go back without counting a delivery: the waiting
         # list's, and (prefetch) what the workers hold behind their running task.
@@ -760,7 +690,7 @@ class Sentinel:
             if _past(deadline, STOP_MARGIN + CANCEL_GRACE):
                 logger.error("cluster %s: the monitor did not record the last outcomes in time; killing it "
                              "(their leases bring those jobs back)", self.owner)
-                _kill(self.monitor)
+                processes.kill(self.monitor)
                 break
             if self.results is not None and self.results.pending:
                 self.results.drain(timeout=0.1)  # the monitor reads on: the rest fits in time
@@ -786,13 +716,13 @@ class Sentinel:
                 slot.halted = now
                 for job_id, running in slot.running.items():
                     running.halted = True
-                    self._send(slot, cancel_frame(job_id))
+                    slot.send(cancel_frame(job_id))
             elif self.threads == 1 or now - slot.halted > CANCEL_GRACE:  # type: ignore[operator]
                 if readable(slot.pipe):
                     self._from_worker(slot)  # what ended meanwhile is recorded as it ended
                     if slot not in self.slots or not slot.running:
                         continue
-                _kill(slot.process)
+                processes.kill(slot.process)
                 self._take_back_unstarted(slot)  # (prefetch: given back in step 2 already)
                 for running in slot.running.values():  # cancelled ones end as asked, not back in the queue
                     if running.cancel_requested is not None:
@@ -823,9 +753,10 @@ class Sentinel:
                 return self.broker.defer_many(reservations)
             return self.broker.return_interrupted(reservations, interrupted_by)
 
-    def _kill_all(self) -> None:
+    def kill_all(self) -> None:
+        """Kill every child at once (the hard stop: what they held comes back with its lease)."""
         for process in [self.pusher, self.monitor, *(s.process for s in self.slots)]:
-            _kill(process)
+            processes.kill(process)
         if self.results is not None:
             # The monitor is gone: outcomes still pending for it are dropped (their leases bring
             # those jobs back); nothing waits on them at exit.
@@ -844,48 +775,3 @@ def _fields(ticket: Ticket) -> dict:
     except Exception:  # a log record's field is not worth failing the sentinel for
         task = None
     return joblog.fields(ticket.reservation, task)
-
-
-def _signal(process: Process) -> None:
-    """Tell a worker with one thread to look at its cancellation marks (see worker.CANCEL_SIGNAL)."""
-    if process.pid is not None:
-        try:
-            os.kill(process.pid, worker.CANCEL_SIGNAL)
-        except ProcessLookupError:
-            pass  # it died: the guard sees it
-
-
-def _kill(process: Process) -> None:
-    if process.is_alive() and process.pid is not None:
-        try:
-            os.kill(process.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-    process.join(timeout=1)
-
-
-def _child(target: Callable[..., None], args: tuple, foreign: list[Connection]) -> None:
-    """Entry point of every child process: die with the sentinel, drop foreign pipes, run ``target``."""
-    _die_with_parent()
-    for pipe in foreign:
-        try:
-            pipe.close()
-        except OSError:
-            pass
-    target(*args)
-
-
-def _die_with_parent() -> None:
-    """Ask Linux to SIGKILL this process when the sentinel dies (no orphans after a kill -9).
-
-    The leases of whatever the cluster held bring that work back. Elsewhere this is a no-op and
-    the pipes' EOF ends the children instead.
-    """
-    try:
-        import ctypes
-
-        libc = ctypes.CDLL(None, use_errno=True)
-        pr_set_pdeathsig = 1
-        libc.prctl(pr_set_pdeathsig, signal.SIGKILL, 0, 0, 0)
-    except (OSError, AttributeError):
-        pass

@@ -106,6 +106,15 @@ class Slot:
         """It may be sent work (when it has room)."""
         return self.ready and not self.retiring and not self.stuck and self.process.is_alive()
 
+    def send(self, message: bytes) -> bool:
+        """Send a frame to its worker: tasks (their pickled bytes, unopened), a cancel, the poison
+        pill; False when that failed (its worker died: the guard sees it)."""
+        try:
+            self.pipe.send_bytes(message)
+            return True
+        except (BrokenPipeError, OSError):
+            return False
+
     def hold(self, tickets: list[Ticket], now: float) -> None:
         """Count ``tickets`` as sent to its worker (in this order), from ``now``."""
         for ticket in tickets:

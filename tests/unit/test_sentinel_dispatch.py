@@ -383,6 +383,7 @@ def test_tasks_of_a_busy_cluster_are_not_sent_alone(harness):
     harness.push(ticket("a", 0), ticket("b", 0))
     assert [f[:1] for f in frames(harness)] == [TASKS, TASKS]
     harness.finish(second, "b")  # "b" ended, "a" still runs
+    assert list(first.running) == ["a"]
     harness.push(ticket("c", 0))
     assert [f[:1] for f in frames(harness)] == [b"", TASKS]
 

@@ -1,4 +1,4 @@
-"""How the sentinel forks its children (``Sentinel._spawn``), with real processes: a child inherits
+"""How the sentinel forks its children (``processes.fork``), with real processes: a child inherits
 the sentinel's objects frozen (``gc.freeze``), so that its garbage collections leave them alone and
 do not copy the inherited heap page by page, while the sentinel's own collections go on as before.
 """
@@ -8,9 +8,7 @@ from __future__ import annotations
 import gc
 import multiprocessing
 
-from django_taskmq.cluster.sentinel import Sentinel
-from django_taskmq.conf import get_settings
-from tests.memory_broker import MemoryBroker
+from django_taskmq.cluster import processes
 
 
 def report_frozen(conn) -> None:
@@ -21,10 +19,8 @@ def report_frozen(conn) -> None:
 
 def frozen_in_a_child() -> int:
     """Spawn a child as the sentinel spawns its processes; return its ``gc.get_freeze_count()``."""
-    settings = get_settings()
-    sentinel = Sentinel(settings, MemoryBroker(settings), workers=1)
     parent, child = multiprocessing.Pipe()
-    process = sentinel._spawn(report_frozen, (child,), "test-child")
+    process = processes.fork(multiprocessing.get_context("fork"), report_frozen, (child,), "test-child", [parent])
     try:
         assert parent.poll(30), "the child said nothing"
         return parent.recv()
