@@ -8,7 +8,7 @@ holds, how long its task has run) and sends; these decide.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from .messages import Ticket
 
@@ -33,16 +33,16 @@ class Rules:
 
     threads: int
     depth: int
+    #: A worker may hold tasks it has not started (an attribute: the guard loop asks every turn).
+    prefetch: bool = field(init=False)
 
-    @property
-    def prefetch(self) -> bool:
-        """A worker may hold tasks it has not started."""
-        return self.depth > self.threads
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "prefetch", self.depth > self.threads)
 
-    def long_task(self, ran: float | None) -> bool:
-        """The task a worker runs has run ``ran`` seconds (None: it has started none of what it
-        holds) and counts as long: :data:`STEAL_AFTER` or more."""
-        return ran is not None and ran >= STEAL_AFTER
+    def long_task(self, ran: float) -> bool:
+        """A task that has run ``ran`` seconds counts as long: :data:`STEAL_AFTER` or more. (A
+        worker that has started none of what it holds runs none, whatever its clock says.)"""
+        return ran >= STEAL_AFTER
 
     def room(self, holding: int, long_task: bool) -> int:
         """How many more tasks a worker holding ``holding`` may be sent. With prefetch, none to hold

@@ -25,6 +25,7 @@ class Feeder:
         self.buffer = buffer
         self.memory = memory
         self.rules = rules
+        self.prefetch = rules.prefetch
 
     def feed(self, slots: Sequence[Slot]) -> None:
         """Give the most urgent waiting tasks to the workers with room: one each in turn, all of a
@@ -41,23 +42,23 @@ class Feeder:
         alone = len(tickets) == 1 and not self.buffer and not any(s.running for s in slots)
         left = deal(tickets, space, lambda place, share: hand(open_slots[place], share, alone))
         self.buffer.put_back(left)
-        if self.rules.prefetch:
+        if self.prefetch:
             self._overtake(slots, now)
 
     def room(self, slot: Slot, now: float) -> int:
         """How many more tasks ``slot`` may be sent (see :meth:`.dispatch.Rules.room`)."""
-        return self.rules.room(len(slot.running), self.rules.prefetch and self.in_long_task(slot, now))
+        return self.rules.room(len(slot.running), self.prefetch and self.in_long_task(slot, now))
 
     def in_long_task(self, slot: Slot, now: float) -> bool:
         """The worker of ``slot`` (one thread) runs a long task. A worker that has started none of
         what it was sent is not in one, whatever ``since`` says (it is 0 until the first start)."""
-        started = bool(self.memory.started(slot))
-        return self.rules.long_task(now - self.memory.since[slot.index] if started else None)
+        # The clock first: it is cheaper than finding what has started.
+        return self.rules.long_task(now - self.memory.since[slot.index]) and bool(self.memory.started(slot))
 
     def to_steal_from(self, slots: Sequence[Slot]) -> list[Slot]:
         """The workers whose unstarted tasks are to be taken back for an idle worker (see
         :meth:`.dispatch.Rules.steal_from`)."""
-        if not self.rules.prefetch or self.buffer:
+        if not self.prefetch or self.buffer:
             return []
         idle = [not s.running and s.accepting() for s in slots]
         if not any(idle):

@@ -98,9 +98,9 @@ def test_room_is_the_depth_less_what_a_worker_holds_and_nothing_behind_a_long_ta
     assert Rules(threads=4, depth=4).room(1, long_task=True) == 3  # threads: no prefetch, long or not
 
 
-def test_a_long_task_has_run_steal_after_seconds_and_a_worker_that_started_none_runs_none():
+def test_a_long_task_has_run_steal_after_seconds():
     rules = Rules(threads=1, depth=5)
-    assert not rules.long_task(None)
+    assert not rules.long_task(0.0)
     assert not rules.long_task(STEAL_AFTER / 2)
     assert rules.long_task(STEAL_AFTER) and rules.long_task(60.0)
 
