@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 from .messages import Ticket
 
@@ -17,8 +18,7 @@ from .messages import Ticket
 STEAL_AFTER = 0.05
 
 
-@dataclass(frozen=True)
-class Load:
+class Load(NamedTuple):
     """What the dispatch rules need to know of one worker."""
 
     holding: int  # tasks it holds: running, or prefetched behind the one that runs

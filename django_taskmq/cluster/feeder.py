@@ -60,12 +60,12 @@ class Feeder:
         :meth:`.dispatch.Rules.steal_from`)."""
         if not self.prefetch or self.buffer:
             return []
-        idle = [not s.running and s.accepting() for s in slots]
-        if not any(idle):
+        # Asked every turn: the cheap looks first (a worker holding two or more, an idle one).
+        if not any(len(s.running) >= 2 for s in slots) or not any(not s.running and s.accepting() for s in slots):
             return []
         now = time.monotonic()
-        loads = [Load(len(s.running), len(s.running) >= 2 and self.in_long_task(s, now), free)
-                 for s, free in zip(slots, idle)]
+        loads = [Load(len(s.running), len(s.running) >= 2 and self.in_long_task(s, now), not s.running and s.accepting())
+                 for s in slots]
         return [slots[position] for position in self.rules.steal_from(loads, waiting=bool(self.buffer))]
 
     def _overtake(self, slots: Sequence[Slot], now: float) -> None:

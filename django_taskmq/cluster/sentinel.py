@@ -565,7 +565,7 @@ class Sentinel:
     def _dispatch(self) -> None:
         """Feed the workers with room (see :meth:`.feeder.Feeder.feed`); nothing while the leases
         are in doubt (see :meth:`_mind_leases`)."""
-        if not self.paused:
+        if self.buffer and not self.paused:
             self.feeder.feed(self.slots)
 
     def _steal(self) -> None:
