@@ -4,13 +4,14 @@ Supervision only: it spawns its children, waits on their pipes and deaths in the
 each worker with room through that worker's own pipe, enforces each task's timeout,
 reincarnates dead processes, orchestrates the stop procedure, and turns SIGTERM/SIGINT into a flag.
 Its parts, each in its own module: the dispatch buffer (:mod:`.buffer`) holds the reserved tasks
-that have not started; the upkeep (:mod:`.upkeep`) renews leases, ticks the scheduler, publishes the
-heartbeat and runs ``ANALYZE`` on timers. What the processes say to each other is in :mod:`.messages`.
+that have not started; the worker slots (:mod:`.slots`) hold what each worker runs and the memory
+shared with it; the dispatch rules (:mod:`.dispatch`) decide who gets which task; the upkeep
+(:mod:`.upkeep`) renews leases, ticks the scheduler, publishes the heartbeat and runs ``ANALYZE`` on
+timers. What the processes say to each other is in :mod:`.messages`.
 """
 
 from __future__ import annotations
 
-import gc
 import logging
 import multiprocessing
 import os
@@ -19,41 +20,36 @@ import socket
 import time
 import uuid
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from enum import StrEnum
 from multiprocessing.connection import Connection, wait
 from typing import Any, Protocol
 
 from django.db import connections
 
-from .. import FROZEN_AT_IMPORT
 from .. import execution as ex
 from .. import joblog
 from ..brokers.base import Broker
 from ..conf import Settings
 from ..exceptions import JobCancelled, TaskMQError, TaskTimeout, WorkerDied
 from ..policy import lease
-from . import monitor, outage, pusher, worker
+from . import dispatch, monitor, outage, processes, pusher
 from .buffer import Buffer
+from .feeder import Feeder
 from .messages import (END_OF_RESULTS, IDLE, READY, RECORDED, RETIRING, STOP, SUCCEEDED, TIMED_OUT, UNSTARTED, Batch, Stop,
                        Ticket, cancel_frame, cancel_request_frame, dump_outcome, read_outcome_frame,
-                       read_unstarted_frame, tasks_frame)
+                       read_unstarted_frame)
 from .poller import Poller, readable
 from .result_pipe import ResultPipe
+from .slots import CANCEL_GRACE, NOT_STARTED, Process, SharedMemory, Slot
 from .upkeep import DatabaseAway, Report, Upkeep
 
 logger = logging.getLogger(__name__)
 
 IDLE_WAIT = 0.5  # seconds the guard loop may sleep while no task waits or runs
 URGENT_CHECK = 0.02  # seconds between asks for work above the buffer's lowest priority (to yield)
-# With prefetch: what a worker holds behind a task that has run this long is taken back for an idle
-# worker (see Sentinel._steal).
-STEAL_AFTER = 0.05
 #: The outcomes counted per queue in the heartbeat (``counts["queues"]``): the worker's S or F frame,
 #: a timeout, a worker that died running the task.
 OUTCOMES = ("succeeded", "failed", "timeouts", "crashes")
-#: Seconds a worker with several threads has to stop a task past its timeout once asked, before
-#: the task counts as stuck (blocked in C code) and its worker takes no more work.
-CANCEL_GRACE = 1.0
 #: Seconds the stop procedure gives the monitor (and the pusher) beyond ``stop_timeout`` before it
 #: kills them: whatever the tasks and the database do, the cluster exits within ``stop_timeout``
 #: plus this plus :data:`CANCEL_GRACE`.
@@ -65,41 +61,18 @@ CANCEL_CHECK_EVERY = 1.0
 INTERRUPTED_BY_STOP = "interrupted by shutdown (stop_timeout {}s); back in the queue, not counted"
 
 
-class Process(Protocol):
-    """What the sentinel uses of a child process (a ``multiprocessing`` process, or a stand-in)."""
+class ClusterState(StrEnum):
+    """Where the cluster is in its life (the heartbeat shows the value)."""
 
-    @property
-    def pid(self) -> int | None: ...
-
-    @property
-    def exitcode(self) -> int | None: ...
-
-    @property
-    def sentinel(self) -> int: ...
-
-    def is_alive(self) -> bool: ...
-
-    def join(self, timeout: float | None = None) -> None: ...
+    STARTING = "starting"
+    RUNNING = "running"
+    STOPPING = "stopping"
+    STOPPED = "stopped"
 
 
-class _NotStarted:
-    """A child that is not spawned yet: never alive."""
-
-    pid: int | None = None
-    exitcode: int | None = None
-
-    @property
-    def sentinel(self) -> int:
-        raise RuntimeError("the cluster's processes are not started")
-
-    def is_alive(self) -> bool:
-        return False
-
-    def join(self, timeout: float | None = None) -> None:
-        return None
-
-
-NOT_STARTED = _NotStarted()
+#: The state the guard loop compares with every turn (a module global: an enum member's lookup
+#: through its class costs about 0.1 us).
+RUNNING = ClusterState.RUNNING
 
 
 class ResultQueue(Protocol):
@@ -117,52 +90,6 @@ class ResultQueue(Protocol):
     def drain(self, timeout: float) -> bool: ...
 
     def close(self) -> None: ...
-
-
-@dataclass
-class Running:
-    """A task a worker runs."""
-
-    ticket: Ticket
-    started: float  # monotonic, when it was sent: with threads > 1 it starts then (it is sent to a free thread)
-    arrival: int = 0  # its place in the order the worker received its tasks, from 1
-    cancelled: float | None = None  # monotonic, when the worker was asked to interrupt it (threads > 1)
-    halted: bool = False  # interrupted by the stop procedure (stop_timeout): it goes back uncounted
-    cancel_requested: float | None = None  # monotonic, when the sentinel saw its cancellation requested
-
-    def overdue(self, now: float) -> bool:
-        """It runs past its timeout."""
-        timeout = self.ticket.timeout
-        return bool(timeout) and now - self.started > timeout  # type: ignore[operator]
-
-    def cancel_due(self, now: float, grace: float) -> bool:
-        """Its cancellation was requested more than ``grace`` seconds ago: interrupt it."""
-        return self.cancel_requested is not None and now - self.cancel_requested > grace
-
-    def stuck(self, now: float) -> bool:
-        """It was asked to stop more than :data:`CANCEL_GRACE` seconds ago and still runs."""
-        return self.cancelled is not None and now - self.cancelled > CANCEL_GRACE
-
-
-@dataclass
-class Slot:
-    """One worker process and the tasks it runs (job id -> :class:`Running`)."""
-
-    index: int
-    process: Process
-    pipe: Connection
-    running: dict[str, Running] = field(default_factory=dict)  # what it holds: running, or prefetched
-    ready: bool = True  # a freshly spawned worker is not, until it says so
-    sent: int = 0  # tasks sent to it so far (the last one's arrival number)
-    done: int = 0
-    retiring: bool = False  # no more work: the poison pill follows
-    stopped: bool = False  # the poison pill was sent
-    stuck: bool = False  # a task of it did not stop at its timeout: no more work, then it is killed
-    halted: float | None = None  # monotonic, when the stop procedure interrupted its tasks (threads > 1)
-
-    def accepting(self) -> bool:
-        """It may be sent work (when it has room)."""
-        return self.ready and not self.retiring and not self.stuck and self.process.is_alive()
 
 
 class Sentinel:
@@ -190,17 +117,8 @@ class Sentinel:
         self.name = name or settings.name
         self.owner = f"{self.name}:{self.host}:{os.getpid()}:{uuid.uuid4().hex[:8]}"[:64]
         self.ctx = multiprocessing.get_context("fork")
-        # Per worker (one thread): the arrival number of the task it runs, and since when (see worker.run).
-        self.current = self.ctx.RawArray("q", self.workers)
-        self.since = self.ctx.RawArray("d", self.workers)
-        # With prefetch: the worker starts none of its tasks that arrived up to ``revoked[index]``
-        # (the sentinel took them back); ``locks[index]`` makes that check and the start one step.
-        self.revoked = self.ctx.RawArray("q", self.workers)
-        self.locks = [self.ctx.Lock() for _ in range(self.workers)]
-        # Per worker (one thread): the arrival number of a task whose cancellation was requested, and
-        # of one to interrupt for it (see worker.OneAtATime._on_cancel).
-        self.cancel_marks = self.ctx.RawArray("q", self.workers)
-        self.halt_marks = self.ctx.RawArray("q", self.workers)
+        self.rules = dispatch.Rules(self.threads, self.depth)
+        self.memory = SharedMemory(self.ctx, self.workers, self.threads, self.rules.prefetch)
         # The children, spawned by start() (tests put stand-ins here).
         self.slots: list[Slot] = []
         self.pusher: Process = NOT_STARTED
@@ -212,7 +130,7 @@ class Sentinel:
         self.drained = False
         self.poller = Poller()  # the guard loop's wait
         self.signals = 0
-        self.state = "starting"
+        self.state = ClusterState.STARTING
         self.counts = {"succeeded": 0, "failed": 0, "timeouts": 0, "crashes": 0, "yields": 0, "reincarnations": 0,
                        "steals": 0, "interrupted": 0}
         self.by_queue: dict[str, dict[str, int]] = {}  # queue -> outcome -> count (see OUTCOMES)
@@ -222,8 +140,9 @@ class Sentinel:
         self.leases_lost = False  # ... for a whole lease: give back what waits once the database answers
         self._next_cancel_check = 0.0  # monotonic time of the next look for cancellation requests
         self.upkeep = Upkeep(settings, broker, owner=self.owner, name=self.name, host=self.host, queues=self.queues,
-                             burst=burst, held=self._held, report=self._report)
+                             burst=burst, held=self._held, report=self.report)
         self.buffer = Buffer(broker, self.limit, self.capacity, failed=self.upkeep.failed)
+        self.feeder = Feeder(self.buffer, self.memory, self.rules)
 
     # -- life cycle -------------------------------------------------------------------------
     def start(self) -> int:
@@ -234,8 +153,8 @@ class Sentinel:
         outage.prepare(self.settings.database, self.settings.dead_connection_timeout)
         if self.settings.listen_database is not None:
             outage.prepare(self.settings.listen_database, self.settings.dead_connection_timeout)
-        self._spawn_all()
-        self.state = "running"
+        self.spawn_all()
+        self.state = ClusterState.RUNNING
         logger.info("cluster %s started: %d workers%s, queues %s", self.owner, self.workers,
                     f" x {self.threads} threads" if self.threads > 1 else "", ", ".join(self.queues))
         gave_up = False
@@ -255,11 +174,11 @@ class Sentinel:
             # A bug here must not leave the children waiting for a sentinel that is gone: Python's
             # exit would wait for them for ever. Their leases bring back what the cluster held.
             logger.exception("cluster %s: the sentinel failed; killing its processes", self.owner)
-            self._kill_all()
+            self.kill_all()
             raise
         finally:
             if self.signals >= 2 or gave_up:
-                self._kill_all()
+                self.kill_all()
             published = not gave_up and self.upkeep.publish(final=True)
         if self.signals >= 2 or gave_up:
             return 1
@@ -269,11 +188,16 @@ class Sentinel:
     def _on_signal(self, signum, frame) -> None:
         self.signals += 1
 
-    def _spawn_all(self) -> None:
+    def spawn_all(self) -> None:
+        """Spawn the monitor, the pusher and the workers (:meth:`start` does)."""
         connections.close_all()  # a forked child must not share the parent's database socket
         self._spawn_monitor()
         self._spawn_pusher()
         self.slots = [self._spawn_worker(i) for i in range(self.workers)]
+
+    def _spawn_worker(self, index: int) -> Slot:
+        connections.close_all()
+        return self.memory.spawn(index, self.settings, self._spawn)
 
     def _spawn(self, target: Callable[..., None], args: tuple, name: str,
                own_parent_end: Connection | None = None) -> multiprocessing.process.BaseProcess:
@@ -285,18 +209,7 @@ class Sentinel:
             foreign.append(self.results)
         if own_parent_end is not None:
             foreign.append(own_parent_end)
-        process = self.ctx.Process(target=_child, args=(target, args, foreign), name=name, daemon=False)
-        # Frozen, the objects the child inherits are left out of its garbage collections: a full
-        # collection would otherwise write to every one of them, copying the whole inherited heap.
-        # gc.unfreeze() would thaw what the project froze too (more than the interpreter's own).
-        frozen_by_the_project = gc.get_freeze_count() > FROZEN_AT_IMPORT
-        gc.freeze()
-        try:
-            process.start()
-        finally:
-            if not frozen_by_the_project:
-                gc.unfreeze()  # the sentinel's own collections go on as before
-        return process
+        return processes.fork(self.ctx, target, args, name, foreign)
 
     def _spawn_monitor(self) -> None:
         """Spawn the monitor with a new result pipe (what the old one still held is lost with the
@@ -314,20 +227,6 @@ class Sentinel:
                                   "taskmq-pusher")
         child.close()
         self.want_pending = False
-
-    def _spawn_worker(self, index: int) -> Slot:
-        connections.close_all()
-        self.current[index] = self.revoked[index] = self.cancel_marks[index] = self.halt_marks[index] = 0
-        # A new lock: a killed worker may have died holding the old one.
-        self.locks[index] = lock = self.ctx.Lock()
-        prefetch = self.depth > self.threads
-        shared = worker.Shared(self.current, self.since, self.revoked if prefetch else None, lock if prefetch else None,
-                               cancel=self.cancel_marks, halt=self.halt_marks)
-        parent, child = self.ctx.Pipe()
-        process = self._spawn(worker.run, (index, child, self.settings, self.threads, shared),
-                              f"taskmq-worker-{index}", own_parent_end=parent)
-        child.close()
-        return Slot(index, process, parent, ready=False)
 
     # -- the guard loop -----------------------------------------------------------------------
     def step(self) -> None:
@@ -437,7 +336,7 @@ class Sentinel:
         worker hands back what it holds unstarted."""
         if slot.retiring and not slot.stopped and (self.threads == 1 or not slot.running):
             slot.stopped = True
-            self._send(slot, STOP)
+            slot.send(STOP)
 
     def _unstarted(self, slot: Slot, job_ids: list[str]) -> int:
         """Take back tasks a worker held without starting them: they wait here again (their
@@ -446,7 +345,7 @@ class Sentinel:
         tickets = [slot.running.pop(job_id).ticket for job_id in job_ids if job_id in slot.running]
         if not tickets:
             return 0
-        if self.state == "running":
+        if self.state is RUNNING:
             self.buffer.put_back(tickets)
         else:
             self.upkeep.attempt(f"returning {len(tickets)} unstarted task(s) of a stopped worker",
@@ -455,15 +354,7 @@ class Sentinel:
 
     def _take_back_unstarted(self, slot: Slot) -> int:
         """Take back what the worker of ``slot`` holds without having started it; return how many."""
-        started = self._started(slot)
-        return self._unstarted(slot, [job_id for job_id in slot.running if job_id not in started])
-
-    def _started(self, slot: Slot) -> list[str]:
-        """The job ids of the tasks of ``slot`` that have started (the others wait in the worker)."""
-        if self.threads > 1:
-            return list(slot.running)
-        arrival = self.current[slot.index]
-        return [job_id for job_id, r in slot.running.items() if r.arrival == arrival]
+        return self._unstarted(slot, self.memory.unstarted(slot))
 
     def _guard(self) -> None:
         now = time.monotonic()
@@ -480,11 +371,11 @@ class Sentinel:
                 self._enforce_timeout(slot, now)
             elif any(r.overdue(now) or r.cancel_due(now, self.settings.cancel_grace) for r in slot.running.values()):
                 self._enforce_timeouts(slot, now)
-        if not self.pusher.is_alive() and self.state == "running":
+        if not self.pusher.is_alive() and self.state is RUNNING:
             logger.error("pusher died (exit code %s): reincarnating", self.pusher.exitcode)
             self.counts["reincarnations"] += 1
             self._spawn_pusher()
-        if not self.monitor.is_alive() and self.state == "running":
+        if not self.monitor.is_alive() and self.state is RUNNING:
             # Outcomes still in the old queue are lost with it; their leases bring the jobs back.
             logger.error("monitor died (exit code %s): reincarnating", self.monitor.exitcode)
             self.counts["reincarnations"] += 1
@@ -493,20 +384,20 @@ class Sentinel:
 
     def _enforce_timeout(self, slot: Slot, now: float) -> None:
         """One thread: kill (and replace) the worker when the task it runs is past its timeout."""
-        started = self._started(slot)
+        started = self.memory.started(slot)
         if not started:
             return
         running = slot.running[started[0]]
         if running.cancel_due(now, self.settings.cancel_grace) and running.cancelled is None:
             # Interrupt it in its worker (the signal raises JobCancelled there); the worker carries on.
             running.cancelled = now
-            self.halt_marks[slot.index] = running.arrival
-            _signal(slot.process)
+            self.memory.ask_halt(slot, running.arrival)
+            processes.signal_cancel(slot.process)
             return
         timeout = running.ticket.timeout
         if running.stuck(now):
             timeout = 0.0  # cancelled, interrupted, and still running: blocked in C code; killed below
-        elif not timeout or now - self.since[slot.index] <= timeout:
+        elif not timeout or now - self.memory.since[slot.index] <= timeout:
             return
         if readable(slot.pipe):
             self._from_worker(slot)  # it may have just ended: read that first
@@ -530,7 +421,7 @@ class Sentinel:
         for job_id, running in slot.running.items():
             if running.cancelled is None and (running.overdue(now) or running.cancel_due(now, self.settings.cancel_grace)):
                 running.cancelled = now
-                self._send(slot, cancel_frame(job_id))
+                slot.send(cancel_frame(job_id))
             elif running.stuck(now) and not slot.stuck:
                 slot.stuck = True
                 why = "was cancelled" if running.cancel_requested is not None else \
@@ -558,7 +449,7 @@ class Sentinel:
             self._record_lost(running.ticket, ex.TIMEOUT,
                               TaskTimeout(f"ran past its timeout of {running.ticket.timeout}s"), running.started)
         slot.running.clear()
-        _kill(slot.process)
+        processes.kill(slot.process)
         self._replace_worker(slot, crashed=False)
 
     def _replace_worker(self, slot: Slot, crashed: bool) -> None:
@@ -575,7 +466,7 @@ class Sentinel:
                                   WorkerDied(f"the worker exited with code {code} while running it"), running.started)
         slot.pipe.close()
         index = self.slots.index(slot)
-        if self.state == "running":
+        if self.state is RUNNING:
             if not slot.retiring:
                 self.counts["reincarnations"] += 1
             self.slots[index] = self._spawn_worker(slot.index)
@@ -604,7 +495,7 @@ class Sentinel:
         a task past its timeout (see :meth:`_guard`).
         """
         slot = next((s for s in self.slots if job_id in s.running), None)
-        if slot is not None and job_id not in self._started(slot):
+        if slot is not None and job_id not in self.memory.started(slot):
             self._revoke(slot)  # unstarted in a worker (prefetch): it waits here again
             slot = None if job_id not in slot.running else slot  # (else it started meanwhile)
         if slot is None:
@@ -622,10 +513,10 @@ class Sentinel:
         logger.info("job %s cancelled while running on worker %s: asking it to stop (interrupted after %ss)",
                     job_id, slot.process.pid, self.settings.cancel_grace)
         if self.threads > 1:
-            self._send(slot, cancel_request_frame(job_id))
+            slot.send(cancel_request_frame(job_id))
         else:
-            self.cancel_marks[slot.index] = running.arrival
-            _signal(slot.process)
+            self.memory.ask_cancel(slot, running.arrival)
+            processes.signal_cancel(slot.process)
 
     def _count(self, queue: str, outcome: str) -> None:
         """Count one finished task of ``queue`` by outcome (a dict increment; the heartbeat publishes it)."""
@@ -667,119 +558,40 @@ class Sentinel:
         logger.warning("cluster %s: leases not renewed for %.0f s: starting no waiting task and claiming nothing "
                        "until the database answers; running tasks go on", self.owner,
                        time.monotonic() - self.upkeep.renewed_at)
-        if self.depth > self.threads:
+        if self.rules.prefetch:
             for slot in list(self.slots):
                 self._revoke(slot)
 
     def _dispatch(self) -> None:
-        """Give the most urgent waiting tasks to the workers with room: one each in turn, all of a
-        worker's in one message. With prefetch, a task more urgent than everything a full worker
-        holds is sent to it all the same (one over): it runs next there, not after the prefetched.
-        Nothing while the leases are in doubt (see :meth:`_mind_leases`)."""
-        if not self.buffer or self.paused:
-            return
-        now = time.monotonic()
-        room = {s.index: self._room(s, now) for s in self.slots if s.accepting()}
-        open_slots = [s for s in self.slots if room.get(s.index, 0) > 0]
-        tickets = self.buffer.take(sum(room[s.index] for s in open_slots))
-        # The one task the cluster holds, nothing running: its worker may record it (worker.OneAtATime).
-        alone = len(tickets) == 1 and not self._holding()
-        while open_slots and tickets:
-            # The most urgent go to distinct workers first; a worker whose send fails is left out
-            # and its tasks are shared among the workers after it.
-            plan, left = _round_robin(tickets, [room[s.index] for s in open_slots])
-            for i, (slot, batch) in enumerate(zip(open_slots, plan)):
-                if batch and not self._hand(slot, batch, alone):
-                    tickets = sorted([t for b in plan[i:] for t in b] + left, key=_urgency)
-                    open_slots = open_slots[i + 1:]
-                    break
-            else:
-                tickets, open_slots = left, []
-        self.buffer.put_back(tickets)
-        if self.depth > self.threads:
-            self._overtake()
-
-    def _room(self, slot: Slot, now: float) -> int:
-        """How many more tasks ``slot`` may be sent. With prefetch, none to hold behind a task that
-        has run for :data:`STEAL_AFTER` seconds: they would wait for it (or be taken back)."""
-        if self.depth > self.threads and self._in_long_task(slot, now):
-            return self.threads - len(slot.running)
-        return self.depth - len(slot.running)
-
-    def _in_long_task(self, slot: Slot, now: float) -> bool:
-        """The worker of ``slot`` (one thread) runs a task that started :data:`STEAL_AFTER` seconds
-        ago or more. A worker that has started none of what it was sent is not in one, whatever
-        ``since`` says (it is 0 until the first start)."""
-        return now - self.since[slot.index] >= STEAL_AFTER and bool(self._started(slot))
+        """Feed the workers with room (see :meth:`.feeder.Feeder.feed`); nothing while the leases
+        are in doubt (see :meth:`_mind_leases`)."""
+        if self.buffer and not self.paused:
+            self.feeder.feed(self.slots)
 
     def _steal(self) -> None:
         """With prefetch, while a worker is idle and nothing waits here: take back what another
-        worker holds behind a task that has run for :data:`STEAL_AFTER` seconds, for the idle ones."""
-        if self.depth == self.threads or self.buffer or self.state != "running":
-            return
-        if not any(s.accepting() and not s.running for s in self.slots):
-            return
-        now = time.monotonic()
-        for slot in self.slots:
-            if len(slot.running) >= 2 and self._in_long_task(slot, now):
+        worker holds behind a long task, for the idle ones (see :meth:`.dispatch.Rules.steal_from`)."""
+        if self.state is RUNNING and not self.buffer:
+            for slot in self.feeder.to_steal_from(self.slots):
                 self.counts["steals"] += self._revoke(slot)
 
     def _revoke(self, slot: Slot) -> int:
         """Take back what the worker of ``slot`` (one thread, prefetch) holds unstarted, without its
         help; return how many. They wait here again, or during a stop go back to the broker.
 
-        The shared ``revoked`` mark makes this safe: under the worker's lock, every task sent to it
-        so far that has not started is marked, and the worker skips those (worker.OneAtATime).
-        From then on ``current`` cannot move to a marked task: what had started is the one task it
-        names, and the outcomes of the ones before it are in the pipe already, read here first.
+        Once :meth:`.slots.SharedMemory.revoke` has marked them, the worker starts none of them; the
+        outcomes of what ran before are read from its pipe first.
         """
-        lock = self.locks[slot.index]
-        if not lock.acquire(timeout=0.005):  # only a worker that died holding it: the guard replaces it
+        if not self.memory.revoke(slot):  # only a worker that died holding its lock: the guard replaces it
             return 0
-        try:
-            self.revoked[slot.index] = slot.sent
-        finally:
-            lock.release()
         if readable(slot.pipe):
             self._from_worker(slot)
             if slot not in self.slots:  # it died: replacing it took back what it held
                 return 0
         return self._take_back_unstarted(slot)
 
-    def _overtake(self) -> None:
-        """Send a full worker one task more (once) when it is more urgent than all it holds."""
-        now = time.monotonic()
-        for slot in self.slots:
-            urgent = self.buffer.most_urgent()
-            if urgent is None:
-                return
-            if (slot.accepting() and slot.running and self._room(slot, now) <= 0
-                    and urgent > max(r.ticket.reservation.priority for r in slot.running.values())):
-                taken = self.buffer.take(1)
-                if not self._hand(slot, taken):
-                    self.buffer.put_back(taken)
-
-    def _hand(self, slot: Slot, tickets: list[Ticket], alone: bool = False) -> bool:
-        """Send ``tickets`` to ``slot`` in one message (``alone``: see :func:`~.messages.tasks_frame`);
-        False when that failed."""
-        if not self._send(slot, tasks_frame(tickets, alone)):
-            return False
-        now = time.monotonic()
-        for ticket in tickets:
-            slot.sent += 1
-            slot.running[ticket.reservation.job_id] = Running(ticket, now, slot.sent)
-        return True
-
-    def _send(self, slot: Slot, message: bytes) -> bool:
-        """Send a frame to a worker: tasks (their pickled bytes, unopened), a cancel, the poison pill."""
-        try:
-            slot.pipe.send_bytes(message)
-            return True
-        except (BrokenPipeError, OSError):
-            return False
-
     def _ask_pusher(self) -> None:
-        if self.want_pending or self.state != "running" or not self.pusher.is_alive() or self.pusher_pipe is None \
+        if self.want_pending or self.state is not RUNNING or not self.pusher.is_alive() or self.pusher_pipe is None \
                 or self.paused:
             return
         want = self.buffer.want(busy=sum(len(s.running) for s in self.slots))
@@ -802,13 +614,13 @@ class Sentinel:
         """The job ids of what the cluster holds: waiting and running tasks."""
         return self.buffer.held() + [job_id for s in self.slots for job_id in s.running]
 
-    def _report(self) -> Report:
+    def report(self) -> Report:
         """What the heartbeat says of the processes now; ``tasks`` lists what each busy worker runs:
         ``[worker index, job id, queue, seconds since it started]``."""
         now = time.monotonic()
         tasks = [[s.index, job_id, s.running[job_id].ticket.reservation.queue,
-                  round(now - (self.since[s.index] if self.threads == 1 else s.running[job_id].started), 1)]
-                 for s in self.slots for job_id in self._started(s)]
+                  round(self.memory.running_for(s, job_id, now), 1)]
+                 for s in self.slots for job_id in self.memory.started(s)]
         return Report(self.state, len(self.slots),
                       {**self.counts, "waiting": len(self.buffer), "running": len(tasks),
                        "queues": {queue: dict(per_queue) for queue, per_queue in self.by_queue.items()},
@@ -825,7 +637,7 @@ class Sentinel:
     # -- the stop procedure -------------------------------------------------------------------
     def stop(self) -> None:
         """Stop the pusher, give back unstarted work, let workers finish, let the monitor drain."""
-        self.state = "stopping"
+        self.state = ClusterState.STOPPING
         timeout = self.settings.stop_timeout
         deadline = None if timeout is None else time.monotonic() + timeout
         logger.info("cluster %s stopping%s", self.owner,
@@ -844,11 +656,11 @@ class Sentinel:
                 self.upkeep.give_up_if_away()
             if self.pusher.is_alive():
                 logger.error("cluster %s: the pusher did not stop in time; killing it", self.owner)
-                _kill(self.pusher)  # what it had reserved and not handed over comes back with its lease
+                processes.kill(self.pusher)  # what it had reserved and not handed over comes back with its lease
         self.pusher.join(timeout=1)
         # 2. Reservations that never started go back without counting a delivery: the waiting
         # list's, and (prefetch) what the workers hold behind their running task.
-        if self.depth > self.threads:
+        if self.rules.prefetch:
             for slot in list(self.slots):
                 self._revoke(slot)
         if self.buffer:
@@ -883,14 +695,14 @@ class Sentinel:
             if _past(deadline, STOP_MARGIN + CANCEL_GRACE):
                 logger.error("cluster %s: the monitor did not record the last outcomes in time; killing it "
                              "(their leases bring those jobs back)", self.owner)
-                _kill(self.monitor)
+                processes.kill(self.monitor)
                 break
             if self.results is not None and self.results.pending:
                 self.results.drain(timeout=0.1)  # the monitor reads on: the rest fits in time
             else:
                 self.monitor.join(timeout=0.1)
             self.upkeep.stopping()
-        self.state = "stopped"
+        self.state = ClusterState.STOPPED
         logger.info("cluster %s stopped", self.owner)
 
     def _halt_running(self) -> None:
@@ -909,13 +721,13 @@ class Sentinel:
                 slot.halted = now
                 for job_id, running in slot.running.items():
                     running.halted = True
-                    self._send(slot, cancel_frame(job_id))
+                    slot.send(cancel_frame(job_id))
             elif self.threads == 1 or now - slot.halted > CANCEL_GRACE:  # type: ignore[operator]
                 if readable(slot.pipe):
                     self._from_worker(slot)  # what ended meanwhile is recorded as it ended
                     if slot not in self.slots or not slot.running:
                         continue
-                _kill(slot.process)
+                processes.kill(slot.process)
                 self._take_back_unstarted(slot)  # (prefetch: given back in step 2 already)
                 for running in slot.running.values():  # cancelled ones end as asked, not back in the queue
                     if running.cancel_requested is not None:
@@ -946,25 +758,14 @@ class Sentinel:
                 return self.broker.defer_many(reservations)
             return self.broker.return_interrupted(reservations, interrupted_by)
 
-    def _kill_all(self) -> None:
+    def kill_all(self) -> None:
+        """Kill every child at once (the hard stop: what they held comes back with its lease)."""
         for process in [self.pusher, self.monitor, *(s.process for s in self.slots)]:
-            _kill(process)
+            processes.kill(process)
         if self.results is not None:
             # The monitor is gone: outcomes still pending for it are dropped (their leases bring
             # those jobs back); nothing waits on them at exit.
             self.results.close()
-
-
-def _round_robin(tickets: list[Ticket], rooms: list[int]) -> tuple[list[list[Ticket]], list[Ticket]]:
-    """Deal ``tickets`` (most urgent first) one at a time to the places that have room left;
-    return each place's share and what did not fit."""
-    plan: list[list[Ticket]] = [[] for _ in rooms]
-    tickets = list(tickets)
-    while tickets and any(room > len(p) for room, p in zip(rooms, plan)):
-        for room, batch in zip(rooms, plan):
-            if room > len(batch) and tickets:
-                batch.append(tickets.pop(0))
-    return plan, tickets
 
 
 def _past(deadline: float | None, margin: float = 0.0) -> bool:
@@ -979,52 +780,3 @@ def _fields(ticket: Ticket) -> dict:
     except Exception:  # a log record's field is not worth failing the sentinel for
         task = None
     return joblog.fields(ticket.reservation, task)
-
-
-def _urgency(ticket: Ticket) -> int:
-    return -ticket.reservation.priority
-
-
-def _signal(process: Process) -> None:
-    """Tell a worker with one thread to look at its cancellation marks (see worker.CANCEL_SIGNAL)."""
-    if process.pid is not None:
-        try:
-            os.kill(process.pid, worker.CANCEL_SIGNAL)
-        except ProcessLookupError:
-            pass  # it died: the guard sees it
-
-
-def _kill(process: Process) -> None:
-    if process.is_alive() and process.pid is not None:
-        try:
-            os.kill(process.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-    process.join(timeout=1)
-
-
-def _child(target: Callable[..., None], args: tuple, foreign: list[Connection]) -> None:
-    """Entry point of every child process: die with the sentinel, drop foreign pipes, run ``target``."""
-    _die_with_parent()
-    for pipe in foreign:
-        try:
-            pipe.close()
-        except OSError:
-            pass
-    target(*args)
-
-
-def _die_with_parent() -> None:
-    """Ask Linux to SIGKILL this process when the sentinel dies (no orphans after a kill -9).
-
-    The leases of whatever the cluster held bring that work back. Elsewhere this is a no-op and
-    the pipes' EOF ends the children instead.
-    """
-    try:
-        import ctypes
-
-        libc = ctypes.CDLL(None, use_errno=True)
-        pr_set_pdeathsig = 1
-        libc.prctl(pr_set_pdeathsig, signal.SIGKILL, 0, 0, 0)
-    except (OSError, AttributeError):
-        pass

@@ -25,7 +25,8 @@ from django.db import OperationalError
 
 from django_taskmq import execution as ex
 from django_taskmq.cluster.messages import END_OF_RESULTS, IDLE, STOP, Batch, Stop, Ticket, outcome_frame, recorded_frame
-from django_taskmq.cluster.sentinel import Running, Sentinel, Slot
+from django_taskmq.cluster.sentinel import Sentinel
+from django_taskmq.cluster.slots import Running, Slot
 from django_taskmq.conf import get_settings
 from django_taskmq.envelope import Envelope
 from django_taskmq.policy.states import JobState
@@ -150,7 +151,7 @@ class Cluster:
         if task is not None:  # it runs the task (arrived first): what the worker writes when it starts one
             slot.running[task.reservation.job_id] = Running(task, time.monotonic(), arrival=1)
             slot.sent = 1
-            self.sentinel.current[slot.index], self.sentinel.since[slot.index] = 1, time.monotonic()
+            self.sentinel.memory.current[slot.index], self.sentinel.memory.since[slot.index] = 1, time.monotonic()
         self.sentinel.slots.append(slot)
         return slot
 
@@ -205,7 +206,7 @@ def test_a_graceful_stop(cluster):
     counts = cluster.sentinel.counts
     assert (counts["succeeded"], counts["failed"], counts["crashes"]) == (1, 0, 0)
     # The heartbeat's per-queue outcome counts (the metrics' counters).
-    report = cluster.sentinel._report().counts
+    report = cluster.sentinel.report().counts
     assert report["queues"] == {"default": {"succeeded": 1, "failed": 0, "timeouts": 0, "crashes": 0}}
     assert report["tasks"] == [] and report["running"] == 0
     assert cluster.sentinel.state == "stopped"
@@ -221,7 +222,7 @@ def test_a_success_its_worker_recorded_is_counted_and_not_sent_to_the_monitor(cl
     assert cluster.results.items == [END_OF_RESULTS]
     counts = cluster.sentinel.counts
     assert (counts["succeeded"], counts["failed"], counts["crashes"]) == (1, 0, 0)
-    report = cluster.sentinel._report().counts
+    report = cluster.sentinel.report().counts
     assert report["queues"] == {"default": {"succeeded": 1, "failed": 0, "timeouts": 0, "crashes": 0}}
 
 
@@ -254,8 +255,8 @@ def test_the_heartbeat_tells_what_each_busy_worker_runs(cluster):
     t = cluster.reserve("run")
     cluster.add_worker("idle")
     busy = cluster.add_worker("busy", task=t["run"])
-    cluster.sentinel.since[busy.index] = time.monotonic() - 2.0
-    counts = cluster.sentinel._report().counts
+    cluster.sentinel.memory.since[busy.index] = time.monotonic() - 2.0
+    counts = cluster.sentinel.report().counts
     ((index, job_id, queue, seconds),) = counts["tasks"]
     assert (index, job_id, queue, counts["running"]) == (busy.index, "run", "default", 1)
     assert 2.0 <= seconds < 60
@@ -271,8 +272,8 @@ def test_an_error_in_the_sentinel_kills_its_processes_instead_of_leaving_them_wa
     def bug() -> None:
         raise RuntimeError("a bug in the guard loop")
 
-    monkeypatch.setattr(cluster.sentinel, "_spawn_all", lambda: None)
-    monkeypatch.setattr(cluster.sentinel, "_kill_all", lambda: killed.append(True))
+    monkeypatch.setattr(cluster.sentinel, "spawn_all", lambda: None)
+    monkeypatch.setattr(cluster.sentinel, "kill_all", lambda: killed.append(True))
     monkeypatch.setattr(cluster.sentinel, "step", bug)
     handlers = signal_module.getsignal(signal_module.SIGTERM), signal_module.getsignal(signal_module.SIGINT)
     try:
@@ -295,7 +296,7 @@ sentinel.results = ResultPipe()  # its reader stays open here: a monitor that st
 for _ in range(200):  # far more than a pipe holds
     sentinel.results.put([b"x" * 10_000])
 print("pending", sentinel.results.pending > 0)
-sentinel._kill_all()
+sentinel.kill_all()
 print("killed")
 """
 

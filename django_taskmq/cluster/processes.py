@@ -1,0 +1,81 @@
+"""Forking the cluster's children and ending them: what every child does first (die with the
+sentinel, close the pipe ends that are not its own), the garbage collector frozen across the fork,
+the kill, and the signal that tells a worker to look at its cancellation marks.
+"""
+
+from __future__ import annotations
+
+import gc
+import os
+import signal
+from collections.abc import Callable, Sequence
+from multiprocessing.context import ForkContext
+from multiprocessing.process import BaseProcess
+from typing import Any
+
+from .. import FROZEN_AT_IMPORT
+from . import worker
+from .slots import Process
+
+
+def fork(ctx: ForkContext, target: Callable[..., None], args: tuple, name: str, foreign: Sequence[Any]) -> BaseProcess:
+    """Start a child running ``target(*args)``; it closes the ``foreign`` pipe ends first (each has a
+    ``close()``), so a pipe reports EOF as soon as its real peer dies."""
+    process = ctx.Process(target=_child, args=(target, args, list(foreign)), name=name, daemon=False)
+    # Frozen, the objects the child inherits are left out of its garbage collections: a full
+    # collection would otherwise write to every one of them, copying the whole inherited heap.
+    # gc.unfreeze() would thaw what the project froze too (more than the interpreter's own).
+    frozen_by_the_project = gc.get_freeze_count() > FROZEN_AT_IMPORT
+    gc.freeze()
+    try:
+        process.start()
+    finally:
+        if not frozen_by_the_project:
+            gc.unfreeze()  # the sentinel's own collections go on as before
+    return process
+
+
+def signal_cancel(process: Process) -> None:
+    """Tell a worker with one thread to look at its cancellation marks (see worker.CANCEL_SIGNAL)."""
+    if process.pid is not None:
+        try:
+            os.kill(process.pid, worker.CANCEL_SIGNAL)
+        except ProcessLookupError:
+            pass  # it died: the guard sees it
+
+
+def kill(process: Process) -> None:
+    """Kill ``process`` (SIGKILL) if it lives, and reap it."""
+    if process.is_alive() and process.pid is not None:
+        try:
+            os.kill(process.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    process.join(timeout=1)
+
+
+def _child(target: Callable[..., None], args: tuple, foreign: list[Any]) -> None:
+    """Entry point of every child process: die with the sentinel, drop foreign pipes, run ``target``."""
+    _die_with_parent()
+    for pipe in foreign:
+        try:
+            pipe.close()
+        except OSError:
+            pass
+    target(*args)
+
+
+def _die_with_parent() -> None:
+    """Ask Linux to SIGKILL this process when the sentinel dies (no orphans after a kill -9).
+
+    The leases of whatever the cluster held bring that work back. Elsewhere this is a no-op and
+    the pipes' EOF ends the children instead.
+    """
+    try:
+        import ctypes
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        pr_set_pdeathsig = 1
+        libc.prctl(pr_set_pdeathsig, signal.SIGKILL, 0, 0, 0)
+    except (OSError, AttributeError):
+        pass
