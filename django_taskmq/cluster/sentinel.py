@@ -153,12 +153,12 @@ class Sentinel:
         outage.prepare(self.settings.database, self.settings.dead_connection_timeout)
         if self.settings.listen_database is not None:
             outage.prepare(self.settings.listen_database, self.settings.dead_connection_timeout)
-        self.spawn_all()
-        self.state = ClusterState.RUNNING
-        logger.info("cluster %s started: %d workers%s, queues %s", self.owner, self.workers,
-                    f" x {self.threads} threads" if self.threads > 1 else "", ", ".join(self.queues))
         gave_up = False
         try:
+            self.spawn_all()  # inside: a fork that fails half-way must not leave the others behind
+            self.state = ClusterState.RUNNING
+            logger.info("cluster %s started: %d workers%s, queues %s", self.owner, self.workers,
+                        f" x {self.threads} threads" if self.threads > 1 else "", ", ".join(self.queues))
             try:
                 while not self.signals:
                     self.step()
@@ -189,11 +189,19 @@ class Sentinel:
         self.signals += 1
 
     def spawn_all(self) -> None:
-        """Spawn the monitor, the pusher and the workers (:meth:`start` does)."""
+        """Spawn the pusher, the workers and the monitor (:meth:`start` does).
+
+        The pusher first, asked for work at once: its connection and first claim overlap the
+        workers' forks, and a job queued before the start runs that much sooner. The monitor, which
+        only records, last.
+        """
         connections.close_all()  # a forked child must not share the parent's database socket
-        self._spawn_monitor()
         self._spawn_pusher()
-        self.slots = [self._spawn_worker(i) for i in range(self.workers)]
+        self._ask_pusher(starting=True)
+        self.slots = []
+        for index in range(self.workers):  # one by one: each closes the pipes of those before it
+            self.slots.append(self._spawn_worker(index))
+        self._spawn_monitor()
 
     def _spawn_worker(self, index: int) -> Slot:
         connections.close_all()
@@ -590,9 +598,9 @@ class Sentinel:
                 return 0
         return self._take_back_unstarted(slot)
 
-    def _ask_pusher(self) -> None:
-        if self.want_pending or self.state is not RUNNING or not self.pusher.is_alive() or self.pusher_pipe is None \
-                or self.paused:
+    def _ask_pusher(self, starting: bool = False) -> None:
+        if self.want_pending or (self.state is not RUNNING and not starting) or not self.pusher.is_alive() \
+                or self.pusher_pipe is None or self.paused:
             return
         want = self.buffer.want(busy=sum(len(s.running) for s in self.slots))
         if want is None:

@@ -200,12 +200,12 @@ def started_at(pid: int) -> int:
 
 
 def test_a_killed_pusher_and_monitor_are_replaced_and_work_goes_on(cluster):
-    """SIGKILL of the pusher and the monitor of an idle cluster (the sentinel spawns them first,
-    then the workers): new ones are spawned, the workers are left alone, and the jobs enqueued
-    afterwards each run once."""
+    """SIGKILL of the pusher and the monitor of an idle cluster (the sentinel spawns the pusher
+    first, then the workers, then the monitor): new ones are spawned, the workers are left alone,
+    and the jobs enqueued afterwards each run once."""
     qc = cluster.start("-w", "2")
     children = sorted(cluster.wait_pool(qc, 2), key=lambda pid: (started_at(pid), pid))
-    helpers, workers = children[:2], children[2:]
+    helpers, workers = [children[0], children[-1]], children[1:-1]
     for pid in helpers:
         os.kill(pid, signal.SIGKILL)
     cluster.wait_until(lambda: len(qc.children()) == 4 and not set(helpers) & set(qc.children()),

@@ -308,3 +308,34 @@ def test_a_killed_cluster_exits_with_outcomes_left_in_a_full_result_queue():
     from tests.conftest import finish, start_script
 
     assert finish(start_script(KILLED_WITH_A_FULL_RESULT_QUEUE), timeout=30).split() == ["pending", "True", "killed"]
+
+
+def _wait_to_be_killed(*args) -> None:
+    """A child's target standing in for the pusher and the workers: it waits until it is killed."""
+    time.sleep(60)
+
+
+def test_a_spawn_that_fails_half_way_kills_the_children_already_forked(monkeypatch):
+    """The monitor (forked last) cannot be spawned: the pusher and the workers forked before it are
+    killed and the error propagates, instead of Python's exit waiting for them for ever."""
+    import signal as signal_module
+
+    from django_taskmq.cluster import pusher, sentinel as sentinel_module, worker
+
+    def no_fork(self) -> None:
+        raise OSError("fork failed: cannot allocate memory")
+
+    monkeypatch.setattr(pusher, "run", _wait_to_be_killed)
+    monkeypatch.setattr(worker, "run", _wait_to_be_killed)
+    monkeypatch.setattr(sentinel_module.Sentinel, "_spawn_monitor", no_fork)
+    sentinel = Sentinel(get_settings(), MemoryBroker(get_settings()), workers=2)
+    handlers = signal_module.getsignal(signal_module.SIGTERM), signal_module.getsignal(signal_module.SIGINT)
+    try:
+        with pytest.raises(OSError, match="fork failed"):
+            sentinel.start()
+    finally:
+        signal_module.signal(signal_module.SIGTERM, handlers[0])
+        signal_module.signal(signal_module.SIGINT, handlers[1])
+    children = [sentinel.pusher, *(slot.process for slot in sentinel.slots)]
+    assert len(children) == 3 and all(child.pid for child in children)
+    assert not any(child.is_alive() for child in children)
