@@ -53,10 +53,9 @@ def test_a_child_inherits_the_sentinels_objects_frozen_and_the_sentinel_keeps_co
 def test_what_the_project_froze_itself_stays_frozen_in_the_sentinel():
     gc.freeze()  # as a project may, at start-up
     try:
-        frozen = gc.get_freeze_count()
         assert is_frozen(PROJECT_OBJECT)
-        # (Counts alone cannot tell: the child's multiprocessing start-up frees a few frozen objects.)
+        # (Counts cannot tell: forking frees a few frozen objects, in the sentinel too on Python 3.13.)
         assert frozen_in_a_child()[1], "frozen in the child"
-        assert is_frozen(PROJECT_OBJECT) and gc.get_freeze_count() >= frozen  # not thawed by the fork
+        assert is_frozen(PROJECT_OBJECT)  # not thawed by the fork
     finally:
         gc.unfreeze()
