@@ -806,8 +806,9 @@ ROUND3_TITLES = {
 
 def _round3_sections() -> list[str]:
     """Issue 30's comparisons (``round3.py``): one section per raw file, goals computed."""
-    found = [(part, RESULTS_DIR / f"round3-{part}.json") for part in ROUND3_TITLES]
-    found = [(part, path) for part, path in found if path.exists()]
+    # round3-<part>.json, then the labelled runs of the part (round3.py --label: round3-<part>-<label>.json).
+    found = [(part, path) for part in ROUND3_TITLES
+             for path in sorted(RESULTS_DIR.glob(f"round3-{part}*.json"), key=lambda p: (len(p.name), p.name))]
     if not found:
         return []
     import round3
@@ -821,7 +822,8 @@ def _round3_sections() -> list[str]:
         buffer = io.StringIO()
         with contextlib.redirect_stdout(buffer):
             round3.report(raw)
-        lines += ["", f"### {ROUND3_TITLES[part]}", "",
+        label = path.stem[len(f"round3-{part}"):].lstrip("-")
+        lines += ["", f"### {ROUND3_TITLES[part]}{f' ({label})' if label else ''}", "",
                   f"Raw results: [`results/{path.name}`](results/{path.name}).", "", buffer.getvalue().rstrip()]
     return lines
 

@@ -49,7 +49,9 @@ from systems import BENCH_DIR, REPO_ROOT, RESULTS_DIR, SYSTEMS, VENVS, WORK_DIR
 
 PREFIX = "ROUND3-RESULT "
 PARTS = ("latency", "enqueue", "ready")
-ENGINES = ("sqlite", "postgresql")
+ENGINES = ("sqlite", "postgresql")  # --engines' default; "mysql" (MariaDB) is the third
+# The single enqueues compared (their engines: the system's own, among --engines).
+ENQUEUE_SYSTEMS = ("taskmq", "taskmq-orm", "djangoq2", "djangoq2-tuned", "dtdb", "steady-queue")
 LATENCY_GOAL = "visible p50 at or below durable Celery's"
 ORM_GOAL_PCT = 85.0
 READY_GOAL_MS = 60.0
@@ -67,20 +69,21 @@ print(repr(time.time()), flush=True)
 """
 
 
-def raw_path(part: str) -> Path:
-    return RESULTS_DIR / f"round3-{part}.json"
+def raw_path(part: str, label: str = "") -> Path:
+    return RESULTS_DIR / f"round3-{part}{'-' + label if label else ''}.json"
 
 
-def cases(part: str) -> list[tuple[str, str, str]]:
-    """(system, engine, variant) of a part; variant "paired": ours and the ORM's in one run."""
+def cases(part: str, engines: tuple[str, ...] = ENGINES) -> list[tuple[str, str, str]]:
+    """(system, engine, variant) of a part; variant "paired": ours and the ORM's in one run.
+    Celery's cases come with every run of a part that has them (its Redis is not an engine)."""
     if part == "latency":
-        return ([(s, e, "") for s in ("taskmq", "taskmq-relaxed") for e in ENGINES]
+        return ([(s, e, "") for s in ("taskmq", "taskmq-relaxed") for e in engines]
                 + [("celery", "redis", ""), ("celery-durable", "redis", "")])
     if part == "enqueue":
-        return ([(s, e, "") for s in ("taskmq", "taskmq-orm", "djangoq2", "dtdb") for e in ENGINES]
+        return ([(s, e, "") for s in ENQUEUE_SYSTEMS for e in SYSTEMS[s].engines_for(engines)]
                 + [("celery", "redis", ""), ("celery-durable", "redis", "")]
-                + [("taskmq", e, "paired") for e in ENGINES])
-    return [("taskmq", e, "") for e in ENGINES]
+                + [("taskmq", e, "paired") for e in engines])
+    return [("taskmq", e, "") for e in engines]
 
 
 # --------------------------------------------------------------------------- driver (system venv)
@@ -258,7 +261,8 @@ def host(args: argparse.Namespace) -> int:
     import venvs
 
     parts = [p for p in args.parts.split(",") if p]
-    planned_cases = [(part, s, e, v) for part in parts for s, e, v in cases(part)]
+    engines = tuple(e for e in args.engines.split(",") if e)
+    planned_cases = [(part, s, e, v) for part in parts for s, e, v in cases(part, engines)]
     for name in sorted({SYSTEMS[s].venv for _, s, _, _ in planned_cases}):
         venvs.ensure(VENVS[name])
     venvs.compile_tree(VENVS["taskmq"], REPO_ROOT / "django_taskmq")
@@ -300,7 +304,7 @@ def host(args: argparse.Namespace) -> int:
                     return 1
     profiles = {}
     if "enqueue" in parts and not args.quick:
-        for engine in ENGINES:
+        for engine in engines:
             for system in ("taskmq", "taskmq-orm"):
                 name = f"round3-enqueue-profile-{engine}-{system}.txt"
                 path = (RESULTS_DIR if not args.quick else WORK_DIR) / name
@@ -325,8 +329,8 @@ def host(args: argparse.Namespace) -> int:
         if args.quick:
             print(json.dumps(raw, indent=1)[:3000])
         else:
-            raw_path(part).write_text(json.dumps(raw, indent=1) + "\n")
-            print(f"wrote {raw_path(part)}")
+            raw_path(part, args.label).write_text(json.dumps(raw, indent=1) + "\n")
+            print(f"wrote {raw_path(part, args.label)}")
         report(raw)
     return 0
 
@@ -359,11 +363,12 @@ def _median(values):
 
 
 LABELS = {"taskmq": "django_taskmq", "taskmq-relaxed": "django_taskmq, `durable_outcomes` False", "taskmq-orm": "Django ORM `Job.objects.create` (same row)",
-          "djangoq2": "django-q2 `async_task`", "dtdb": "django-tasks-db `Task.enqueue`",
+          "djangoq2": "django-q2 `async_task`", "djangoq2-tuned": "django-q2 `async_task`, CONN_MAX_AGE=60",
+          "dtdb": "django-tasks-db `Task.enqueue`", "steady-queue": "Steady Queue `Task.enqueue` (Django 6)",
           "celery": "Celery `delay`, Redis (nothing on disk)",
           "celery-durable": "Celery `delay`, Redis appendfsync always"}
 SHORT = {"taskmq": "ours", "taskmq-relaxed": "ours relaxed", "celery": "Celery", "celery-durable": "Celery fsync"}
-ENGINE_LABELS = {"sqlite": "SQLite", "postgresql": "PostgreSQL", "redis": "Redis"}
+ENGINE_LABELS = {"sqlite": "SQLite", "postgresql": "PostgreSQL", "mysql": "MariaDB", "redis": "Redis"}
 
 
 def _metric(rows, system, engine, key):
@@ -445,7 +450,8 @@ def report(raw: dict) -> None:
         print()
         print("| engine | runs ok | django_taskmq jobs/s | ORM create jobs/s | django_taskmq as % of the ORM | goal |")
         print("|---|---|---|---|---|---|")
-        for engine in ENGINES:
+        engines = [e for e in ENGINE_LABELS if any(r["engine"] == e for r in raw["rows"])]
+        for engine in engines:
             got = [r for r in paired if r["ok"] and r["engine"] == engine]
             tried = [r for r in paired if r["engine"] == engine]
             if not tried:
@@ -476,13 +482,29 @@ def report(raw: dict) -> None:
                   f"{_stats(_metric(rows, system, engine, 'pct_of_raw'), 1)} | "
                   f"{'–' if system == 'taskmq' or engine == 'redis' else _stats(pct, 1)} |")
         print()
+        print("Goal: django_taskmq's single enqueue at or above every peer's on the same database (medians of "
+              "the runs above; the Redis peers write to another server and are left out):")
+        print()
+        print("| engine | django_taskmq jobs/s | fastest peer | its jobs/s | goal |")
+        print("|---|---|---|---|---|")
+        for engine in engines:
+            ours = _median(_metric(rows, "taskmq", engine, "jobs_per_s"))
+            peers = {s: _median(_metric(rows, s, engine, "jobs_per_s")) for s, e in pairs
+                     if e == engine and s not in ("taskmq", "taskmq-orm")}
+            peers = {s: v for s, v in peers.items() if v is not None}
+            if ours is None or not peers:
+                continue
+            best = max(peers, key=peers.get)
+            print(f"| {ENGINE_LABELS[engine]} | {ours:.0f} | {LABELS[best]} | {peers[best]:.0f} | "
+                  f"{'met' if ours >= peers[best] else '**not met**'} |")
+        print()
         print("Celery's ratio is left out: its store is another server. Where django_taskmq's time goes: after the "
               f"rounds, {raw['options']['n']} `async_task()` calls and as many ORM creates ran under cProfile, one run "
               "each per engine (the profiler's overhead inflates every figure). Per engine: both totals, then "
               "django_taskmq's own functions by cumulative time (the files also hold the top entries by own and "
               "by cumulative time of every function):")
         profiles = raw.get("profiles") or {}
-        for engine in ENGINES:
+        for engine in engines:
             texts = {}
             for system in ("taskmq", "taskmq-orm"):
                 name = profiles.get(f"{engine}/{system}")
@@ -544,6 +566,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--parts", default=",".join(PARTS))
     parser.add_argument("--runs", type=int, default=5, help="interleaved rounds")
+    parser.add_argument("--engines", default=",".join(ENGINES), help="database engines: sqlite, postgresql, mysql")
+    parser.add_argument("--label", default="", help="results go to round3-<part>-<label>.json")
     parser.add_argument("-n", type=int, default=1000, help="single enqueues per enqueue run (and profile)")
     parser.add_argument("--latency-jobs", type=int, default=100)
     parser.add_argument("--latency-gap-ms", type=float, default=50)
