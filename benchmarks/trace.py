@@ -86,11 +86,11 @@ def _install(sql: bool) -> None:
     from django_taskmq import execution, recorder
     from django_taskmq.brokers import orm
     from django_taskmq.brokers.orm import wakeup
-    from django_taskmq.cluster import monitor, sentinel, worker
+    from django_taskmq.cluster import feeder, monitor, sentinel, worker
 
     _wrap(wakeup.Waker, "wait", "wake")
     _wrap(orm.OrmBroker, "reserve", "reserve")
-    _wrap(sentinel, "tasks_frame", "dispatch")
+    _wrap(feeder, "tasks_frame", "dispatch")
     _wrap(execution, "execute", "exec", entry=True)
     _wrap(worker, "recorded_frame", "recorded")
     _wrap(worker, "outcome_frame", "outcome")

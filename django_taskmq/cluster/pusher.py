@@ -87,7 +87,13 @@ class Pusher:
             if isinstance(message, Stop):
                 return
             assert isinstance(message, Want)
-            claimed = self.claim_safely(message, not more_likely)
+            if not more_likely and message.room > 0 and not self.burst and waker.hears_every_insert():
+                # The last claim emptied what was ready, and every job committed since wakes the
+                # waker: wait at once. A look first (a statement, and a server back end woken)
+                # would only compete for the CPU with the task just handed out and its recording.
+                claimed = []
+            else:
+                claimed = self.claim_safely(message, not more_likely)
             failed = claimed is None
             tasks = claimed or []
             if failed:

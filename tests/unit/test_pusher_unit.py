@@ -76,11 +76,17 @@ class NoWait:
 
     woken = False
 
-    def __init__(self) -> None:
+    def __init__(self, hears_every_insert: bool = False) -> None:
         self.waits = 0
+        self.hears = hears_every_insert
+        self.news_at_wait: set[int] = set()  # the waits (1, 2, ...) that end woken
 
     def wait(self, timeout, pipe=None) -> None:
         self.waits += 1
+        self.woken = self.waits in self.news_at_wait
+
+    def hears_every_insert(self) -> bool:
+        return self.hears
 
 
 def test_after_a_claim_that_found_less_than_its_room_the_next_looks_before_taking_the_lock(broker):
@@ -113,6 +119,43 @@ def test_after_a_claim_that_found_less_than_its_room_the_next_looks_before_takin
 
     assert calls == ["reserve", "look", "look"]  # the look after the nap too
     assert waker.waits == 1
+
+
+def test_a_pusher_whose_waker_hears_every_insert_waits_without_looking_after_a_claim_that_emptied_the_queues(broker):
+    """On PostgreSQL with LISTEN every insert ends the wait: after a claim that found less than its
+    room the pusher goes straight to the wait, without the read the test above shows (a statement
+    that competed with the task just handed out); woken, it claims without looking first."""
+    import multiprocessing
+    import threading
+
+    from django_taskmq.cluster.messages import Batch, Stop
+
+    calls: list[str] = []
+    reserve, has_ready = broker.reserve, broker.has_ready
+    broker.reserve = lambda *a, **k: calls.append("reserve") or reserve(*a, **k)
+    broker.has_ready = lambda *a, **k: calls.append("look") or has_ready(*a, **k)
+    enqueue(broker, "first")
+    sentinel_end, pusher_end = multiprocessing.Pipe()
+    waker = NoWait(hears_every_insert=True)
+    waker.news_at_wait = {2}
+    serving = threading.Thread(target=Pusher(broker, get_settings(), ["default"], "test-cluster").serve,
+                               args=(pusher_end, waker), daemon=True)
+    serving.start()
+
+    def ask(room: int) -> Batch:
+        sentinel_end.send(Want(room, None))
+        assert sentinel_end.poll(10)
+        return sentinel_end.recv()
+
+    assert [t.reservation.job_id for t in ask(5).tasks] == ["first"]
+    assert ask(4) == Batch((), drained=True)  # waited (no news), then looked: nothing
+    assert calls == ["reserve", "look"] and waker.waits == 1
+    enqueue(broker, "second")  # its commit wakes the next wait
+    assert [t.reservation.job_id for t in ask(4).tasks] == ["second"]
+    sentinel_end.send(Stop())
+    serving.join(10)
+    assert calls == ["reserve", "look", "reserve"]  # woken: claimed without a look
+    assert waker.waits == 2
 
 
 def test_the_pusher_sweeps_expired_leases_after_handing_over_a_batch(broker):

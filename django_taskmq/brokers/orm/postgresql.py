@@ -268,6 +268,11 @@ class ListenWaker(Waker):
                 self.woken = True
         self._notified = False
 
+    def hears_every_insert(self) -> bool:
+        # Once LISTEN is in force, the insert trigger's NOTIFY reaches this connection at every
+        # commit, and a notification that arrives while the pusher runs queries is kept (_notified).
+        return self.listens is True and self._listening
+
     def _on_notify(self, notification) -> None:
         self._notified = True
 

@@ -43,6 +43,12 @@ class Waker:
         else:
             self.failures.succeeded()
 
+    def hears_every_insert(self) -> bool:
+        """True when every job committed from now on will end the next wait at once, however long
+        it is (the engine announces inserts); an idle pusher then need not look for work before it
+        waits. This base sleeps: False."""
+        return False
+
     def _wait(self, timeout: float, pipe: Connection | None) -> None:
         sleep(timeout, pipe)
 
