@@ -625,10 +625,11 @@ class MemoryBroker(Broker):
             return 0
         done = sorted((j for j in self._jobs.values() if j.state == JobState.SUCCEEDED),
                       key=lambda j: _epoch(j.finished_at), reverse=True)
-        for job in done[keep:keep + batch]:
+        surplus = done[keep:][::-1][:batch]  # the oldest first
+        for job in surplus:
             del self._jobs[job.id]
         self.letters = [letter for letter in self.letters if letter.job_id in self._jobs]
-        return len(done[keep:keep + batch])
+        return len(surplus)
 
     def prune_keys(self, batch: int = 1000) -> int:
         now = time.time()

@@ -30,7 +30,7 @@ GATHER = 0.005  # seconds the monitor waits for more outcomes before recording a
 BUSY = 0.05  # outcomes arrived within this many seconds of the last recording: the cluster is busy
 PRUNE_EVERY = 1.0  # seconds between pruning rounds
 PRUNE_BUDGET = 0.1  # seconds a round may spend deleting (short deletes keep SQLite's write lock free)
-RETENTION_BATCH = 500  # jobs deleted per transaction by retention
+RETENTION_BATCH = 500  # jobs deleted per transaction by retention and save_limit
 RETENTION_LOG_EVERY = 60.0  # seconds between two lines about what retention deleted
 
 
@@ -205,7 +205,7 @@ class Monitor:
         deadline = time.monotonic() + PRUNE_BUDGET
         deleted = 0
         while time.monotonic() < deadline and not self.stopping:
-            pruned = self.broker.prune(self.settings.save_limit)
+            pruned = self.broker.prune(self.settings.save_limit, RETENTION_BATCH)
             deleted += pruned
             if not pruned:
                 break

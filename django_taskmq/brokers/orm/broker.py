@@ -1117,10 +1117,20 @@ class OrmBroker(Broker):
         """Delete the oldest SUCCEEDED jobs beyond the newest ``keep``, at most ``batch`` per call."""
         if keep <= 0:
             return 0
-        ids = list(
-            Job.objects.using(self.alias).filter(state=State.SUCCEEDED).order_by("-finished_at")
-            .values_list("pk", flat=True)[keep:keep + batch]
-        )
+        succeeded = Job.objects.using(self.alias).filter(state=State.SUCCEEDED)
+        # The newest success past ``keep`` (the edge), then the oldest ones before it: on a table
+        # with a large surplus (millions of rows, or save_limit lowered) the history goes from its
+        # old end, never leaving a hole behind the newest ``keep``. Both statements walk the partial
+        # index of successes by finish time. Every row deleted finished before the edge, or is the
+        # edge, so the newest ``keep`` stay whatever the ties.
+        edge = list(succeeded.order_by("-finished_at").values_list("finished_at", "pk")[keep:keep + 1])
+        if not edge:
+            return 0
+        (edge_at, edge_id), = edge
+        ids = list(succeeded.filter(finished_at__lt=edge_at).order_by("finished_at")
+                   .values_list("pk", flat=True)[:batch])
+        if len(ids) < batch:
+            ids.append(edge_id)
         return self._delete_jobs(ids, JobState.SUCCEEDED.value)
 
     def paused_queues(self) -> frozenset[str]:
