@@ -56,6 +56,10 @@ class Waker(Protocol):
         """Sleep up to ``timeout`` seconds, less if work may have arrived or ``pipe`` is readable;
         afterwards ``woken`` says whether the broker signalled new work."""
 
+    def hears_every_insert(self) -> bool:
+        """True when every job stored from now on will end the next :meth:`wait` at once (the store
+        announces them); the pusher then waits without looking for work first."""
+
 
 class Broker(abc.ABC):
     """Stores messages and hands them out under leases, in pick order.

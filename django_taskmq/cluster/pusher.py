@@ -46,6 +46,13 @@ def run(pipe: Connection, settings: Settings, queues: list[str], owner: str, bur
     pusher.serve(pipe, waker)
 
 
+def hears_every_insert(waker: Waker) -> bool:
+    """The waker's :meth:`~.brokers.base.Waker.hears_every_insert`; False for a broker's own waker
+    written before that method (it then looks before it waits, as every waker once did)."""
+    hears = getattr(waker, "hears_every_insert", None)
+    return bool(hears()) if hears is not None else False
+
+
 class Pusher:
     """Claims what the sentinel wants from ``broker`` for the cluster ``owner``, as verified tickets."""
 
@@ -87,7 +94,8 @@ class Pusher:
             if isinstance(message, Stop):
                 return
             assert isinstance(message, Want)
-            if not more_likely and message.room > 0 and not self.burst and waker.hears_every_insert():
+            claimed: list[Ticket] | None
+            if not more_likely and message.room > 0 and not self.burst and hears_every_insert(waker):
                 # The last claim emptied what was ready, and every job committed since wakes the
                 # waker: wait at once. A look first (a statement, and a server back end woken)
                 # would only compete for the CPU with the task just handed out and its recording.
