@@ -16,6 +16,7 @@ from django.test.utils import CaptureQueriesContext
 
 from django_taskmq import async_task, recorder
 from django_taskmq import execution as ex
+from django_taskmq.brokers import get_broker
 from django_taskmq.conf import get_settings
 from django_taskmq.models import Job, QueueState, State
 
@@ -141,8 +142,6 @@ def prepared_statements() -> list[str]:
 def test_claims_and_acks_are_prepared_once_per_connection(broker, taskmq_settings, prepared):
     """Each hot statement is prepared once, whatever the queues and the number of rows it takes
     (arrays, not a placeholder per value); ``prepared_statements: False`` prepares nothing."""
-    from django_taskmq.brokers import get_broker
-
     taskmq_settings(queues={"a": {"weight": 1}, "b": {"weight": 1}}, default_queue="a", prepared_statements=prepared)
     broker = get_broker()
     connection.close()  # a connection of its own: nothing prepared by an earlier test
@@ -158,6 +157,146 @@ def test_claims_and_acks_are_prepared_once_per_connection(broker, taskmq_setting
         assert prepared_statements() == []
         return
     kinds = [" ".join(s.split()[:2]) for s in prepared_statements()]
-    # the heads; the claim with its counters; the ack (one text for the lone ack and a batch's executemany)
-    assert len(first) == 3 and sorted(kinds) == ["SELECT q.name,", "UPDATE django_taskmq_job", "WITH locked"]
+    # The one-statement claim ("WITH weighted": the first claim lacks the counters, later ones
+    # find two queues with work); the full claim's heads, and claim with its counters; the ack (one
+    # text for the lone ack and a batch's executemany).
+    assert len(first) == 4
+    assert sorted(kinds) == ["SELECT q.name,", "UPDATE django_taskmq_job", "WITH locked", "WITH weighted"]
     assert prepared_statements() == first  # the same texts for 2 queues and 4 or 6 rows
+
+
+# -- PostgreSQL: the claim of one queue's work in one statement ---------------------------------
+postgresql_only = pytest.mark.skipif(connection.vendor != "postgresql",
+                                     reason="the one-statement claim is PostgreSQL's (UPDATE in a WITH)")
+WEIGHTED = {"a": {"weight": 3}, "b": {"weight": 1}, "c": {"weight": 2}}
+
+
+def claim_statements(context: CaptureQueriesContext) -> list[str]:
+    return [q["sql"] for q in context.captured_queries]
+
+
+@postgresql_only
+def test_one_queue_with_work_is_claimed_in_one_statement_in_pick_order(broker, taskmq_settings):
+    """BEGIN, heads, claim and COMMIT become one autocommit statement: the heads in pick order
+    (priority, then age), the busy queue counted and the idle ones lifted as the full claim does,
+    the commit not waiting for the flush, as every claim's."""
+    from django_taskmq.policy import pick
+
+    taskmq_settings(queues=WEIGHTED, default_queue="a")
+    broker = get_broker()  # with these weights
+    async_task("tests.tasks.noop", q_options={"queue": "a"})
+    broker.reserve(["a", "b", "c"], 10, 30, "owner-a")  # creates the counters
+    QueueState.objects.filter(queue="b").update(served=0)
+    QueueState.objects.filter(queue="c").update(served=5)
+    before = dict(QueueState.objects.values_list("queue", "served"))
+    low = async_task("tests.tasks.noop", q_options={"queue": "a", "priority": -5})
+    ids = [async_task("tests.tasks.noop", i, q_options={"queue": "a"}) for i in range(3)]
+    urgent = async_task("tests.tasks.noop", q_options={"queue": "a", "priority": 9})
+    with CaptureQueriesContext(connection) as context:
+        claimed = broker.reserve(["a", "b", "c"], 4, 30, "owner-a")
+    (sql,) = claim_statements(context)
+    assert sql.startswith("WITH weighted") and "'synchronous_commit', 'off', true" in sql
+    assert [r.job_id for r in claimed] == [urgent, *ids]
+    assert Job.objects.get(pk=low).state == State.QUEUED
+    assert {j.state for j in Job.objects.filter(pk__in=[urgent, *ids])} == {State.RUNNING}
+    assert not connection.in_atomic_block
+    after = dict(QueueState.objects.values_list("queue", "served"))
+    weights = {q: v["weight"] for q, v in WEIGHTED.items()}
+    busy_after = {**before, "a": before["a"] + 4}
+    expected = {**busy_after, **pick.lift_idle(busy_after, weights, ["a"], ["b", "c"])}
+    assert after == expected and after["b"] > before["b"] and after["c"] == before["c"]
+
+
+@postgresql_only
+@pytest.mark.parametrize("seed", range(6))
+def test_the_one_statement_claim_takes_and_counts_what_the_full_claim_does(broker, taskmq_settings, seed):
+    """The same start, claimed once by each path: the same jobs in the same order, the same counters."""
+    import random
+
+    rng = random.Random(seed)
+    queues = {q: {"weight": rng.randint(1, 5)} for q in "abcd"}
+    taskmq_settings(queues=queues, default_queue="a")
+    broker = get_broker()  # with these weights
+    busy = rng.choice("abcd")
+    async_task("tests.tasks.noop", q_options={"queue": busy})
+    broker.reserve(list(queues), 10, 30, "owner-a")  # creates the counters
+    for q in queues:
+        QueueState.objects.filter(queue=q).update(served=rng.randint(0, 40))
+    for i in range(rng.randint(1, 12)):
+        async_task("tests.tasks.noop", i, q_options={"queue": busy, "priority": rng.choice([-5, 0, 0, 5])})
+    limit = rng.randint(1, 8)
+    start = (dict(QueueState.objects.values_list("queue", "served")),
+             dict(Job.objects.values_list("pk", "state")))
+    results = []
+    for plain in (True, False):
+        QueueState.objects.all().delete()
+        QueueState.objects.bulk_create([QueueState(queue=q, served=n) for q, n in start[0].items()])
+        for pk, state in start[1].items():
+            Job.objects.filter(pk=pk).update(state=state, deliveries=0)
+        broker._plain_next = plain
+        with CaptureQueriesContext(connection) as context:
+            claimed = broker.reserve(list(queues), limit, 30, "owner-a")
+        assert (len(context.captured_queries) == 1) is plain
+        results.append(([r.job_id for r in claimed], dict(QueueState.objects.values_list("queue", "served"))))
+    assert results[0] == results[1]
+    assert len(results[0][0]) == min(limit, sum(1 for s in start[1].values() if s == State.QUEUED))
+
+
+@postgresql_only
+def test_expired_and_poisoned_heads_take_the_full_claim(broker):
+    expired = async_task("tests.tasks.noop", q_options={"expires_at": time.time() + 0.05})
+    poisoned = async_task("tests.tasks.noop", q_options={"max_deliveries": 1})
+    fine = async_task("tests.tasks.noop")
+    Job.objects.filter(pk=poisoned).update(deliveries=1)
+    broker.reserve(["default"], 1, 30, "owner-a", above=9)  # creates the counter, claims nothing
+    time.sleep(0.1)
+    with CaptureQueriesContext(connection) as context:
+        claimed = broker.reserve(["default"], 10, 30, "owner-a")
+    assert claim_statements(context)[0].startswith("WITH weighted") and len(context.captured_queries) > 1
+    assert [r.job_id for r in claimed] == [fine]
+    states = dict(Job.objects.values_list("pk", "state"))
+    assert (states[expired], states[poisoned]) == (State.EXPIRED, State.DEAD)
+    async_task("tests.tasks.noop")
+    with CaptureQueriesContext(connection) as context:
+        assert len(broker.reserve(["default"], 10, 30, "owner-a")) == 1
+    assert len(context.captured_queries) == 1  # the full claim dealt with them: one statement again
+
+
+@postgresql_only
+def test_flow_control_takes_the_full_claim_from_its_first_keyed_job_on(broker):
+    keyed = async_task("tests.tasks.noop", q_options={"concurrency_key": "k"})
+    broker.reserve(["default"], 1, 30, "owner-a", above=9)  # creates the counter
+    with CaptureQueriesContext(connection) as context:
+        assert [r.job_id for r in broker.reserve(["default"], 10, 30, "owner-a")] == [keyed]
+    assert len(context.captured_queries) > 1
+    async_task("tests.tasks.noop")
+    with CaptureQueriesContext(connection) as context:
+        assert len(broker.reserve(["default"], 10, 30, "owner-a")) == 1
+    # Once a claim met flow control, every claim takes its locks and counts (FlowGate.seen).
+    assert not claim_statements(context)[0].startswith("WITH weighted")
+
+
+@postgresql_only
+def test_several_queues_with_work_take_the_weighted_pick_until_one_has_work_again(broker, taskmq_settings):
+    taskmq_settings(queues=WEIGHTED, default_queue="a")
+    broker = get_broker()  # with these weights
+    async_task("tests.tasks.noop", q_options={"queue": "a"})
+    broker.reserve(["a", "b", "c"], 10, 30, "owner-a")  # creates the counters
+    for _ in range(3):
+        for q in "ab":
+            async_task("tests.tasks.noop", q_options={"queue": q})
+    sequences = []
+    for limit in (2, 2, 2):
+        with CaptureQueriesContext(connection) as context:
+            claimed = broker.reserve(["a", "b", "c"], limit, 30, "owner-a")
+        sequences.append(([r.queue for r in claimed], [q["sql"].split()[0] for q in context.captured_queries]))
+    # The first finds two queues with work and falls back; the second knows and does not try.
+    assert sequences[0][1][0] == "WITH" and sequences[1][1][0] != "WITH"
+    assert sorted(q for queues, _ in sequences for q in queues) == ["a"] * 3 + ["b"] * 3
+    assert sequences[0][0] == ["a", "a"]  # the weighted pick: a (weight 3) is the furthest behind
+    # A full claim that finds one queue with work ends the hint: the next is one statement again.
+    for _ in range(2):
+        async_task("tests.tasks.noop", q_options={"queue": "c"})
+        with CaptureQueriesContext(connection) as context:
+            assert [r.queue for r in broker.reserve(["a", "b", "c"], 2, 30, "owner-a")] == ["c"]
+    assert len(context.captured_queries) == 1

@@ -83,6 +83,8 @@ class OrmBroker(Broker):
         # (connection, names, converters, fields, quoted columns) for inserts
         self._plan: tuple[Any, list[str], list, list, str, dict[str, Any]] | None = None
         self._flow: FlowGate | None = None
+        # Try the dialect's one-statement claim next (see _reserve): not while several queues have work.
+        self._plain_next = True
         # What the dialect keeps per broker (SQLite: the connection's synchronous level).
         self._engine_state: dict[str, Any] = {}
         # Per thread (a worker's threads share this broker): whether a bookkeeping() block whose
@@ -444,6 +446,14 @@ class OrmBroker(Broker):
         # and this claim must see them. A database clock is read by the heads' statement instead.
         clock = self.clock
         token = uuid.uuid4().hex
+        if (above is None and self._plain_next and not self.flow.seen and self.dialect.claims_plain
+                and not self.connection.in_atomic_block):
+            with self.hot_cursor() as hot:
+                rows = self.dialect.claim_plain(hot, queues, self.settings.weights(), limit, clock,
+                                                *self._claim_sets(token, owner, lease))
+            if rows is not None:
+                rows.sort(key=lambda r: (-r[2], r[0]))  # pick order: priority first, then the oldest id
+                return [Reservation(r[0], r[1], r[2], r[3], r[4], token, owner, r[5], r[6]) for r in rows]
         with self.write_transaction(durable=False) as cursor, self.hot_cursor() as hot:
             serve, closed_funcs = self.flow.closed(cursor, queues, clock)
             candidates, served, now = self._heads(hot, queues, serve, limit, clock, above, closed_funcs)
@@ -464,6 +474,10 @@ class OrmBroker(Broker):
             # The locked (PostgreSQL) or write-locked (SQLite) runnable rows are all claimed.
             counters = self._counters(runnable, candidates, served, lift=above is None)
             reservations = self._claim(hot, runnable, token, owner, lease, counters)
+        if above is None:
+            # Several queues with work need the weighted pick: the one-statement claim would only
+            # find that out and fall back, a round trip lost per claim while they all have work.
+            self._plain_next = sum(1 for items in candidates.values() if items) <= 1
         return reservations
 
     def reserve_job(self, job_id: str, lease: float, owner: str) -> Reservation | None:
@@ -544,10 +558,7 @@ class OrmBroker(Broker):
                 prefix, prefix_params = f"WITH {counters[0]}, counted AS ({counters[1]}) ", counters[2]
             else:
                 cursor.execute(*self._counters_statement(counters))
-        until, until_args = self.clock.at(lease)
-        sets = (f"UPDATE {JOB} SET state = {RESERVE.to}, deliveries = deliveries + 1, lease_owner = %s, "
-                f"lease_token = %s, lease_until = {until}, cluster = %s")
-        values = [owner, token, *until_args, owner.split(":", 1)[0]]
+        sets, values = self._claim_sets(token, owner, lease)
         ids = [c.id for c in chosen]
         rows = self.dialect.claim(cursor, sets, values, ids, prefix, prefix_params)
         return [
@@ -555,6 +566,13 @@ class OrmBroker(Broker):
                         c.max_deliveries, rows[c.id][3])
             for c in chosen if c.id in rows
         ]
+
+    def _claim_sets(self, token: str, owner: str, lease: float) -> tuple[str, list]:
+        """The claim's UPDATE without its WHERE, and its parameters: reserved for ``lease`` seconds
+        from the statement's time."""
+        until, until_args = self.clock.at(lease)
+        return (f"UPDATE {JOB} SET state = {RESERVE.to}, deliveries = deliveries + 1, lease_owner = %s, "
+                f"lease_token = %s, lease_until = {until}, cluster = %s"), [owner, token, *until_args, owner.split(":", 1)[0]]
 
     def _counters(self, taking: list, candidates: dict, served: dict, lift: bool = True) -> tuple[str, str, list] | None:
         """Return how a claim of ``taking`` moves the served counters, or None when it moves none.

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import importlib
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from ...exceptions import ConfigError
@@ -49,6 +49,8 @@ class Dialect:
     greatest: str
     #: True: the served counters' update rides in the claim's own statement (a ``WITH`` prefix).
     counters_in_claim: bool = False
+    #: True: :meth:`claim_plain` claims in one statement when only one queue has work.
+    claims_plain: bool = False
     #: True: an UPDATE with a range condition locks every index entry it scans, not only the rows
     #: it changes (InnoDB): sweeps first find their rows with a plain read, then update by key.
     locks_scanned_rows: bool = False
@@ -138,6 +140,16 @@ class Dialect:
             heads[queue] = [Head(*row) for row in cursor.fetchall()]
         cursor.execute(f"SELECT queue, served FROM {QSTATE} WHERE queue IN ({marks(len(queues))})", list(queues))
         return heads, dict(cursor.fetchall()), now
+
+    def claim_plain(self, cursor: Any, queues: Sequence[str], weights: Mapping[str, int], limit: int,
+                    clock: Clock, sets: str, values: list) -> list[tuple] | None:
+        """Claim in one statement that commits by itself, where :attr:`claims_plain`: the first
+        ``limit`` ready rows of the one queue of ``queues`` that has work, counted in the served
+        counters as :meth:`OrmBroker._reserve` counts them. Return the claimed rows (id, queue,
+        priority, deliveries, yields, max_deliveries, payload), [] when no queue has work, or None
+        when the claim needs the full transaction: several queues with work (the weighted pick), a
+        head with flow control, expired or out of deliveries, or a counter row missing."""
+        return None
 
     def claim(self, cursor: Any, sets: str, values: list, ids: Sequence[str], prefix: str = "",
               prefix_params: Sequence[Any] = ()) -> dict[str, tuple]:
