@@ -153,9 +153,15 @@ def test_claims_and_acks_are_prepared_once_per_connection(broker, taskmq_setting
         if round_ == 0:
             first = prepared_statements()
     assert Job.objects.filter(state=State.SUCCEEDED).count() == 1 + 4 + 6
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT current_setting('plan_cache_mode'), "
+                       "(SELECT COALESCE(sum(custom_plans), 0) FROM pg_prepared_statements)")
+        plan_cache_mode, custom_plans = cursor.fetchone()
     if not prepared:
-        assert prepared_statements() == []
+        assert prepared_statements() == [] and plan_cache_mode == "auto"
         return
+    # Each planned once with its parameters unknown, not again at every run (see brokers/pooling.py).
+    assert plan_cache_mode == "force_generic_plan" and custom_plans == 0
     kinds = [" ".join(s.split()[:2]) for s in prepared_statements()]
     # The one-statement claim ("WITH weighted": the first claim lacks the counters, later ones
     # find two queues with work); the full claim's heads, and claim with its counters; the ack (one
@@ -300,3 +306,22 @@ def test_several_queues_with_work_take_the_weighted_pick_until_one_has_work_agai
         with CaptureQueriesContext(connection) as context:
             assert [r.queue for r in broker.reserve(["a", "b", "c"], 2, 30, "owner-a")] == ["c"]
     assert len(context.captured_queries) == 1
+
+
+@postgresql_only
+def test_a_claim_that_took_all_it_could_is_followed_by_the_full_claim(broker):
+    """On a backlog the claims are transactions (concurrent one-statement claims wait longer for
+    the counters' lock); once a claim takes less than it could, the next is one statement again."""
+    for _ in range(3):
+        async_task("tests.tasks.noop")
+    broker.reserve(["default"], 1, 30, "owner-a", above=9)  # creates the counter
+
+    def claim() -> tuple[int, int]:
+        with CaptureQueriesContext(connection) as context:
+            taken = len(broker.reserve(["default"], 2, 30, "owner-a"))
+        return taken, len(context.captured_queries)
+
+    # 2 of 3 in one statement, then the last one by the transaction (BEGIN, heads, claim, COMMIT).
+    assert [claim(), claim()] == [(2, 1), (1, 4)]
+    async_task("tests.tasks.noop")
+    assert claim() == (1, 1)
