@@ -3,11 +3,14 @@ autocommit claim and a pipelined transaction (issue 30), on PostgreSQL, in one r
 
     .venv/bin/python benchmarks/claim_shapes.py --engine postgresql [--rounds 3] [-n 200] [--backlog 3000]
     .venv/bin/python benchmarks/claim_shapes.py --engine sqlite      # the current claim only
+    .venv/bin/python benchmarks/claim_shapes.py --shapes current,full --one-queue  # one statement or four
 
-* ``current``: what ``OrmBroker.reserve`` does (``brokers/orm/postgresql.py``): in one transaction,
-  the heads of every queue ``FOR UPDATE SKIP LOCKED`` (one statement, which also says
-  ``synchronous_commit off``), the pick in Python, one ``UPDATE ... RETURNING`` carrying the served
-  counters' update, ``COMMIT``: three round trips.
+* ``current``: what ``OrmBroker.reserve`` does (``brokers/orm/postgresql.py``). While only one queue
+  has work, one autocommit statement (``claim_plain``: heads locked, counters moved, rows claimed).
+  Otherwise, in one transaction, the heads of every queue ``FOR UPDATE SKIP LOCKED`` (one
+  statement, which also says ``synchronous_commit off``), the pick in Python, one ``UPDATE ...
+  RETURNING`` carrying the served counters' update, ``COMMIT``: three round trips. (Raw files
+  written before the one-statement claim existed, 2026-12-02 and earlier, have only the latter.)
 * ``optimistic``: a prototype, here and not in the product: the same heads read in autocommit
   without locks, the same pick, then one autocommit ``UPDATE ... SET state = RUNNING ... FROM
   set_config('synchronous_commit', 'off', true) WHERE id = ANY(candidates) AND state IN (ready)
@@ -15,6 +18,8 @@ autocommit claim and a pipelined transaction (issue 30), on PostgreSQL, in one r
   trips. A candidate another claimer took in between fails the ``state`` condition and is not
   returned (a lost race: counted here); the counters count it all the same (the prototype's
   approximation).
+* ``full``: the current claim's full transaction every time, never the one-statement claim that
+  ``current`` makes when only one queue has work (PostgreSQL, ``claim_plain``).
 * ``pipelined``: another prototype: the current transaction, locks and all, in psycopg's pipeline
   mode, its ``COMMIT`` sent together with the ``UPDATE`` (``BEGIN`` already goes with the heads):
   two round trips, and the row locks keep concurrent claims disjoint.
@@ -53,7 +58,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 PROJECT = HERE / "projects" / "taskmq_project"
 QUEUES = ["a", "b", "default"]
-SHAPES = ("current", "optimistic", "pipelined")
+SHAPES = ("current", "full", "optimistic", "pipelined")
 
 
 def _setup(engine: str) -> None:
@@ -72,6 +77,8 @@ TIMES: list[tuple[str, float]] = []  # (statement label, seconds) of the claim b
 
 def _label(sql: str) -> str:
     words = " ".join(sql.split())
+    if words.startswith("WITH weighted"):
+        return "one-statement claim"
     if words.startswith("SELECT q.name"):
         return "heads SELECT"
     if "UPDATE django_taskmq_job" in words:
@@ -213,22 +220,40 @@ def pipelined_broker():
     return Pipelined(plain.settings, plain.alias)
 
 
+def full_broker():
+    """An OrmBroker that never tries the one-statement claim: the full transaction every time."""
+    from django_taskmq.brokers import get_broker
+    from django_taskmq.brokers.orm.broker import OrmBroker
+
+    class Full(OrmBroker):
+        def _reserve(self, *args, **kwargs):
+            self._plain_next = False
+            return super()._reserve(*args, **kwargs)
+
+    plain = get_broker()
+    return Full(plain.settings, plain.alias)
+
+
 def broker_for(shape: str):
     from django_taskmq.brokers import get_broker
 
-    broker = {"optimistic": optimistic_broker, "pipelined": pipelined_broker}.get(shape, get_broker)()
+    broker = {"optimistic": optimistic_broker, "pipelined": pipelined_broker,
+              "full": full_broker}.get(shape, get_broker)()
     broker.reclaim_every = float("inf")  # as the pusher's: sweeps run beside the claims, not inside
     return broker
 
 
 def _empty() -> None:
     from django.db import connection
-    from django_taskmq.models import Job
+    from django_taskmq.models import Job, QueueState
 
     Job.objects.all().delete()
     with connection.cursor() as cursor:
         if connection.vendor == "postgresql":
+            # Both tables: autovacuum may be off (it is on this project's machines), and every claim
+            # updates the served counters.
             cursor.execute(f"VACUUM ANALYZE {Job._meta.db_table}")
+            cursor.execute(f"VACUUM ANALYZE {QueueState._meta.db_table}")
 
 
 # -- idle ------------------------------------------------------------------------------------------
@@ -290,15 +315,15 @@ def _claimer(engine: str, shape: str, start_at: float, out) -> None:
     out.put({"claims": claims, "lost": getattr(broker, "lost", 0)})
 
 
-def shared(engine: str, shape: str, processes: int, backlog: int) -> dict:
+def shared(engine: str, shape: str, processes: int, backlog: int, queues: list[str]) -> dict:
     from django.db import connection
     from django_taskmq.api import enqueue_many
     from django_taskmq.models import Job, QueueState
 
     _empty()
     QueueState.objects.all().update(served=0)
-    for queue in QUEUES:
-        enqueue_many("benchtasks.noop", [()] * (backlog // len(QUEUES)), queue=queue)
+    for queue in queues:
+        enqueue_many("benchtasks.noop", [()] * (backlog // len(queues)), queue=queue)
     with connection.cursor() as cursor:
         if connection.vendor == "postgresql":
             cursor.execute(f"ANALYZE {Job._meta.db_table}")
@@ -316,7 +341,7 @@ def shared(engine: str, shape: str, processes: int, backlog: int) -> dict:
     ids = [job for _, jobs in claims for job, _ in jobs]
     first_claim, last_claim = claims[0][0], claims[-1][0]
     third = [queue for _, jobs in claims for _, queue in jobs][: len(ids) // 3]
-    return {"shape": shape, "processes": processes, "backlog": backlog, "claimed": len(ids),
+    return {"shape": shape, "processes": processes, "backlog": backlog, "backlog_queues": queues, "claimed": len(ids),
             "duplicates": len(ids) - len(set(ids)), "lost_races": sum(r["lost"] for r in results),
             "claims": len(claims), "seconds": round(last_claim - first_claim, 4),
             "jobs_per_s": round(len(ids) / max(last_claim - first_claim, 1e-9), 1),
@@ -377,10 +402,12 @@ def report(raw: dict) -> None:
     print("| Python (the rest) | " + " | ".join(cell([r[s]["python_ms"]["p50"] for r in raw["idle"]])
                                               for s in shapes) + " |")
     print()
-    print(f"Shared backlog: {raw['options']['backlog']} jobs on three queues (weights a 3, b 1, default 1), claimed "
+    where = ("one queue" if raw["options"].get("one_queue") else
+             "three queues (weights a 3, b 1, default 1)")
+    print(f"Shared backlog: {raw['options']['backlog']} jobs on {where}, claimed "
           "10 at a time by 1, 2 and 4 processes until none is left; jobs/s, median (min–max) over the rounds; "
           "lost races and duplicate claims summed over the rounds; the share of queue a in the first third of "
-          "the claims (its weight says 0.6):")
+          "the claims (its weight says 0.6 with three queues):")
     print()
     print("| processes | shape | jobs/s | lost races | duplicate claims | share of a |")
     print("|---|---|---|---|---|---|")
@@ -399,6 +426,9 @@ def main() -> int:
     parser.add_argument("-n", type=int, default=200, help="idle claims per shape and round")
     parser.add_argument("--backlog", type=int, default=3000)
     parser.add_argument("--processes", default="1,2,4")
+    parser.add_argument("--shapes", default=",".join(SHAPES), help="PostgreSQL: the shapes compared")
+    parser.add_argument("--one-queue", action="store_true",
+                        help="the shared backlog in one queue (the one-statement claim's case) instead of three")
     parser.add_argument("--out", type=Path)
     parser.add_argument("--report", type=Path, help="print the summary of a raw file")
     args = parser.parse_args()
@@ -412,7 +442,9 @@ def main() -> int:
     _setup(args.engine)
     _fresh(args.engine)
     _install_timer()
-    shapes = list(SHAPES) if args.engine == "postgresql" else ["current"]
+    shapes = args.shapes.split(",") if args.engine == "postgresql" else ["current"]
+    assert set(shapes) <= set(SHAPES), shapes
+    backlog_queues = ["default"] if args.one_queue else QUEUES
     raw: dict = {"engine": args.engine, "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
                  "commit": subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=HERE, capture_output=True,
                                           text=True).stdout.strip(),
@@ -431,7 +463,7 @@ def main() -> int:
         for processes in [int(p) for p in args.processes.split(",")]:
             for shape in shapes[round_ % len(shapes):] + shapes[:round_ % len(shapes)]:
                 before = _load()
-                row = shared(args.engine, shape, processes, args.backlog)
+                row = shared(args.engine, shape, processes, args.backlog, backlog_queues)
                 raw["shared"].append({"round": round_, "loadavg_before": before, "loadavg_after": _load(), **row})
                 print(f"round {round_} shared {processes} x {shape}: {row['jobs_per_s']} jobs/s, "
                       f"duplicates {row['duplicates']}, lost {row['lost_races']}, shares {row['first_third_shares']}",

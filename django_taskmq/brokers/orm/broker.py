@@ -83,7 +83,12 @@ class OrmBroker(Broker):
         # (connection, names, converters, fields, quoted columns) for inserts
         self._plan: tuple[Any, list[str], list, list, str, dict[str, Any]] | None = None
         self._flow: FlowGate | None = None
-        # Try the dialect's one-statement claim next (see _reserve): not while several queues have work.
+        # Whether the next claim tries the dialect's one-statement claim (PostgreSQL): while the
+        # last one found work in one queue at most, and less than it could take. Several queues
+        # with work need the weighted pick (the statement would find that out and fall back, a
+        # round trip lost at each claim); and on a backlog, concurrent one-statement claims queue
+        # for the served counters' row lock for longer than transactions do (two claimers drained
+        # half as fast, docs/performance.rst), while an idle job's claim is the one it speeds up.
         self._plain_next = True
         # What the dialect keeps per broker (SQLite: the connection's synchronous level).
         self._engine_state: dict[str, Any] = {}
@@ -452,6 +457,7 @@ class OrmBroker(Broker):
                 rows = self.dialect.claim_plain(hot, queues, self.settings.weights(), limit, clock,
                                                 *self._claim_sets(token, owner, lease))
             if rows is not None:
+                self._plain_next = len(rows) < limit
                 rows.sort(key=lambda r: (-r[2], r[0]))  # pick order: priority first, then the oldest id
                 return [Reservation(r[0], r[1], r[2], r[3], r[4], token, owner, r[5], r[6]) for r in rows]
         with self.write_transaction(durable=False) as cursor, self.hot_cursor() as hot:
@@ -475,9 +481,8 @@ class OrmBroker(Broker):
             counters = self._counters(runnable, candidates, served, lift=above is None)
             reservations = self._claim(hot, runnable, token, owner, lease, counters)
         if above is None:
-            # Several queues with work need the weighted pick: the one-statement claim would only
-            # find that out and fall back, a round trip lost per claim while they all have work.
-            self._plain_next = sum(1 for items in candidates.values() if items) <= 1
+            self._plain_next = (len(reservations) < limit
+                                and sum(1 for items in candidates.values() if items) <= 1)
         return reservations
 
     def reserve_job(self, job_id: str, lease: float, owner: str) -> Reservation | None:
