@@ -3,7 +3,7 @@ autocommit claim and a pipelined transaction (issue 30), on PostgreSQL, in one r
 
     .venv/bin/python benchmarks/claim_shapes.py --engine postgresql [--rounds 3] [-n 200] [--backlog 3000]
     .venv/bin/python benchmarks/claim_shapes.py --engine sqlite      # the current claim only
-    .venv/bin/python benchmarks/claim_shapes.py --shapes current,full --one-queue  # one statement or four
+    .venv/bin/python benchmarks/claim_shapes.py --shapes current,full,eager --one-queue  # one statement or four
 
 * ``current``: what ``OrmBroker.reserve`` does (``brokers/orm/postgresql.py``). While only one queue
   has work, one autocommit statement (``claim_plain``: heads locked, counters moved, rows claimed).
@@ -20,6 +20,7 @@ autocommit claim and a pipelined transaction (issue 30), on PostgreSQL, in one r
   approximation).
 * ``full``: the current claim's full transaction every time, never the one-statement claim that
   ``current`` makes when only one queue has work (PostgreSQL, ``claim_plain``).
+* ``eager``: the one-statement claim tried at every claim, a backlog's included.
 * ``pipelined``: another prototype: the current transaction, locks and all, in psycopg's pipeline
   mode, its ``COMMIT`` sent together with the ``UPDATE`` (``BEGIN`` already goes with the heads):
   two round trips, and the row locks keep concurrent claims disjoint.
@@ -58,7 +59,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 PROJECT = HERE / "projects" / "taskmq_project"
 QUEUES = ["a", "b", "default"]
-SHAPES = ("current", "full", "optimistic", "pipelined")
+SHAPES = ("current", "full", "eager", "optimistic", "pipelined")
 
 
 def _setup(engine: str) -> None:
@@ -234,11 +235,26 @@ def full_broker():
     return Full(plain.settings, plain.alias)
 
 
+def eager_broker():
+    """An OrmBroker that tries the one-statement claim at every claim, a backlog's included (what the
+    broker did before it kept it for claims after one that took less than it asked for)."""
+    from django_taskmq.brokers import get_broker
+    from django_taskmq.brokers.orm.broker import OrmBroker
+
+    class Eager(OrmBroker):
+        def _reserve(self, *args, **kwargs):
+            self._plain_next = True
+            return super()._reserve(*args, **kwargs)
+
+    plain = get_broker()
+    return Eager(plain.settings, plain.alias)
+
+
 def broker_for(shape: str):
     from django_taskmq.brokers import get_broker
 
     broker = {"optimistic": optimistic_broker, "pipelined": pipelined_broker,
-              "full": full_broker}.get(shape, get_broker)()
+              "full": full_broker, "eager": eager_broker}.get(shape, get_broker)()
     broker.reclaim_every = float("inf")  # as the pusher's: sweeps run beside the claims, not inside
     return broker
 

@@ -87,8 +87,8 @@ class OrmBroker(Broker):
         # last one found work in one queue at most, and less than it could take. Several queues
         # with work need the weighted pick (the statement would find that out and fall back, a
         # round trip lost at each claim); and on a backlog, concurrent one-statement claims queue
-        # for the served counters' row lock for longer than transactions do (two claimers drained
-        # half as fast, docs/performance.rst), while an idle job's claim is the one it speeds up.
+        # for the served counters' row lock for longer than transactions do (a shared backlog
+        # drained a third to a half slower, docs/performance.rst): an idle job's claim gains.
         self._plain_next = True
         # What the dialect keeps per broker (SQLite: the connection's synchronous level).
         self._engine_state: dict[str, Any] = {}
