@@ -221,40 +221,27 @@ def pipelined_broker():
     return Pipelined(plain.settings, plain.alias)
 
 
-def full_broker():
-    """An OrmBroker that never tries the one-statement claim: the full transaction every time."""
+def hinted_broker(plain_next: bool):
+    """An OrmBroker whose every claim tries the one-statement claim (``eager``, what the broker did
+    before it kept it for claims after one that took less than it asked for) or never does
+    (``full``: the transaction every time)."""
     from django_taskmq.brokers import get_broker
     from django_taskmq.brokers.orm.broker import OrmBroker
 
-    class Full(OrmBroker):
+    class Hinted(OrmBroker):
         def _reserve(self, *args, **kwargs):
-            self._plain_next = False
+            self._plain_next = plain_next
             return super()._reserve(*args, **kwargs)
 
     plain = get_broker()
-    return Full(plain.settings, plain.alias)
-
-
-def eager_broker():
-    """An OrmBroker that tries the one-statement claim at every claim, a backlog's included (what the
-    broker did before it kept it for claims after one that took less than it asked for)."""
-    from django_taskmq.brokers import get_broker
-    from django_taskmq.brokers.orm.broker import OrmBroker
-
-    class Eager(OrmBroker):
-        def _reserve(self, *args, **kwargs):
-            self._plain_next = True
-            return super()._reserve(*args, **kwargs)
-
-    plain = get_broker()
-    return Eager(plain.settings, plain.alias)
+    return Hinted(plain.settings, plain.alias)
 
 
 def broker_for(shape: str):
     from django_taskmq.brokers import get_broker
 
     broker = {"optimistic": optimistic_broker, "pipelined": pipelined_broker,
-              "full": full_broker, "eager": eager_broker}.get(shape, get_broker)()
+              "full": lambda: hinted_broker(False), "eager": lambda: hinted_broker(True)}.get(shape, get_broker)()
     broker.reclaim_every = float("inf")  # as the pusher's: sweeps run beside the claims, not inside
     return broker
 
