@@ -867,7 +867,9 @@ def _older_sections() -> list[str]:
              "tasks queued behind a long one", ".venv/bin/python benchmarks/prefetch.py --runs 3"),
             ("pgbouncer_wakeup.json", "pgbouncer_wakeup", "Wake-up of an idle cluster on PostgreSQL: direct, and "
              "through PgBouncer (transaction mode) without and with listen_database",
-             ".venv/bin/python benchmarks/pgbouncer_wakeup.py --runs 3 --samples 40")):
+             ".venv/bin/python benchmarks/pgbouncer_wakeup.py --runs 3 --samples 40"),
+            ("wakeups.json", "wakeups", "One round trip back to back and after an idle gap: the steps an idle job's "
+             "way is made of", ".venv/bin/python benchmarks/wakeups.py --runs 3 --samples 100")):
         raw_path = RESULTS_DIR / name
         if raw_path.exists():
             script = importlib.import_module(module)
@@ -950,7 +952,7 @@ def _older_sections() -> list[str]:
         lines += memory_script.markdown(json.loads(where.read_text()))
     shown = {"architecture-before-after.json", "memory-latest.json", "architecture-latency-rerun.json", "flow.json", "threads.json",
              "fan_in.json", "fan_in-profile.txt",
-             "prefetch.json", "prefetch-long.json", "pgbouncer_wakeup.json",
+             "prefetch.json", "prefetch-long.json", "pgbouncer_wakeup.json", "wakeups.json",
              *(p.name for p in RESULTS_DIR.glob("retention-claims-*.json")),
              *(p.name for p in RESULTS_DIR.glob("scale-retention-*.json")),
              "result_memory.json", Path(ROUND_ONE).name, Path(COMMENTARY).name, "drain-sqlite.png",
