@@ -104,6 +104,11 @@ class Broker(abc.ABC):
         raises (the store is away); later calls try again.
         """
 
+    def dedicate(self) -> None:
+        """Say that this process uses its connection for this broker's statements only (the
+        pusher's, which runs no task code): the broker may tune the store's session for them.
+        Optional: this default does nothing."""
+
     @abc.abstractmethod
     def describe(self) -> str:
         """Return a short name of the store for messages ("postgresql 'jobs' at db:5432")."""

@@ -36,6 +36,13 @@ logger = logging.getLogger(__name__)
 # CPU a claim for an execution of 0.6 (docs/performance.rst). Only prepared statements are planned
 # under this setting, and only the broker's hot statements are prepared on its connections.
 GENERIC_PLANS = "SET plan_cache_mode = force_generic_plan"
+# Said besides it on the pusher's connections, which run nothing but the broker's statements
+# (Preparing.dedicated). A claim's generic plan estimates its LIMIT (unknown) at a tenth of the
+# ready rows the statistics count, for each queue: with the statistics of a backlog of some
+# thousands of jobs its cost passes jit_above_cost, and PostgreSQL compiled the claim at every
+# execution, 30 to 60 ms of JIT for a statement that runs in 2 (docs/decisions.rst). A worker's
+# or the monitor's connection is also the tasks' and the hooks', whose queries keep the server's JIT.
+NO_JIT = "SET jit = off"
 # SQLSTATEs of a prepared statement that a pooler lost or mixed up: duplicate_prepared_statement,
 # invalid_sql_statement_name.
 PREPARE_ERRORS = frozenset({"42P05", "26000"})
@@ -75,6 +82,13 @@ class Preparing:
         self.broken = False  # a prepared statement failed: none again in this process
         self._verdicts: weakref.WeakKeyDictionary[Any, bool] = weakref.WeakKeyDictionary()
         self._told = False
+        #: What a direct connection that prepares is told once (see :meth:`dedicate`).
+        self.session: tuple[str, ...] = (GENERIC_PLANS,)
+
+    def dedicate(self) -> None:
+        """This process's connections run the broker's statements only (the pusher's): they are
+        also told :data:`NO_JIT`, from their next connection on."""
+        self.session = (GENERIC_PLANS, NO_JIT)
 
     def allowed(self, raw: Any) -> bool:
         """Return True when statements may be prepared on the psycopg 3 connection ``raw``."""
@@ -96,7 +110,8 @@ class Preparing:
             verdict = bool(self.enabled)
             if verdict:  # a session of its own (not "always": a pooler's session is others' too)
                 with raw.cursor() as cursor:
-                    cursor.execute(GENERIC_PLANS)
+                    for statement in self.session:
+                        cursor.execute(statement)
         self._verdicts[raw] = verdict
         return verdict and not self.broken
 

@@ -36,6 +36,7 @@ def run(pipe: Connection, settings: Settings, queues: list[str], owner: str, bur
     from ..signals import post_spawn
 
     broker = get_broker()  # this process's own (a forked child must not share the sentinel's connection)
+    broker.dedicate()  # it runs no task code: its session can be the claims' own
     # Lease sweeps run after a batch is handed over (Pusher.serve), not inside the claims: a claim
     # woken by new work should not do the upkeep first.
     broker.reclaim_every = float("inf")

@@ -325,3 +325,41 @@ def test_a_claim_that_took_all_it_could_is_followed_by_the_full_claim(broker):
     assert [claim(), claim()] == [(2, 1), (1, 4)]
     async_task("tests.tasks.noop")
     assert claim() == (1, 1)
+
+
+@pytest.mark.skipif(connection.vendor != "postgresql", reason="JIT compilation is PostgreSQL's")
+@pytest.mark.parametrize("dedicated", [True, False])
+def test_the_pushers_claims_are_never_jit_compiled(broker, monkeypatch, dedicated):
+    """A claim's generic plan guesses its LIMIT at a tenth of the ready rows the statistics count:
+    with the statistics of a backlog of a few thousand jobs its cost passed ``jit_above_cost``, and
+    PostgreSQL compiled both claims at every execution (30 to 60 ms each, for statements of 2 ms).
+    Here ``jit_above_cost`` is 0 instead, so that any compilation shows in the plans that
+    auto_explain sends back: none on a connection dedicated to the broker (the pusher's), the
+    compiled claims otherwise (the server's JIT, as a worker's connection keeps it for its tasks)."""
+    from django_taskmq.brokers import pooling
+
+    monkeypatch.setattr(pooling, "_by_alias", {})  # this process's preparing state, as a new process's
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_jit_available()")
+        if not cursor.fetchone()[0]:
+            pytest.skip("this PostgreSQL server has no JIT compiler")
+    connection.close()  # a new session: nothing said on it yet
+    if dedicated:
+        broker.dedicate()
+    with connection.cursor() as cursor:
+        for statement in ("LOAD 'auto_explain'", "SET auto_explain.log_min_duration = 0",
+                          "SET auto_explain.log_level = notice", "SET client_min_messages = notice",
+                          "SET jit = on", "SET jit_above_cost = 0"):
+            cursor.execute(statement)
+    plans: list[str] = []
+    connection.connection.add_notice_handler(lambda notice: plans.append(notice.message_primary or ""))
+    for _ in range(3):
+        async_task("tests.tasks.noop")
+    broker.reserve(["default"], 1, 30, "owner-a", above=9)  # creates the counter; claims nothing
+    plans.clear()
+    # The one statement (2 of 3), then the transaction's heads and claim (the last one).
+    assert [len(broker.reserve(["default"], 2, 30, "owner-a")) for _ in range(2)] == [2, 1]
+    claims = {kind: [p for p in plans if f"Query Text: {kind}" in p] for kind in ("WITH weighted", "SELECT q.name")}
+    assert [len(found) for found in claims.values()] == [1, 1]
+    compiled = [kind for kind, (plan,) in claims.items() if "JIT:" in plan]
+    assert compiled == ([] if dedicated else list(claims))

@@ -201,6 +201,11 @@ class OrmBroker(Broker):
         finally:
             cursor.close()
 
+    def dedicate(self) -> None:
+        """See :meth:`Broker.dedicate`. On PostgreSQL, where the hot statements are prepared on a
+        direct connection: no JIT compilation of them (see :data:`.pooling.NO_JIT`)."""
+        pooling.preparing(self.alias, self.settings.prepared_statements).dedicate()
+
     def waker(self, burst: bool = False):
         return self.dialect.waker(self, burst)
 
