@@ -78,7 +78,10 @@ PLAIN_CLAIM_SQL = (
     "ORDER BY queue FOR UPDATE), "
     f"counted AS (UPDATE {QSTATE} AS s SET served = CASE WHEN m.take THEN s.served + m.v "
     "ELSE GREATEST(s.served, m.v) END FROM moves AS m WHERE s.queue = m.queue AND s.queue IN (SELECT queue FROM locked)), "
-    f"claimed AS ({{sets}} WHERE id IN (SELECT id FROM heads) AND state IN {READY_SQL} AND (SELECT plain FROM kinds) "
+    # By primary key, as the full claim's UPDATE: the heads are locked by this statement and were
+    # ready then. (With a state condition here the planner, told by stale statistics that few rows
+    # were ready, scanned the ready rows' index for each head: 2.3 s for 400 heads beside 20,000.)
+    "claimed AS ({sets} WHERE id = ANY(ARRAY(SELECT id FROM heads)) AND (SELECT plain FROM kinds) "
     "RETURNING id, queue, priority, deliveries, yields, max_deliveries, payload) "
     "SELECT k.busy, k.plain, c.* FROM kinds AS k LEFT JOIN claimed AS c ON TRUE"
 )
