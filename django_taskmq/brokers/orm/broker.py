@@ -1120,13 +1120,14 @@ class OrmBroker(Broker):
         # A coalescing key whose job ended holds nothing: its next enqueue would take it over, but
         # a key never used again would stay for ever (one row per distinct key).
         unique = UniqueKey.objects.using(self.alias)
-        jobs = Job.objects.using(self.alias)
-        ended = list(unique.exclude(job_id__in=jobs.exclude(state__in=FINISHED).values("pk"))
-                     .values_list("pk", flat=True)[:batch])
+        # Looked up by each key's job (NOT EXISTS, by primary key), not as NOT IN the set of every
+        # unfinished job: PostgreSQL planned that set as a scan of the whole job table, and on a table
+        # of 10 million rows JIT-compiled the plan at every call (0.14 s), even with no key at all.
+        holding = Exists(Job.objects.using(self.alias).filter(pk=OuterRef("job_id")).exclude(state__in=FINISHED))
+        ended = list(unique.filter(~holding).values_list("pk", flat=True)[:batch])
         if ended:
             # Checked again in the DELETE itself: a job replayed, or a key taken over, since the read stays.
-            deleted += unique.filter(pk__in=ended).exclude(
-                job_id__in=jobs.exclude(state__in=FINISHED).values("pk")).delete()[0]
+            deleted += unique.filter(~holding, pk__in=ended).delete()[0]
         return deleted
 
     def prune_workflows(self, batch: int = 100) -> int:
