@@ -37,7 +37,7 @@ logger = logging.getLogger(__name__)
 # under this setting, and only the broker's hot statements are prepared on its connections.
 GENERIC_PLANS = "SET plan_cache_mode = force_generic_plan"
 # Said besides it on the pusher's connections, which run nothing but the broker's statements
-# (Preparing.dedicated). A claim's generic plan estimates its LIMIT (unknown) at a tenth of the
+# (Preparing.dedicate). A claim's generic plan estimates its LIMIT (unknown) at a tenth of the
 # ready rows the statistics count, for each queue: with the statistics of a backlog of some
 # thousands of jobs its cost passes jit_above_cost, and PostgreSQL compiled the claim at every
 # execution, 30 to 60 ms of JIT for a statement that runs in 2 (docs/decisions.rst). A worker's

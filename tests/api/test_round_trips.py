@@ -353,12 +353,15 @@ def test_the_pushers_claims_are_never_jit_compiled(broker, monkeypatch, dedicate
             cursor.execute(statement)
     plans: list[str] = []
     connection.connection.add_notice_handler(lambda notice: plans.append(notice.message_primary or ""))
-    for _ in range(3):
-        async_task("tests.tasks.noop")
-    broker.reserve(["default"], 1, 30, "owner-a", above=9)  # creates the counter; claims nothing
-    plans.clear()
-    # The one statement (2 of 3), then the transaction's heads and claim (the last one).
-    assert [len(broker.reserve(["default"], 2, 30, "owner-a")) for _ in range(2)] == [2, 1]
+    try:
+        for _ in range(3):
+            async_task("tests.tasks.noop")
+        broker.reserve(["default"], 1, 30, "owner-a", above=9)  # creates the counter; claims nothing
+        plans.clear()
+        # The one statement (2 of 3), then the transaction's heads and claim (the last one).
+        assert [len(broker.reserve(["default"], 2, 30, "owner-a")) for _ in range(2)] == [2, 1]
+    finally:
+        connection.close()  # auto_explain and its notices stay with this session, not the next tests'
     claims = {kind: [p for p in plans if f"Query Text: {kind}" in p] for kind in ("WITH weighted", "SELECT q.name")}
     assert [len(found) for found in claims.values()] == [1, 1]
     compiled = [kind for kind, (plan,) in claims.items() if "JIT:" in plan]
