@@ -858,18 +858,20 @@ def _older_sections() -> list[str]:
                   f"`python3 benchmarks/flow.py --report benchmarks/results/{flow_json.name}` (measured with "
                   f"`.venv/bin/python benchmarks/flow.py --runs 3`). Cells: median (min-max).",
                   buffer.getvalue().rstrip()]
-    for name, module, title, measured in (
-            ("threads.json", "threads", "Threads per worker: I/O-bound and no-op tasks, beside Celery's threads pool "
-             "and Dramatiq", ".venv/bin/python benchmarks/threads.py --runs 3"),
-            ("prefetch.json", "prefetch", "Prefetch on the hot path: no-op drain with prefetch 0 and 16",
-             ".venv/bin/python benchmarks/prefetch.py --runs 3 (round two's version)"),
-            ("prefetch-long.json", "prefetch", "Prefetch 4 (the default) against 0: the no-op drain, and short "
-             "tasks queued behind a long one", ".venv/bin/python benchmarks/prefetch.py --runs 3"),
-            ("pgbouncer_wakeup.json", "pgbouncer_wakeup", "Wake-up of an idle cluster on PostgreSQL: direct, and "
-             "through PgBouncer (transaction mode) without and with listen_database",
-             ".venv/bin/python benchmarks/pgbouncer_wakeup.py --runs 3 --samples 40"),
-            ("wakeups.json", "wakeups", "One round trip back to back and after an idle gap: the steps an idle job's "
-             "way is made of", ".venv/bin/python benchmarks/wakeups.py --runs 3 --samples 100")):
+    # Scripts with a report(rows) of their own: (raw file, module, title, how it was measured).
+    scripted = (
+        ("threads.json", "threads", "Threads per worker: I/O-bound and no-op tasks, beside Celery's threads pool "
+         "and Dramatiq", ".venv/bin/python benchmarks/threads.py --runs 3"),
+        ("prefetch.json", "prefetch", "Prefetch on the hot path: no-op drain with prefetch 0 and 16",
+         ".venv/bin/python benchmarks/prefetch.py --runs 3 (round two's version)"),
+        ("prefetch-long.json", "prefetch", "Prefetch 4 (the default) against 0: the no-op drain, and short "
+         "tasks queued behind a long one", ".venv/bin/python benchmarks/prefetch.py --runs 3"),
+        ("pgbouncer_wakeup.json", "pgbouncer_wakeup", "Wake-up of an idle cluster on PostgreSQL: direct, and "
+         "through PgBouncer (transaction mode) without and with listen_database",
+         ".venv/bin/python benchmarks/pgbouncer_wakeup.py --runs 3 --samples 40"),
+        ("wakeups.json", "wakeups", "One round trip back to back and after an idle gap: the steps an idle job's "
+         "way is made of", ".venv/bin/python benchmarks/wakeups.py --runs 3 --samples 100"))
+    for name, module, title, measured in scripted:
         raw_path = RESULTS_DIR / name
         if raw_path.exists():
             script = importlib.import_module(module)
@@ -952,7 +954,7 @@ def _older_sections() -> list[str]:
         lines += memory_script.markdown(json.loads(where.read_text()))
     shown = {"architecture-before-after.json", "memory-latest.json", "architecture-latency-rerun.json", "flow.json", "threads.json",
              "fan_in.json", "fan_in-profile.txt",
-             "prefetch.json", "prefetch-long.json", "pgbouncer_wakeup.json", "wakeups.json",
+             *(name for name, *_ in scripted),
              *(p.name for p in RESULTS_DIR.glob("retention-claims-*.json")),
              *(p.name for p in RESULTS_DIR.glob("scale-retention-*.json")),
              "result_memory.json", Path(ROUND_ONE).name, Path(COMMENTARY).name, "drain-sqlite.png",
