@@ -40,7 +40,7 @@ from .. import pooling
 from ..base import Ack, Broker, Reservation
 from ..clock import Clock, FromNow, Skew
 from .dialect import Dialect, dialect_for
-from .flow import KEY_FREE, FlowGate
+from .flow import FlowGate
 from .sql import (ACK, BURY, CANCEL, CHORE, DEAD_LETTER, EXPIRE, FAIL, FINISHED, GIVE, JOB, JOB_LABEL, KEYS, QSTATE,
                   READY_SQL, RECLAIM, REPLAY, RESERVE, RETRY, RUNNING, STOPPED, UNIQUE_KEYS, chunks, literal, marks)
 from .flow import status as flow_status
@@ -524,7 +524,7 @@ class OrmBroker(Broker):
         with self.connection.cursor() as cursor:
             cursor.execute(
                 f"SELECT 1 FROM {JOB} AS c WHERE {self.dialect.ready_in(len(queues), above is not None)} "
-                f"AND c.visible_at <= {now} AND {KEY_FREE} LIMIT 1",
+                f"AND c.visible_at <= {now} AND {self.dialect.key_free} LIMIT 1",
                 [*queues, *([above] if above is not None else []), *now_args],
             )
             return cursor.fetchone() is not None
@@ -539,7 +539,7 @@ class OrmBroker(Broker):
         Messages whose concurrency key is at its limit, or whose task's rate limit is closed
         (``closed_funcs``), are left out: they are held, and must not hide the ones behind them.
         """
-        floor = f"AND {KEY_FREE} " + ("AND priority > %s " if above is not None else "")
+        floor = f"AND {self.dialect.key_free} " + ("AND priority > %s " if above is not None else "")
         floor_params: list = [above] if above is not None else []
         if closed_funcs:
             floor += f"AND (c.rate_limit IS NULL OR c.func NOT IN ({marks(len(closed_funcs))})) "

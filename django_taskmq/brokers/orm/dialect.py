@@ -20,7 +20,7 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from ...exceptions import ConfigError
-from .sql import JOB, QSTATE, READY_SQL, Head, chunks, marks
+from .sql import JOB, KEY_FREE, QSTATE, READY_SQL, Head, chunks, marks
 
 if TYPE_CHECKING:
     from ..clock import Clock
@@ -60,6 +60,9 @@ class Dialect:
     #: without waiting for the flush, inside a relaxed ``OrmBroker.bookkeeping`` block; "": none
     #: (the block's own setting covers it, or the engine has no such thing).
     no_flush_from: str = ""
+    #: The condition on a ready row ``c`` that its concurrency key, if any, is below its limit
+    #: (:data:`.sql.KEY_FREE`, or the engine's own way of finding the key's running rows).
+    key_free: str = KEY_FREE
     #: (start, end) of an INSERT that skips rows whose key exists; {last} in the end is the last column.
     insert_ignore: tuple[str, str] = ("INSERT INTO", " ON CONFLICT DO NOTHING")
 

@@ -31,11 +31,6 @@ logger = logging.getLogger("django_taskmq.flow")
 JOB = Job._meta.db_table
 HELD_LOG_EVERY = 10.0  # seconds between two log lines for the same reason a job waits
 
-# Ready rows whose key is already at its limit are not candidates at all, so they cannot block
-# the rows behind them (the subquery walks the partial index of running keyed rows).
-KEY_FREE = (f"(c.concurrency_key IS NULL OR c.concurrency_limit > (SELECT COUNT(*) FROM {JOB} r "
-            f"WHERE r.state = {RUNNING} AND r.concurrency_key = c.concurrency_key))")
-
 
 class FlowGate:
     """The flow-control step of one ORM broker's claims."""

@@ -36,6 +36,14 @@ KEYS = IdempotencyKey._meta.db_table
 UNIQUE_KEYS = UniqueKey._meta.db_table
 CHUNK = 500  # rows per statement: well under SQLite's variable limit
 
+# Ready rows whose key is already at its limit are not candidates at all, so they cannot block the
+# rows behind them. The count runs once for each keyed ready row the claim walks past, held ones
+# included: it must find a key's running rows by the key (the partial index of running keyed
+# rows), never by walking every running row. An engine whose planner cannot be trusted with that
+# writes it its own way (:attr:`.Dialect.key_free`).
+KEY_FREE = (f"(c.concurrency_key IS NULL OR c.concurrency_limit > (SELECT COUNT(*) FROM {JOB} r "
+            f"WHERE r.state = {RUNNING} AND r.concurrency_key = c.concurrency_key))")
+
 
 def chunks(items: Sequence, size: int = CHUNK) -> Iterator[Sequence]:
     for start in range(0, len(items), size):

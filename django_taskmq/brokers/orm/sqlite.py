@@ -25,7 +25,7 @@ from typing import Any
 
 from ..clock import HOST
 from .dialect import Dialect, register
-from .sql import QSTATE
+from .sql import JOB, KEY_FREE, QSTATE
 from .wakeup import Waker
 
 logger = logging.getLogger(__name__)
@@ -39,6 +39,14 @@ AFTER_WRITE_LOOKS = (0.00025,) * 8 + (0.0005,) * 4 + (0.002,) * 3 + (0.01,) * 4 
 OWN_WRITE_LOOKS = 8  # of those, after writes that came before the wait (the first 2 ms)
 
 
+# SQLite's planner counts a key's running rows through whichever index holds the running rows
+# first, and then walks all of them for each keyed row the claim passes: with 300 jobs running and
+# 20,000 held behind a key at its limit, 0.84 s a claim under the write lock. Named, the partial
+# index of running keyed rows finds them by the key (docs/decisions.rst).
+KEY_FREE_INDEXED = KEY_FREE.replace(f"FROM {JOB} r WHERE", f"FROM {JOB} r INDEXED BY taskmq_job_key_running WHERE", 1)
+assert KEY_FREE_INDEXED != KEY_FREE
+
+
 class SqliteDialect(Dialect):
     vendor = "sqlite"
     name = "SQLite"
@@ -47,6 +55,7 @@ class SqliteDialect(Dialect):
     greatest = "MAX"
     defers_flush = True
     insert_ignore = ("INSERT OR IGNORE INTO", "")
+    key_free = KEY_FREE_INDEXED
 
     def seconds_between(self, later: str, earlier: str) -> str:
         return f"((julianday({later}) - julianday({earlier})) * 86400.0)"  # C, not a Python function per row
