@@ -870,7 +870,10 @@ def _older_sections() -> list[str]:
          "through PgBouncer (transaction mode) without and with listen_database",
          ".venv/bin/python benchmarks/pgbouncer_wakeup.py --runs 3 --samples 40"),
         ("wakeups.json", "wakeups", "One round trip back to back and after an idle gap: the steps an idle job's "
-         "way is made of", ".venv/bin/python benchmarks/wakeups.py --runs 3 --samples 100"))
+         "way is made of", ".venv/bin/python benchmarks/wakeups.py --runs 3 --samples 100"),
+        ("held_keys.json", "held_keys", "A backlog held behind a busy concurrency key: a look and a claim, "
+         "before and after the key's running jobs were counted by the key (295 running on 8 keys, 20,000 held)",
+         ".venv/bin/python benchmarks/held_keys.py --runs 3 --ref b2d3f10"))
     for name, module, title, measured in scripted:
         raw_path = RESULTS_DIR / name
         if raw_path.exists():
