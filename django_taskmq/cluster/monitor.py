@@ -35,7 +35,8 @@ RETENTION_LOG_EVERY = 60.0  # seconds between two lines about what retention del
 
 
 class RetentionLog:
-    """What retention deleted, logged at once the first time, then as one line a minute."""
+    """What retention deleted, logged at once the first time, then as one line a minute, and what
+    is still untold when the monitor stops."""
 
     def __init__(self) -> None:
         self.pending: dict[str, int] = {}
@@ -45,10 +46,14 @@ class RetentionLog:
         for state, count in by_state.items():
             self.pending[state] = self.pending.get(state, 0) + count
         if time.monotonic() - self.logged >= RETENTION_LOG_EVERY:
+            self.flush()
+
+    def flush(self) -> None:
+        if self.pending:
             logger.info("retention: deleted %s finished job(s) older than their retention (%s)",
                         sum(self.pending.values()),
                         ", ".join(f"{state} {count}" for state, count in sorted(self.pending.items())))
-            self.pending, self.logged = {}, time.monotonic()
+        self.pending, self.logged = {}, time.monotonic()
 
 
 class Results(Protocol):
@@ -116,6 +121,7 @@ class Monitor:
             if batch:
                 self.record(batch)
             self.prune_if_due()
+        self.retention_log.flush()  # a round's deletions after the last line are not left untold
 
     def gather(self, wait: float = 1.0) -> list[ex.Outcome]:
         """Wait up to ``wait`` seconds for outcomes, then take what else arrives within :data:`GATHER` s
