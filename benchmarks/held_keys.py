@@ -43,7 +43,6 @@ import django
 django.setup()
 import django_taskmq
 from django.core.management import call_command
-from django.db import connection
 from django_taskmq import enqueue_many
 from django_taskmq.brokers import get_broker
 

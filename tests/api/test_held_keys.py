@@ -37,7 +37,13 @@ def hot_backlog(broker) -> list[str]:
     return [async_task("tests.tasks.noop") for _ in range(3)]
 
 
-def key_free_statements(context: CaptureQueriesContext) -> list[str]:
+def look_and_claim_behind_a_backlog(broker) -> list[str]:
+    """Build :func:`hot_backlog`, look for work and claim the free jobs; return the statements that
+    asked whether a key is free."""
+    hot_backlog(broker)
+    with CaptureQueriesContext(connection) as context:
+        assert broker.has_ready(["default"])
+        assert len(broker.reserve(["default"], 10, 300, "owner-b")) == 3
     return [q["sql"] for q in context.captured_queries if "concurrency_limit >" in q["sql"]]
 
 
@@ -61,11 +67,7 @@ def test_held_jobs_do_not_hide_the_free_ones(broker):
 
 @pytest.mark.skipif(connection.vendor != "postgresql", reason="PostgreSQL's plan")
 def test_postgresql_reads_the_running_keys_once_per_statement(broker):
-    hot_backlog(broker)
-    with CaptureQueriesContext(connection) as context:
-        assert broker.has_ready(["default"])
-        assert len(broker.reserve(["default"], 10, 300, "owner-b")) == 3
-    statements = key_free_statements(context)
+    statements = look_and_claim_behind_a_backlog(broker)
     assert len(statements) == 2  # the look, then the claim's heads
     for statement in statements:
         with connection.cursor() as cursor:
@@ -79,11 +81,7 @@ def test_postgresql_reads_the_running_keys_once_per_statement(broker):
 
 @pytest.mark.skipif(connection.vendor != "sqlite", reason="SQLite's plan")
 def test_sqlite_counts_a_keys_running_jobs_by_the_key(broker):
-    hot_backlog(broker)
-    with CaptureQueriesContext(connection) as context:
-        assert broker.has_ready(["default"])
-        assert len(broker.reserve(["default"], 10, 300, "owner-b")) == 3
-    statements = key_free_statements(context)
+    statements = look_and_claim_behind_a_backlog(broker)
     assert statements
     for statement in statements:
         with connection.cursor() as cursor:
