@@ -54,14 +54,29 @@ class Interrupts:
         self._lock = threading.RLock()
         self._running: dict[str, Running] = {}
 
+    def expect(self, job_id: str) -> None:
+        """The task of ``job_id`` was received and waits for a free thread: an interruption or a
+        cancellation that arrives before it starts is kept for it (see :meth:`running`)."""
+        with self._lock:
+            self._running[job_id] = Running(job_id, thread=0)
+
     @contextlib.contextmanager
     def running(self, entry: Running) -> Iterator[None]:
-        """Register ``entry`` (a task of the calling thread) for the duration of the block."""
+        """Register ``entry`` (a task of the calling thread) for the duration of the block.
+
+        What was said of it while it waited (see :meth:`expect`) applies now: a cancellation is
+        requested, an interruption raises here, before the task's code runs.
+        """
         with self._lock:
+            waited = self._running.get(entry.job_id)
+            if waited is not None and not waited.thread:
+                entry.interrupted, entry.cancel_requested = waited.interrupted, waited.cancel_requested
             self._running[entry.job_id] = entry
         token = ex.coroutine_started.set(lambda loop, task: self._coroutine(entry, loop, task))
         probe = ex.cancel_probe.set(lambda: entry.cancel_requested)
         try:
+            if entry.interrupted:
+                raise JobCancelled() if entry.cancel_requested else TaskTimeout()
             yield
         finally:
             with self._lock:
@@ -77,7 +92,8 @@ class Interrupts:
 
     def request(self, job_id: str) -> bool:
         """Ask the task of ``job_id`` to stop (a cancellation): its ``current_job().cancelled``
-        becomes True and a coroutine is cancelled at once. False when no thread runs it."""
+        becomes True and a coroutine is cancelled at once. False when it neither runs nor waits
+        for a thread."""
         with self._lock:
             entry = self._running.get(job_id)
             if entry is None:
@@ -93,12 +109,15 @@ class Interrupts:
             return self._running.get(job_id)
 
     def interrupt(self, job_id: str) -> bool:
-        """Interrupt the task of ``job_id``; False when no thread runs it (it has just ended)."""
+        """Interrupt the task of ``job_id``; False when it neither runs nor waits for a thread (it
+        has just ended)."""
         with self._lock:
             entry = self._running.get(job_id)
             if entry is None:
                 return False
             entry.interrupted = True
+            if not entry.thread:
+                return True  # it has not started: it will not (see running)
             if entry.loop is not None and entry.task is not None:
                 entry.loop.call_soon_threadsafe(entry.task.cancel)
                 return True

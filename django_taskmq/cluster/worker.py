@@ -295,7 +295,7 @@ class Pool:
     """``threads`` threads of one worker process, each running one task at a time.
 
     The main thread reads the pipe: tasks go to the threads through a queue, a cancel frame
-    interrupts one task (see :mod:`.interrupts`), the poison pill lets the running tasks finish and
+    interrupts one task (see :mod:`.interrupts`; one still waiting for a thread never starts), the poison pill lets the running tasks finish and
     ends the process. Each thread has its own database connection (Django's connections are per
     thread) and closes it as a request would: after each task when it is broken or past
     ``CONN_MAX_AGE``, and always when the thread ends or a task of it was interrupted.
@@ -305,7 +305,7 @@ class Pool:
         self.index = index
         self.conn = conn
         self.settings = settings
-        self.work: queue.SimpleQueue[bytes | None] = queue.SimpleQueue()
+        self.work: queue.SimpleQueue[ex.TaskMessage | None] = queue.SimpleQueue()
         self.send_lock = threading.Lock()
         self.interrupts = Interrupts()
         self.retiring = False
@@ -328,7 +328,11 @@ class Pool:
                 self.interrupts.request(blob[len(CANCEL_REQUEST):].decode())
             elif is_tasks_frame(blob):
                 for task in read_tasks_frame(blob):
-                    self.work.put(task)
+                    # Opened here, so a cancel frame right behind it finds it even before a thread
+                    # has taken it (the sentinel times a task from its send).
+                    message = load_task(task)
+                    self.interrupts.expect(message.reservation.job_id)
+                    self.work.put(message)
         for _ in self.threads:
             self.work.put(None)
         for thread in self.threads:
@@ -340,8 +344,8 @@ class Pool:
 
     def _serve_thread(self) -> None:
         try:
-            while (blob := self.work.get()) is not None:
-                outcome = self._run(load_task(blob))
+            while (message := self.work.get()) is not None:
+                outcome = self._run(message)
                 try:
                     self._send(outcome_frame(ex.seal(outcome, self.settings)))
                 except (BrokenPipeError, OSError):

@@ -96,7 +96,8 @@ def test_an_interruptible_task_past_its_timeout_stops_in_its_thread_and_the_work
     stop(qc)
 
     pids = start_pids(cluster.log())
-    assert len({pid for job_id in (long, *beside, *after) for pid in pids[job_id]}) == 1, "the worker was replaced"
+    assert len({pid for job_id in (long, *beside, *after) for pid in pids[job_id]}) == 1, \
+        f"the worker was replaced:\n{qc.output()}"
     job = Job.objects.get(pk=long)
     assert (job.state, job.deliveries) == ("DEAD", 1), (job.state, job.deliveries, job.error)
     assert "TaskTimeout: ran past its timeout of 1" in job.error
