@@ -87,7 +87,9 @@ class Interrupts:
     def _coroutine(self, entry: Running, loop: asyncio.AbstractEventLoop, task: asyncio.Task) -> None:
         with self._lock:
             entry.loop, entry.task = loop, task
-            if entry.cancel_requested:  # requested before the coroutine started
+            # Requested, or interrupted, before the coroutine started: the exception raised in
+            # the thread meanwhile waits while it blocks on the event loop's thread.
+            if entry.cancel_requested or entry.interrupted:
                 loop.call_soon_threadsafe(task.cancel)
 
     def request(self, job_id: str) -> bool:
