@@ -1,8 +1,8 @@
 """A worker with several threads is told to interrupt a task, or that it was cancelled, before a thread
-has taken it: the frame right behind the task's (the sentinel's clock starts at the send; a busy or
-slow worker may read both before a thread is free to start it). The word is kept for the task: it
-never starts when interrupted, and it starts knowing it was cancelled. A coroutine interrupted
-while its thread waits for its event loop to start is cancelled as it starts.
+has taken it (the sentinel's clock starts at the send; a busy or slow worker may read the word
+before a thread is free to start the task). The word is kept for the task: it never starts when
+interrupted, and it starts knowing it was cancelled. A coroutine interrupted while its thread waits
+for its event loop to start is cancelled as it starts.
 
 The worker's threads run in the test process, fed through a real pipe as the sentinel feeds them.
 """
@@ -10,19 +10,20 @@ The worker's threads run in the test process, fed through a real pipe as the sen
 from __future__ import annotations
 
 import multiprocessing
-import os
 import pickle
 import threading
 import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
 
 import pytest
 from django.db import connections
 
 from django_taskmq import async_task
 from django_taskmq import execution as ex
+from django_taskmq.cluster.interrupts import Interrupts
 from django_taskmq.cluster.messages import (STOP, TIMED_OUT, Ticket, cancel_frame, cancel_request_frame,
                                             read_outcome_frame, tasks_frame)
-from django_taskmq.cluster.interrupts import Interrupts
 from django_taskmq.cluster.worker import Pool
 from django_taskmq.conf import get_settings
 from tests.tasks import read_run_log
@@ -32,75 +33,113 @@ pytestmark = pytest.mark.django_db(transaction=True)  # the worker's threads hav
 TASKS = "tests.cluster.tasks_cluster"
 
 
+def wait_until(done: Callable[[], object], what: str) -> None:
+    deadline = time.monotonic() + 10
+    while not done():
+        assert time.monotonic() < deadline, f"waited 10 s for {what}"
+        time.sleep(0.01)
+
+
+class Worker:
+    """A worker with two threads serving in a thread of the test process, fed through a pipe."""
+
+    def __init__(self, broker) -> None:
+        self.broker = broker
+        self.pipe, child = multiprocessing.Pipe()
+        self.pool = Pool(0, child, get_settings(), threads=2)
+        self.thread = threading.Thread(target=self._serve, daemon=True)
+        self.thread.start()
+
+    def _serve(self) -> None:
+        try:
+            self.pool.serve()
+        finally:
+            connections.close_all()
+
+    def send(self, *job_ids: str) -> None:
+        """Reserve ``job_ids`` (the only ready jobs) and send them in one tasks frame."""
+        reservations = self.broker.reserve(["default"], len(job_ids), 30, "owner-a")
+        assert sorted(r.job_id for r in reservations) == sorted(job_ids)
+        self.pipe.send_bytes(tasks_frame([Ticket.of(ex.unpack(r, get_settings().name)) for r in reservations]))
+
+    def outcomes(self, count: int) -> dict[str, tuple[bytes, ex.Outcome]]:
+        """The next ``count`` outcomes: job id -> (status byte, outcome)."""
+        got = {}
+        for _ in range(count):
+            assert self.pipe.poll(15), "the worker said nothing"
+            status, job_id, data = read_outcome_frame(self.pipe.recv_bytes())
+            got[job_id] = (status, pickle.loads(data))
+        return got
+
+    def stop(self) -> None:
+        self.pipe.send_bytes(STOP)
+        self.thread.join(15)
+        assert not self.thread.is_alive()
+
+
 @pytest.fixture
-def run_log(tmp_path, monkeypatch):
+def run_log(tmp_path, monkeypatch) -> Path:
     path = tmp_path / "run.log"
     monkeypatch.setenv("TASKMQ_RUN_LOG", str(path))
     return path
 
 
-def serve_two_threads(broker, frames_after, pool_ready=None) -> tuple[str, bytes, bytes]:
-    """Reserve the one ready job, send it to a worker with two threads immediately followed by
-    ``frames_after(job_id)``, and return (job id, status byte, pickled outcome). ``pool_ready(pool,
-    job_id)``, when given, runs after the worker started and before those frames are sent."""
-    (reservation,) = broker.reserve(["default"], 1, 30, "owner-a")
-    ticket = Ticket.of(ex.unpack(reservation, get_settings().name))
-    pipe, child = multiprocessing.Pipe()
-    pool = Pool(0, child, get_settings(), threads=2)
+@pytest.fixture
+def busy(broker, run_log, tmp_path) -> Iterator[tuple[Worker, Path]]:
+    """A worker both of whose threads run a task held by a gate (a file): what it is sent now waits
+    for a thread until the test opens the gate."""
+    gate = tmp_path / "gate"
+    holders = [async_task(f"{TASKS}.gated", f"holder{i}", str(gate)) for i in range(2)]
+    worker = Worker(broker)
+    worker.send(*holders)
+    wait_until(lambda: len(read_run_log(run_log)) == 2, "both threads to start a held task")
+    yield worker, gate
+    gate.touch()
+    worker.stop()
 
-    def serve() -> None:
-        try:
-            pool.serve()
-        finally:
-            connections.close_all()
 
-    thread = threading.Thread(target=serve, daemon=True)
-    # Without pool_ready, every frame is in the pipe before the worker reads the first.
-    pipe.send_bytes(tasks_frame([ticket]))
-    if pool_ready is not None:
-        thread.start()
-        pool_ready(pool, reservation.job_id)
-    for frame in frames_after(reservation.job_id):
-        pipe.send_bytes(frame)
-    if pool_ready is None:
-        thread.start()
-    assert pipe.poll(15), "the worker said nothing: the word sent behind the task was lost"
-    status, job_id, data = read_outcome_frame(pipe.recv_bytes())
-    pipe.send_bytes(STOP)
-    thread.join(15)
-    assert not thread.is_alive()
-    return job_id, status, data
+def started(run_log: Path, job_id: str) -> list[str]:
+    return [tag.split()[0] for logged, tag in read_run_log(run_log) if logged == job_id]
 
 
 @pytest.mark.parametrize("task", ["spin", "async_sleeper"])
-def test_a_task_interrupted_before_a_thread_took_it_never_starts(broker, run_log, task):
+def test_a_task_interrupted_before_a_thread_took_it_never_starts(busy, run_log, task):
+    worker, gate = busy
     job_id = async_task(f"{TASKS}.{task}", 20, timeout=1)
+    worker.send(job_id)
+    worker.pipe.send_bytes(cancel_frame(job_id))
+    wait_until(lambda: getattr(worker.pool.interrupts.holds(job_id), "interrupted", False), "the word to arrive")
 
-    got_id, status, data = serve_two_threads(broker, lambda job_id: [cancel_frame(job_id)])
+    gate.touch()
+    outcomes = worker.outcomes(3)
 
-    outcome = pickle.loads(data)
-    assert (got_id, status, outcome.status) == (job_id, TIMED_OUT, ex.TIMEOUT)
+    status, outcome = outcomes[job_id]
+    assert (status, outcome.status) == (TIMED_OUT, ex.TIMEOUT)
     assert "TaskTimeout: ran past its timeout of 1" in outcome.error
-    assert read_run_log(run_log) == [], "it started"
+    assert started(run_log, job_id) == [], "it started"
 
 
-def test_a_task_cancelled_before_a_thread_took_it_starts_knowing_it(broker, run_log):
-    """The cancellation request lands before the coroutine runs: its asyncio task is cancelled as it
+def test_a_task_cancelled_before_a_thread_took_it_starts_knowing_it(busy, run_log):
+    """The cancellation request came before the coroutine ran: its asyncio task is cancelled as it
     starts, so it ends CANCELLED at once instead of sleeping until the sentinel interrupts it."""
+    worker, gate = busy
     job_id = async_task(f"{TASKS}.async_sleeper", 20)
+    worker.send(job_id)
+    worker.pipe.send_bytes(cancel_request_frame(job_id))
+    wait_until(lambda: getattr(worker.pool.interrupts.holds(job_id), "cancel_requested", False),
+               "the word to arrive")
 
-    got_id, _, data = serve_two_threads(broker, lambda job_id: [cancel_request_frame(job_id)])
+    gate.touch()
+    outcomes = worker.outcomes(3)
 
-    outcome = pickle.loads(data)
-    assert (got_id, outcome.status) == (job_id, ex.CANCELLED)
-    assert [tag for _, tag in read_run_log(run_log)] == [f"start:async-sleep {os.getpid()}"]
+    assert outcomes[job_id][1].status == ex.CANCELLED
+    assert started(run_log, job_id) == ["start:async-sleep"]
 
 
 def test_a_coroutine_interrupted_before_its_event_loop_started_is_cancelled_as_it_starts(broker, run_log, monkeypatch):
     """The thread has taken the task and waits, blocked, for the event loop's thread, which is slow
     to start (a loaded machine, made so here): the exception raised in the thread cannot land while
     it waits, so the coroutine is cancelled as soon as it starts."""
-    job_id = async_task(f"{TASKS}.async_sleeper", 20, timeout=1)
     coroutine_started = Interrupts._coroutine
 
     def slow_loop(self, entry, loop, task):
@@ -108,14 +147,14 @@ def test_a_coroutine_interrupted_before_its_event_loop_started_is_cancelled_as_i
         coroutine_started(self, entry, loop, task)
 
     monkeypatch.setattr(Interrupts, "_coroutine", slow_loop)
+    job_id = async_task(f"{TASKS}.async_sleeper", 20, timeout=1)
+    worker = Worker(broker)
+    worker.send(job_id)
+    wait_until(lambda: getattr(worker.pool.interrupts.holds(job_id), "thread", 0), "a thread to take the task")
+    worker.pipe.send_bytes(cancel_frame(job_id))
 
-    def taken(pool: Pool, job_id: str) -> None:
-        deadline = time.monotonic() + 10
-        while not getattr(pool.interrupts.holds(job_id), "thread", 0):
-            assert time.monotonic() < deadline, "no thread took the task"
-            time.sleep(0.01)
+    (status, outcome), = worker.outcomes(1).values()
+    worker.stop()
 
-    got_id, status, data = serve_two_threads(broker, lambda job_id: [cancel_frame(job_id)], pool_ready=taken)
-
-    outcome = pickle.loads(data)
-    assert (got_id, status, outcome.status) == (job_id, TIMED_OUT, ex.TIMEOUT)
+    assert (status, outcome.status) == (TIMED_OUT, ex.TIMEOUT)
+    assert started(run_log, job_id) == ["start:async-sleep"]
