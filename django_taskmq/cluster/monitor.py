@@ -49,10 +49,11 @@ class RetentionLog:
             self.flush()
 
     def flush(self) -> None:
-        if self.pending:
-            logger.info("retention: deleted %s finished job(s) older than their retention (%s)",
-                        sum(self.pending.values()),
-                        ", ".join(f"{state} {count}" for state, count in sorted(self.pending.items())))
+        if not self.pending:
+            return  # nothing to tell: the next deletion is not held back for it
+        logger.info("retention: deleted %s finished job(s) older than their retention (%s)",
+                    sum(self.pending.values()),
+                    ", ".join(f"{state} {count}" for state, count in sorted(self.pending.items())))
         self.pending, self.logged = {}, time.monotonic()
 
 

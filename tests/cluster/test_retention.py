@@ -118,3 +118,11 @@ def test_what_retention_deleted_after_its_last_line_is_told_at_the_stop(caplog):
         log.flush()  # nothing left: no empty line
     assert [r.getMessage() for r in caplog.records][1:] == [
         "retention: deleted 30 finished job(s) older than their retention (FAILED 10, SUCCEEDED 20)"]
+
+    log = RetentionLog()
+    log.flush()  # nothing deleted yet: the first deletion is still told at once
+    with caplog.at_level("INFO", logger="django_taskmq.cluster.monitor"):
+        caplog.clear()
+        log.deleted({"DEAD": 1})
+    assert [r.getMessage() for r in caplog.records] == [
+        "retention: deleted 1 finished job(s) older than their retention (DEAD 1)"]
