@@ -110,3 +110,38 @@ def test_orm_chore_done_adds_up_what_the_chore_deleted(orm_broker):
     row = Chore.objects.get(name="prune")
     assert (row.owner, row.deleted) == ("b", 12) and row.last_run is not None
     assert Chore.objects.get(name="retention").deleted == 3
+
+
+@pytest.mark.sqlite_only
+@pytest.mark.parametrize("state", sorted(JobState.FINAL))
+def test_sqlite_reads_the_finished_jobs_of_a_state_by_their_finish_time(orm_broker, state):
+    """SQLite plans without statistics (nothing analyses its table): retention's and ``save_limit``'s
+    queries name their state's partial index of finished jobs by finish time and read it in order.
+    With the state as a parameter they took the index of states and sorted every job of that state:
+    150 to 250 ms a statement beside 290,000 successes, at every round of the monitor."""
+    from django.db import connection
+
+    made = 3 if state == JobState.SUCCEEDED else 2
+    for _ in range(made):
+        end(orm_broker, state)
+    executed: list[tuple[str, list]] = []
+
+    def record(execute, sql, params, many, context):
+        executed.append((sql, list(params or ())))
+        return execute(sql, params, many, context)
+
+    with connection.execute_wrapper(record):
+        assert orm_broker.count_finished(state.value, time.time() + HOUR) == made
+        assert orm_broker.delete_finished(state.value, time.time() + HOUR, batch=1) == 1
+        if state == JobState.SUCCEEDED:
+            assert orm_broker.prune(keep=1) == 1
+
+    reads = [(sql, params) for sql, params in executed if sql.startswith("SELECT") and "finished_at" in sql]
+    assert len(reads) == (4 if state == JobState.SUCCEEDED else 2), executed
+    index = {JobState.SUCCEEDED: "taskmq_job_succeeded", JobState.FAILED: "taskmq_job_failed",
+             JobState.DEAD: "taskmq_job_failed"}.get(state, "taskmq_job_ended")
+    for sql, params in reads:
+        with connection.cursor() as cursor:
+            cursor.execute("EXPLAIN QUERY PLAN " + sql, params)
+            plan = " | ".join(row[-1] for row in cursor.fetchall())
+        assert f"INDEX {index}" in plan and "TEMP B-TREE" not in plan, (sql, plan)

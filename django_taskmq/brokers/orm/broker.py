@@ -42,7 +42,8 @@ from ..clock import Clock, FromNow, Skew
 from .dialect import Dialect, dialect_for
 from .flow import FlowGate
 from .sql import (ACK, BURY, CANCEL, CHORE, DEAD_LETTER, EXPIRE, FAIL, FINISHED, GIVE, JOB, JOB_LABEL, KEYS, QSTATE,
-                  READY_SQL, RECLAIM, REPLAY, RESERVE, RETRY, RUNNING, STOPPED, UNIQUE_KEYS, chunks, literal, marks)
+                  READY_SQL, RECLAIM, REPLAY, RESERVE, RETRY, RUNNING, STOPPED, UNIQUE_KEYS, chunks, finished_in, literal,
+                  marks)
 from .flow import status as flow_status
 from . import workflows
 
@@ -1146,21 +1147,28 @@ class OrmBroker(Broker):
         """Delete the oldest SUCCEEDED jobs beyond the newest ``keep``, at most ``batch`` per call."""
         if keep <= 0:
             return 0
-        succeeded = Job.objects.using(self.alias).filter(state=State.SUCCEEDED)
         # The newest success past ``keep`` (the edge), then the oldest ones before it: on a table
         # with a large surplus (millions of rows, or save_limit lowered) the history goes from its
         # old end, never leaving a hole behind the newest ``keep``. Both statements walk the partial
         # index of successes by finish time. Every row deleted finished before the edge, or is the
         # edge, so the newest ``keep`` stay whatever the ties.
-        edge = list(succeeded.order_by("-finished_at").values_list("finished_at", "pk")[keep:keep + 1])
+        edge = self._finished(JobState.SUCCEEDED.value, "finished_at, id", "ORDER BY finished_at DESC LIMIT 1 OFFSET %s",
+                              [keep])
         if not edge:
             return 0
-        (edge_at, edge_id), = edge
-        ids = list(succeeded.filter(finished_at__lt=edge_at).order_by("finished_at")
-                   .values_list("pk", flat=True)[:batch])
+        (edge_at, edge_id), = edge  # the edge's time goes back as it came: the same column's format
+        ids = [row[0] for row in self._finished(JobState.SUCCEEDED.value, "id",
+                                                "AND finished_at < %s ORDER BY finished_at LIMIT %s", [edge_at, batch])]
         if len(ids) < batch:
             ids.append(edge_id)
         return self._delete_jobs(ids, JobState.SUCCEEDED.value)
+
+    def _finished(self, state: str, columns: str, rest: str, params: list) -> list[tuple]:
+        """Rows of the jobs finished in ``state`` (see :func:`.sql.finished_in`): ``SELECT columns``,
+        then ``rest`` of the statement."""
+        with self.connection.cursor() as cursor:
+            cursor.execute(f"SELECT {columns} {finished_in(state, self.dialect.finished_indexed)} {rest}", params)
+            return cursor.fetchall()
 
     def paused_queues(self) -> frozenset[str]:
         return frozenset(QueuePause.objects.using(self.alias).values_list("queue", flat=True))
@@ -1172,12 +1180,12 @@ class OrmBroker(Broker):
         return bool(QueuePause.objects.using(self.alias).filter(queue=queue).delete()[0])
 
     def delete_finished(self, state: str, before: float, batch: int = 500) -> int:
-        ids = list(Job.objects.using(self.alias).filter(state=state, finished_at__lt=_aware(before))
-                   .order_by("finished_at").values_list("pk", flat=True)[:batch])
+        ids = [row[0] for row in self._finished(state, "id", "AND finished_at < %s ORDER BY finished_at LIMIT %s",
+                                                [self._adapt(_aware(before)), batch])]
         return self._delete_jobs(ids, state)
 
     def count_finished(self, state: str, before: float) -> int:
-        return Job.objects.using(self.alias).filter(state=state, finished_at__lt=_aware(before)).count()
+        return self._finished(state, "COUNT(*)", "AND finished_at < %s", [self._adapt(_aware(before))])[0][0]
 
     def _delete_jobs(self, ids: list[str], state: str) -> int:
         """Delete the jobs of ``ids`` still in ``state``, with their dead letters; return how many.

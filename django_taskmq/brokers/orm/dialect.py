@@ -63,6 +63,9 @@ class Dialect:
     #: The condition on a ready row ``c`` that its concurrency key, if any, is below its limit
     #: (:data:`.sql.KEY_FREE`, or the engine's own way of finding the key's running rows).
     key_free: str = KEY_FREE
+    #: Name the partial index of finished jobs in the queries of retention and ``save_limit``
+    #: (see :func:`.sql.finished_in`).
+    finished_indexed: bool = False
     #: (start, end) of an INSERT that skips rows whose key exists; {last} in the end is the last column.
     insert_ignore: tuple[str, str] = ("INSERT INTO", " ON CONFLICT DO NOTHING")
 

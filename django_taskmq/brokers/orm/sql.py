@@ -36,6 +36,32 @@ KEYS = IdempotencyKey._meta.db_table
 UNIQUE_KEYS = UniqueKey._meta.db_table
 CHUNK = 500  # rows per statement: well under SQLite's variable limit
 
+#: The partial index of jobs by finish time that holds each finished state (see ``Job.Meta``), and
+#: the states its condition names, in its order (SQLite matches an ``IN`` list as written).
+FINISHED_INDEXES = {
+    JobState.SUCCEEDED: ("taskmq_job_succeeded", (JobState.SUCCEEDED,)),
+    JobState.FAILED: ("taskmq_job_failed", (JobState.FAILED, JobState.DEAD)),
+    JobState.DEAD: ("taskmq_job_failed", (JobState.FAILED, JobState.DEAD)),
+    JobState.EXPIRED: ("taskmq_job_ended", (JobState.EXPIRED, JobState.CANCELLED)),
+    JobState.CANCELLED: ("taskmq_job_ended", (JobState.EXPIRED, JobState.CANCELLED)),
+}
+
+
+def finished_in(state: str, indexed: bool = False) -> str:
+    """``FROM`` and ``WHERE`` of the jobs finished in ``state``, to go on with ``AND``.
+
+    The state is written out, not a parameter: a partial index serves a query only when the query's
+    own condition implies the index's. ``indexed`` also names the index (SQLite, whose planner has
+    no statistics, otherwise takes the index of states and sorts every job of that state).
+    """
+    job_state = JobState(state)
+    if job_state not in FINISHED_INDEXES:  # not a finished state: nothing has a finish time
+        return f"FROM {JOB} WHERE state = '{job_state.value}'"
+    index, states = FINISHED_INDEXES[job_state]
+    hint = f" INDEXED BY {index}" if indexed else ""
+    named = ", ".join(f"'{s.value}'" for s in states)
+    return f"FROM {JOB}{hint} WHERE state IN ({named}) AND state = '{job_state.value}'"
+
 # Ready rows whose key is already at its limit are not candidates at all, so they cannot block the
 # rows behind them. The count runs once for each keyed ready row the claim walks past, held ones
 # included: it must find a key's running rows by the key (the partial index of running keyed

@@ -56,6 +56,7 @@ class SqliteDialect(Dialect):
     defers_flush = True
     insert_ignore = ("INSERT OR IGNORE INTO", "")
     key_free = KEY_FREE_INDEXED
+    finished_indexed = True
 
     def seconds_between(self, later: str, earlier: str) -> str:
         return f"((julianday({later}) - julianday({earlier})) * 86400.0)"  # C, not a Python function per row
