@@ -295,10 +295,11 @@ class Pool:
     """``threads`` threads of one worker process, each running one task at a time.
 
     The main thread reads the pipe: tasks go to the threads through a queue, a cancel frame
-    interrupts one task (see :mod:`.interrupts`; one still waiting for a thread never starts), the poison pill lets the running tasks finish and
-    ends the process. Each thread has its own database connection (Django's connections are per
-    thread) and closes it as a request would: after each task when it is broken or past
-    ``CONN_MAX_AGE``, and always when the thread ends or a task of it was interrupted.
+    interrupts one task (see :mod:`.interrupts`; one still waiting for a thread never starts), the
+    poison pill lets the running tasks finish and ends the process. Each thread has its own database
+    connection (Django's connections are per thread) and closes it as a request would: after each
+    task when it is broken or past ``CONN_MAX_AGE``, and always when the thread ends or a task of it
+    was interrupted.
     """
 
     def __init__(self, index: int, conn: Connection, settings: Settings, threads: int) -> None:

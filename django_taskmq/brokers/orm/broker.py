@@ -42,8 +42,8 @@ from ..clock import Clock, FromNow, Skew
 from .dialect import Dialect, dialect_for
 from .flow import FlowGate
 from .sql import (ACK, BURY, CANCEL, CHORE, DEAD_LETTER, EXPIRE, FAIL, FINISHED, GIVE, JOB, JOB_LABEL, KEYS, QSTATE,
-                  READY_SQL, RECLAIM, REPLAY, RESERVE, RETRY, RUNNING, STOPPED, UNIQUE_KEYS, chunks, finished_in, literal,
-                  marks)
+                  READY_SQL, RECLAIM, REPLAY, RESERVE, RETRY, RUNNING, STOPPED, UNIQUE_KEYS, chunks, finished_in,
+                  literal, marks)
 from .flow import status as flow_status
 from . import workflows
 
@@ -1152,13 +1152,13 @@ class OrmBroker(Broker):
         # old end, never leaving a hole behind the newest ``keep``. Both statements walk the partial
         # index of successes by finish time. Every row deleted finished before the edge, or is the
         # edge, so the newest ``keep`` stay whatever the ties.
-        edge = self._finished(JobState.SUCCEEDED.value, "finished_at, id", "ORDER BY finished_at DESC LIMIT 1 OFFSET %s",
-                              [keep])
+        succeeded = JobState.SUCCEEDED.value
+        edge = self._finished(succeeded, "finished_at, id", "ORDER BY finished_at DESC LIMIT 1 OFFSET %s", [keep])
         if not edge:
             return 0
         (edge_at, edge_id), = edge  # the edge's time goes back as it came: the same column's format
-        ids = [row[0] for row in self._finished(JobState.SUCCEEDED.value, "id",
-                                                "AND finished_at < %s ORDER BY finished_at LIMIT %s", [edge_at, batch])]
+        ids = [row[0] for row in self._finished(succeeded, "id", "AND finished_at < %s ORDER BY finished_at LIMIT %s",
+                                                [edge_at, batch])]
         if len(ids) < batch:
             ids.append(edge_id)
         return self._delete_jobs(ids, JobState.SUCCEEDED.value)
