@@ -22,13 +22,13 @@ from django.db import connections
 from django.utils import timezone
 
 from .brokers.orm.dialect import dialect_named
+from .brokers.orm.sql import finished_index
 from .conf import get_settings
 from .models import Job
 from .policy.distribution import BUCKETS, merged, quantile
 from .policy.states import JobState
 
 WINDOW = datetime.timedelta(hours=1)
-FAILED_STATES = (JobState.FAILED.value, JobState.DEAD.value)
 
 
 @dataclass
@@ -60,20 +60,22 @@ class Timing:
 def _statement(vendor: str, quote) -> str:
     """One statement: the buckets of both histograms per task and queue, over two index ranges."""
     table = quote(Job._meta.db_table)
-    seconds = dialect_named(vendor).seconds_between  # type: ignore[union-attr]  # (the broker's engine)
+    dialect = dialect_named(vendor)
+    assert dialect is not None  # the broker's engine
+    seconds = dialect.seconds_between
     wait = seconds(quote("first_started_at"), quote("enqueued_at"))
     run = seconds(quote("finished_at"), quote("started_at"))
     sums = ", ".join(f"SUM(CASE WHEN {kind} <= {bound!r} THEN 1 ELSE 0 END)"
                      for kind in ("w", "r") for bound in BUCKETS)
-    # The states literally, and a range closed on both ends, in one branch per partial index of
-    # finished jobs by finished_at: only then does SQLite's planner take those indexes (see
+    # One branch per partial index of finished jobs by finished_at (successes; FAILED and DEAD),
+    # over a range closed on both ends; SQLite takes those indexes only when named (see
     # monitoring.throughput).
     branches = " UNION ALL ".join(
         f"SELECT {quote('task_name')} AS task_name, {quote('queue')} AS queue, {wait} AS w, {run} AS r "
-        f"FROM {table} WHERE {quote('state')} {states} AND {quote('finished_at')} >= %s "
+        f"{finished_index(state, dialect.finished_indexed)} AND {quote('finished_at')} >= %s "
         f"AND {quote('finished_at')} <= %s AND {quote('started_at')} IS NOT NULL "
         f"AND {quote('first_started_at')} IS NOT NULL"
-        for states in (f"= '{JobState.SUCCEEDED.value}'", f"IN ('{FAILED_STATES[0]}', '{FAILED_STATES[1]}')"))
+        for state in (JobState.SUCCEEDED, JobState.FAILED))
     return (f"SELECT task_name, queue, COUNT(*), SUM(w), SUM(r), {sums} FROM ({branches}) AS finished "
             f"GROUP BY task_name, queue")
 

@@ -6,8 +6,9 @@ Times are the database's (its clock decides what is ready and which clusters are
 Reads need no broker: the models are queried directly on ``TASKMQ['database']``, and every query
 is shaped to use a partial index of the job table, so millions of finished rows do not slow it
 down: ready rows through ``taskmq_job_ready``, running and failed ones through
-``taskmq_job_state_queue``, recent successes through ``taskmq_job_succeeded``, pending dead
-letters through ``taskmq_dead_pending``.
+``taskmq_job_state_queue``, the last hour's outcomes through ``taskmq_job_succeeded`` and
+``taskmq_job_failed`` (named on SQLite, see :func:`throughput`), pending dead letters through
+``taskmq_dead_pending``.
 """
 
 from __future__ import annotations
@@ -24,6 +25,8 @@ from django.db.models.functions import Cast, Substr
 from django.utils import timezone
 
 from .brokers.clock import as_datetime, clock_for
+from .brokers.orm.dialect import dialect_for
+from .brokers.orm.sql import finished_index
 from .conf import get_settings
 from .models import READY_STATES, Cluster, DeadLetter, Job, QueuePause, Workflow, WorkflowStates
 from .policy import retention as retention_policy
@@ -32,8 +35,6 @@ from .policy.progress import read as read_progress
 
 #: A cluster is alive while its heartbeat is younger than this (seconds) and it has not stopped.
 ALIVE_WITHIN = 30.0
-#: Job states counted as failed in the recent outcomes and the throughput chart.
-FAILED_STATES = (JobState.FAILED.value, JobState.DEAD.value)
 #: Outcomes a heartbeat counts per queue (``counts["queues"]``), as the sentinel names them.
 OUTCOMES = ("succeeded", "failed", "timeouts", "crashes")
 CHART_MINUTES = 60
@@ -230,31 +231,46 @@ def throughput(alias: str | None = None, now: datetime.datetime | None = None) -
     """Return the jobs that succeeded and failed (FAILED or DEAD) in the last minute and hour."""
     alias, now = _alias(alias), now or database_now(alias)
     hour_ago, minute_ago = now - datetime.timedelta(hours=1), now - datetime.timedelta(minutes=1)
-    jobs = Job.objects.using(alias).order_by()
     start = (now - datetime.timedelta(minutes=CHART_MINUTES - 1)).replace(second=0, microsecond=0)
     buckets: dict[datetime.datetime, list[int]] = {start + datetime.timedelta(minutes=i): [0, 0]
                                                    for i in range(CHART_MINUTES)}
     result = Throughput()
-    # "state = 'SUCCEEDED'" literally, and a range closed on both ends: only then does SQLite's
-    # planner prefer the partial index of successes by finished_at to the (state, queue) index.
-    # One query per kind of outcome: per minute of the last hour, and how many of the last minute.
-    for index, states in enumerate((Q(state=JobState.SUCCEEDED.value), Q(state__in=FAILED_STATES))):
-        recent = jobs.filter(states, finished_at__gte=hour_ago, finished_at__lte=now + datetime.timedelta(days=1))
+    connection = connections[alias]
+    adapt = connection.ops.adapt_datetimefield_value
+    minute_sql, minute_params = _compiled(MINUTE, alias)
+    indexed = dialect_for(connection).finished_indexed
+    # One statement per partial index of finished jobs by finish time (successes; FAILED and DEAD),
+    # over a range closed on both ends: per minute of the last hour, and how many of the last
+    # minute. Raw SQL, because SQLite takes the index only when the statement names it (its planner
+    # has no statistics): with the ORM it walked every success in the table (114 ms beside 289,000).
+    # COUNT(*) and COUNT(CASE ... finished_at ...) read the index's column alone.
+    for index, state in enumerate((JobState.SUCCEEDED, JobState.FAILED)):
+        statement = (f"SELECT {minute_sql}, COUNT(*), COUNT(CASE WHEN finished_at >= %s THEN 1 END) "
+                     f"{finished_index(state, indexed)} AND finished_at >= %s AND finished_at <= %s GROUP BY 1")
+        with connection.cursor() as cursor:
+            cursor.execute(statement, [*minute_params, adapt(minute_ago), adapt(hour_ago),
+                                       adapt(now + datetime.timedelta(days=1))])
+            rows = cursor.fetchall()
         hour = last_minute = 0
-        # COUNT(*) and COUNT(finished_at) read the index alone; COUNT(id) would read every row.
-        for row in recent.annotate(minute=MINUTE).values("minute").annotate(
-                n=Count("*"), last=Count("finished_at", filter=Q(finished_at__gte=minute_ago))):
-            hour, last_minute = hour + row["n"], last_minute + row["last"]
-            minute = _minute(row["minute"], now)
-            bucket = buckets.get(minute) if minute is not None else None
+        for text, n, last in rows:
+            hour, last_minute = hour + n, last_minute + last
+            at = _minute(text, now)
+            bucket = buckets.get(at) if at is not None else None
             if bucket is not None:
-                bucket[index] += row["n"]
+                bucket[index] += n
         if index == 0:
             result.succeeded_hour, result.succeeded_minute = hour, last_minute
         else:
             result.failed_hour, result.failed_minute = hour, last_minute
     result.per_minute = [(minute, ok, failed) for minute, (ok, failed) in buckets.items()]
     return result
+
+
+def _compiled(expression: Any, alias: str) -> tuple[str, list]:
+    """SQL and parameters of an expression over the job table, as the ORM writes it for ``alias``."""
+    query = Job.objects.using(alias).annotate(value=expression).query
+    sql, params = query.get_compiler(alias).compile(query.annotations["value"])
+    return sql, list(params)
 
 
 def _minute(text: str, now: datetime.datetime) -> datetime.datetime | None:

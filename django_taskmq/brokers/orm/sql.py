@@ -47,20 +47,31 @@ FINISHED_INDEXES = {
 }
 
 
-def finished_in(state: str, indexed: bool = False) -> str:
-    """``FROM`` and ``WHERE`` of the jobs finished in ``state``, to go on with ``AND``.
+def finished_index(state: str, indexed: bool = False) -> str:
+    """``FROM`` and ``WHERE`` of the jobs in the partial index that holds ``state``'s finished jobs
+    (every state of its condition: FAILED and DEAD together), to go on with ``AND``.
 
-    The state is written out, not a parameter: a partial index serves a query only when the query's
-    own condition implies the index's. ``indexed`` also names the index (SQLite, whose planner has
-    no statistics, otherwise takes the index of states and sorts every job of that state).
+    The states are written out, not parameters: a partial index serves a query only when the
+    query's own condition implies the index's, and SQLite matches an ``IN`` list only as the index
+    writes it. ``indexed`` also names the index (SQLite, whose planner has no statistics, otherwise
+    takes the index of states and sorts, or walks, every job of those states).
     """
+    index, states = FINISHED_INDEXES[JobState(state)]
+    hint = f" INDEXED BY {index}" if indexed else ""
+    if len(states) == 1:  # the index's condition is "state = ...", and must be matched as such
+        return f"FROM {JOB}{hint} WHERE state = '{states[0].value}'"
+    named = ", ".join(f"'{s.value}'" for s in states)
+    return f"FROM {JOB}{hint} WHERE state IN ({named})"
+
+
+def finished_in(state: str, indexed: bool = False) -> str:
+    """``FROM`` and ``WHERE`` of the jobs finished in ``state``, to go on with ``AND``: its index's
+    rows (:func:`finished_index`) of that one state."""
     job_state = JobState(state)
     if job_state not in FINISHED_INDEXES:  # not a finished state: nothing has a finish time
         return f"FROM {JOB} WHERE state = '{job_state.value}'"
-    index, states = FINISHED_INDEXES[job_state]
-    hint = f" INDEXED BY {index}" if indexed else ""
-    named = ", ".join(f"'{s.value}'" for s in states)
-    return f"FROM {JOB}{hint} WHERE state IN ({named}) AND state = '{job_state.value}'"
+    within = finished_index(job_state, indexed)
+    return within if len(FINISHED_INDEXES[job_state][1]) == 1 else f"{within} AND state = '{job_state.value}'"
 
 # Ready rows whose key is already at its limit are not candidates at all, so they cannot block the
 # rows behind them. The count runs once for each keyed ready row the claim walks past, held ones
