@@ -11,11 +11,12 @@ from __future__ import annotations
 from typing import Any
 
 from django.contrib import admin
-from django.db.models import Q, QuerySet
+from django.db import connections
+from django.db.models import CharField, F, Func, Q, QuerySet
 from django.utils.translation import gettext_lazy as _
 
 from ..conf import get_settings
-from ..models import Cluster
+from ..models import Cluster, State
 from ..policy.priority import MAX_PRIORITY, MIN_PRIORITY
 from .window import newest
 
@@ -60,6 +61,34 @@ class ClusterFilter(ValueFilter):
         # No index on the label: among the newest jobs only (see admin/window.py).
         value = self.value()
         return queryset.filter(newest(queryset), cluster=value) if value not in (None, "") else queryset
+
+
+#: A state with more jobs than this is "common": see :class:`StateFilter`.
+COMMON = 10_000
+
+
+class StateFilter(admin.ChoicesFieldListFilter):
+    """The state filter (``state__exact``), which on SQLite lists a common state by walking the
+    primary key.
+
+    The list is newest first (``ORDER BY id DESC``). SQLite has no statistics, so for ``state = ?``
+    it always takes the index of states and then sorts every job of the state to find the newest
+    50: beside 289,000 successes the page took 154 ms, and it grows with the table. For a state
+    with more than :data:`COMMON` jobs the condition is written ``+state = ?`` (SQLite's way of
+    saying "not through an index"): SQLite then reads the primary key from the newest id down and
+    stops at the page's last row. A rarer state keeps its index, since walking the whole table to
+    find a handful would cost more than sorting them. PostgreSQL and MySQL choose by their
+    statistics.
+    """
+
+    def queryset(self, request, queryset: QuerySet) -> QuerySet:
+        values = self.used_parameters.get(self.lookup_kwarg)
+        if (connections[queryset.db].vendor == "sqlite" and set(self.used_parameters) == {self.lookup_kwarg}
+                and isinstance(values, list) and len(values) == 1 and values[0] in State.values
+                and queryset.filter(state=values[0]).order_by()[:COMMON + 1].count() > COMMON):
+            unindexed = Func(F("state"), template="+%(expressions)s", output_field=CharField())
+            return queryset.alias(unindexed_state=unindexed).filter(unindexed_state=values[0])
+        return super().queryset(request, queryset)
 
 
 class InputFilter(admin.SimpleListFilter):

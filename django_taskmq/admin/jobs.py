@@ -22,7 +22,7 @@ from ..brokers import get_broker
 from ..models import IdempotencyKey, Job, State, UniqueKey
 from . import confirm, job_page, progress_bar
 from .display import between, duration, monospace, short_time, state_badge
-from .filters import ClusterFilter, GroupFilter, PriorityFilter, QueueFilter, WorkflowFilter
+from .filters import ClusterFilter, GroupFilter, PriorityFilter, QueueFilter, StateFilter, WorkflowFilter
 from .forms import RequeueForm
 from .paginator import CappedPaginator
 from .window import newest
@@ -68,7 +68,7 @@ def _is_list(request: HttpRequest) -> bool:
 class JobAdmin(ReadOnlyMixin, admin.ModelAdmin):
     list_display = ("id", "task_name", "queue", "priority", "state_display", "deliveries_display", "attempts",
                     "enqueued", "started", "finished", "run_time")
-    list_filter = ("state", QueueFilter, PriorityFilter, ClusterFilter, GroupFilter, WorkflowFilter)
+    list_filter = (("state", StateFilter), QueueFilter, PriorityFilter, ClusterFilter, GroupFilter, WorkflowFilter)
     ordering = ("-id",)
     show_full_result_count = False  # one COUNT(*) of the whole table per page is enough
     paginator = CappedPaginator  # a COUNT(*) of millions of rows takes seconds
