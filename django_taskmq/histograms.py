@@ -24,7 +24,6 @@ from django.utils import timezone
 from .brokers.orm.dialect import dialect_named
 from .brokers.orm.sql import finished_index
 from .conf import get_settings
-from .models import Job
 from .policy.distribution import BUCKETS, merged, quantile
 from .policy.states import JobState
 
@@ -59,7 +58,6 @@ class Timing:
 
 def _statement(vendor: str, quote) -> str:
     """One statement: the buckets of both histograms per task and queue, over two index ranges."""
-    table = quote(Job._meta.db_table)
     dialect = dialect_named(vendor)
     assert dialect is not None  # the broker's engine
     seconds = dialect.seconds_between
