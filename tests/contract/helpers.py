@@ -13,8 +13,9 @@ signed bytes that are not a pickle). ``UNPICKLED`` lists what a forged pickle di
 
 from __future__ import annotations
 
+import contextlib
 import pickle
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
 
 from django.core import signing as django_signing
@@ -115,3 +116,23 @@ def forged(broker: Broker) -> str:
 def garbage(broker: Broker) -> str:
     """Validly signed bytes that are not a pickle."""
     return sign_bytes(b"this is not a pickle", broker.settings.name)
+
+
+@contextlib.contextmanager
+def recorded(connection: Any) -> Iterator[list[tuple[str, list]]]:
+    """The statements run on ``connection`` inside the block, with their parameters."""
+    executed: list[tuple[str, list]] = []
+
+    def record(execute, sql, params, many, context):
+        executed.append((sql, list(params or ())))
+        return execute(sql, params, many, context)
+
+    with connection.execute_wrapper(record):
+        yield executed
+
+
+def sqlite_plan(connection: Any, sql: str, params: list) -> str:
+    """SQLite's ``EXPLAIN QUERY PLAN`` of a statement, its steps joined by " | "."""
+    with connection.cursor() as cursor:
+        cursor.execute("EXPLAIN QUERY PLAN " + sql, params)
+        return " | ".join(row[-1] for row in cursor.fetchall())

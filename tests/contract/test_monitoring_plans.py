@@ -8,6 +8,7 @@ import pytest
 
 from django_taskmq import histograms, monitoring
 from django_taskmq.policy.states import JobState
+from tests.contract.helpers import recorded, sqlite_plan
 from tests.contract.test_retention import end
 
 INDEXES = ("taskmq_job_succeeded", "taskmq_job_failed")
@@ -22,13 +23,7 @@ def test_sqlite_reads_the_last_hours_outcomes_through_the_indexes_of_finish_time
 
     for state in (JobState.SUCCEEDED, JobState.SUCCEEDED, JobState.FAILED, JobState.DEAD):
         end(orm_broker, state)
-    executed: list[tuple[str, list]] = []
-
-    def record(execute, sql, params, many, context):
-        executed.append((sql, list(params or ())))
-        return execute(sql, params, many, context)
-
-    with connection.execute_wrapper(record):
+    with recorded(connection) as executed:
         throughput = monitoring.throughput()
         timings = histograms.last_hour()
 
@@ -40,9 +35,7 @@ def test_sqlite_reads_the_last_hours_outcomes_through_the_indexes_of_finish_time
     assert len(reads) == 3, executed  # the throughput's two, the histograms' one
     used = []
     for sql, params in reads:
-        with connection.cursor() as cursor:
-            cursor.execute("EXPLAIN QUERY PLAN " + sql, params)
-            plan = " | ".join(row[-1] for row in cursor.fetchall())
+        plan = sqlite_plan(connection, sql, params)
         assert "taskmq_job_state_queue" not in plan, (sql, plan)
         used.append(tuple(index for index in INDEXES if f"INDEX {index} (finished_at>? AND finished_at<?)" in plan))
     assert used == [INDEXES[:1], INDEXES[1:], INDEXES], used

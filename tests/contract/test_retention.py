@@ -15,7 +15,7 @@ import pytest
 
 from django_taskmq.brokers.base import Ack
 from django_taskmq.policy.states import JobState
-from tests.contract.helpers import jobs, letters, put
+from tests.contract.helpers import jobs, letters, put, recorded, sqlite_plan
 
 HOUR = 3600.0
 LONG = 300
@@ -124,13 +124,7 @@ def test_sqlite_reads_the_finished_jobs_of_a_state_by_their_finish_time(orm_brok
     made = 3 if state == JobState.SUCCEEDED else 2
     for _ in range(made):
         end(orm_broker, state)
-    executed: list[tuple[str, list]] = []
-
-    def record(execute, sql, params, many, context):
-        executed.append((sql, list(params or ())))
-        return execute(sql, params, many, context)
-
-    with connection.execute_wrapper(record):
+    with recorded(connection) as executed:
         assert orm_broker.count_finished(state.value, time.time() + HOUR) == made
         assert orm_broker.delete_finished(state.value, time.time() + HOUR, batch=1) == 1
         if state == JobState.SUCCEEDED:
@@ -141,7 +135,5 @@ def test_sqlite_reads_the_finished_jobs_of_a_state_by_their_finish_time(orm_brok
     index = {JobState.SUCCEEDED: "taskmq_job_succeeded", JobState.FAILED: "taskmq_job_failed",
              JobState.DEAD: "taskmq_job_failed"}.get(state, "taskmq_job_ended")
     for sql, params in reads:
-        with connection.cursor() as cursor:
-            cursor.execute("EXPLAIN QUERY PLAN " + sql, params)
-            plan = " | ".join(row[-1] for row in cursor.fetchall())
+        plan = sqlite_plan(connection, sql, params)
         assert f"INDEX {index}" in plan and "TEMP B-TREE" not in plan, (sql, plan)
