@@ -137,3 +137,55 @@ def test_sqlite_reads_the_finished_jobs_of_a_state_by_their_finish_time(orm_brok
     for sql, params in reads:
         plan = sqlite_plan(connection, sql, params)
         assert f"INDEX {index}" in plan and "TEMP B-TREE" not in plan, (sql, plan)
+
+
+def finished_at(job_ids: list[str], at: float) -> None:
+    """Set the finish time of ``job_ids`` (epoch seconds), as jobs that ended then."""
+    import datetime
+
+    from django_taskmq.models import Job
+
+    Job.objects.filter(pk__in=job_ids).update(finished_at=datetime.datetime.fromtimestamp(at, datetime.UTC))
+
+
+def test_orm_deletion_goes_on_where_the_last_batch_stopped_and_takes_its_ties(orm_broker):
+    """ORM only: each batch of the oldest jobs starts at the finish time where the last one
+    stopped (deleted rows stay in the index until a vacuum, and a walk from the oldest end stepped
+    over all of them), that time included: jobs that finished at the same instant as the last
+    one deleted are not skipped."""
+    from django.db import connection
+
+    ids = [end(orm_broker, JobState.SUCCEEDED) for _ in range(6)]
+    cutoff = cut_off()
+    young = end(orm_broker, JobState.SUCCEEDED)
+    old = time.time() - 10 * HOUR
+    finished_at(ids[:1], old - 1)
+    finished_at(ids[1:], old)  # five ties: the first batch stops among them
+
+    with recorded(connection) as executed:
+        steps = [orm_broker.delete_finished(JobState.SUCCEEDED, cutoff, batch=2) for _ in range(4)]
+
+    assert steps == [2, 2, 2, 0]
+    assert list(jobs(orm_broker, [*ids, young])) == [young]
+    reads = [sql for sql, _ in executed if sql.startswith("SELECT") and "ORDER BY finished_at" in sql]
+    assert len(reads) == 4 and "finished_at >=" not in reads[0]
+    assert all("finished_at >=" in sql for sql in reads[1:]), reads
+
+
+def test_orm_a_job_behind_where_deletion_stopped_goes_once_the_walk_starts_over(orm_broker, monkeypatch):
+    """ORM only: a job that finished earlier than where the last batch stopped (a step of a
+    workflow kept while it ran, a host's clock behind) is not seen by the next batches; every
+    ``REWALK`` seconds the walk starts from the oldest end again, and takes it."""
+    from django_taskmq.brokers.orm import broker as orm_module
+
+    ids = [end(orm_broker, JobState.SUCCEEDED) for _ in range(3)]
+    behind = end(orm_broker, JobState.SUCCEEDED)
+    cutoff = cut_off()
+    assert orm_broker.delete_finished(JobState.SUCCEEDED, cutoff, batch=2) == 2
+    finished_at([behind], time.time() - 10 * HOUR)
+
+    assert orm_broker.delete_finished(JobState.SUCCEEDED, cutoff, batch=2) == 1
+    assert list(jobs(orm_broker, [*ids, behind])) == [behind]
+    monkeypatch.setattr(orm_module, "REWALK", 0.0)
+    assert orm_broker.delete_finished(JobState.SUCCEEDED, cutoff, batch=2) == 1
+    assert list(jobs(orm_broker, [*ids, behind])) == []

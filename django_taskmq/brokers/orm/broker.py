@@ -59,6 +59,8 @@ COUNTED = literal(*JobState.READY, JobState.RUNNING, JobState.DEAD)  # the state
 STARTED = "first_started_at = COALESCE(first_started_at, started_at, %s), started_at = %s"
 assert RECLAIM.allowed == {JobState.RUNNING}  # the lease sweep says "state = RUNNING" (reclaim_expired)
 LOG_FIELD = Job._meta.get_field("attempt_log")
+#: Seconds after which the deletion of a state's oldest jobs walks its index from the oldest end again.
+REWALK = 300.0
 # A reservation handed back unstarted (defer, yield, a graceful stop): the delivery its claim
 # counted never ran, so it is taken back.
 GIVE_BACK = (f"state = {GIVE.to}, deliveries = deliveries - 1, lease_owner = NULL, lease_token = NULL, "
@@ -96,6 +98,9 @@ class OrmBroker(Broker):
         # Per thread (a worker's threads share this broker): whether a bookkeeping() block whose
         # commits need not flush is open on this thread's connection.
         self._local = threading.local()
+        # Per finished state: the finish time where the last deletion of its oldest jobs stopped,
+        # and the monotonic time that walk started from the oldest end (see _oldest_finished).
+        self._deleted_to: dict[str, tuple[Any, float]] = {}
 
     # -- plumbing ---------------------------------------------------------------------------
     @property
@@ -1157,11 +1162,29 @@ class OrmBroker(Broker):
         if not edge:
             return 0
         (edge_at, edge_id), = edge  # the edge's time goes back as it came: the same column's format
-        ids = [row[0] for row in self._finished(succeeded, "id", "AND finished_at < %s ORDER BY finished_at LIMIT %s",
-                                                [edge_at, batch])]
+        ids = self._oldest_finished(succeeded, edge_at, batch)
         if len(ids) < batch:
             ids.append(edge_id)
         return self._delete_jobs(ids, JobState.SUCCEEDED.value)
+
+    def _oldest_finished(self, state: str, before: Any, batch: int) -> list[str]:
+        """Ids of the ``batch`` oldest jobs finished in ``state`` before ``before``, for deletion.
+
+        A deleted row stays in the index of finish times until the table is vacuumed, and a walk
+        from the index's oldest end steps over every such row: beside 1.1 million deleted rows
+        (PostgreSQL, no vacuum since) the select of 100 ids read 2,192 index pages, 19 ms a batch.
+        So each walk starts where the last one stopped: a job of ``state`` that finished earlier
+        was deleted, or kept (a step of a running workflow), and a job finishing now finishes
+        later. Every :data:`REWALK` s a walk starts from the oldest end again, for the kept ones.
+        """
+        mark = self._deleted_to.get(state)
+        resume = mark is not None and time.monotonic() - mark[1] < REWALK
+        since, args = ("AND finished_at >= %s ", [mark[0]]) if resume else ("", [])
+        rows = self._finished(state, "id, finished_at", f"AND finished_at < %s {since}ORDER BY finished_at LIMIT %s",
+                              [before, *args, batch])
+        if rows:  # the finish time goes back as it came: the same column's format
+            self._deleted_to[state] = (rows[-1][1], mark[1] if resume else time.monotonic())
+        return [row[0] for row in rows]
 
     def _finished(self, state: str, columns: str, rest: str, params: list) -> list[tuple]:
         """Rows of the jobs finished in ``state`` (see :func:`.sql.finished_in`): ``SELECT columns``,
@@ -1180,9 +1203,7 @@ class OrmBroker(Broker):
         return bool(QueuePause.objects.using(self.alias).filter(queue=queue).delete()[0])
 
     def delete_finished(self, state: str, before: float, batch: int = 500) -> int:
-        ids = [row[0] for row in self._finished(state, "id", "AND finished_at < %s ORDER BY finished_at LIMIT %s",
-                                                [self._adapt(_aware(before)), batch])]
-        return self._delete_jobs(ids, state)
+        return self._delete_jobs(self._oldest_finished(state, self._adapt(_aware(before)), batch), state)
 
     def count_finished(self, state: str, before: float) -> int:
         return self._finished(state, "COUNT(*)", "AND finished_at < %s", [self._adapt(_aware(before))])[0][0]
@@ -1194,8 +1215,11 @@ class OrmBroker(Broker):
         dependencies' results (``current_job().upstream``), and a replay needs the failed one.
         """
         if ids:
-            held = set(WorkflowStep.objects.using(self.alias).filter(
-                job_id__in=ids, workflow__state=WorkflowState.RUNNING.value).values_list("job_id", flat=True))
+            among, args = self.dialect.among("s.job_id", ids)
+            with self.connection.cursor() as cursor:  # raw: the ORM's query took three times as long
+                cursor.execute(f"SELECT s.job_id FROM {workflows.STEP} s JOIN {workflows.FLOW} w ON w.id = s.workflow_id "
+                               f"WHERE {among} AND w.state = %s", [*args, WorkflowState.RUNNING.value])
+                held = {row[0] for row in cursor.fetchall()}
             ids = [i for i in ids if i not in held]
         if not ids:
             return 0
@@ -1204,9 +1228,11 @@ class OrmBroker(Broker):
         # Two statements instead of Django's collector (a query per relation, then per batch): the
         # monitor prunes while the cluster runs, and at thousands of jobs a second this was a third
         # of its time. A job's dead letters go with it (CASCADE).
+        letters, letter_args = self.dialect.among("job_id", ids)
+        jobs_, job_args = self.dialect.among("id", ids)
         with self.write_transaction() as cursor:
-            cursor.execute(f"DELETE FROM {DEAD_LETTER} WHERE job_id IN ({marks(len(ids))})", ids)
-            cursor.execute(f"DELETE FROM {JOB} WHERE id IN ({marks(len(ids))}) AND state = %s", [*ids, state])
+            cursor.execute(f"DELETE FROM {DEAD_LETTER} WHERE {letters}", letter_args)
+            cursor.execute(f"DELETE FROM {JOB} WHERE {jobs_} AND state = %s", [*job_args, state])
             return cursor.rowcount
 
     def hold_chore(self, name: str, owner: str, seconds: float) -> bool:

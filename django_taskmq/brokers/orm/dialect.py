@@ -69,6 +69,11 @@ class Dialect:
     #: (start, end) of an INSERT that skips rows whose key exists; {last} in the end is the last column.
     insert_ignore: tuple[str, str] = ("INSERT INTO", " ON CONFLICT DO NOTHING")
 
+    def among(self, column: str, values: Sequence[Any]) -> tuple[str, list[Any]]:
+        """The condition that ``column`` is one of ``values``, and its parameters: ``IN`` with a
+        placeholder a value."""
+        return f"{column} IN ({marks(len(values))})", list(values)
+
     def server_problems(self, connection: Any) -> list[tuple[str, str, str]]:
         """Return (check id, problem, what to change) for each reason the broker cannot run on the
         server behind ``connection`` (its version, its settings); queries the database."""

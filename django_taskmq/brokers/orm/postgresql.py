@@ -112,6 +112,11 @@ class PostgresqlDialect(Dialect):
     no_flush_from = f" FROM {NO_FLUSH}"
     key_free = KEY_FREE
 
+    def among(self, column: str, values: Sequence[Any]) -> tuple[str, list[Any]]:
+        # One array, not a placeholder a value: at a few hundred ids the server parses and plans
+        # ``= ANY(%s)`` in a third of the time of the IN list (retention's batches).
+        return f"{column} = ANY(%s)", [list(values)]
+
     def seconds_between(self, later: str, earlier: str) -> str:
         return f"EXTRACT(EPOCH FROM ({later} - {earlier}))"
 
