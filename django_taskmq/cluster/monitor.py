@@ -12,6 +12,7 @@ import queue as queue_module
 import signal
 import socket
 import time
+from collections.abc import Iterator
 from typing import Any, Protocol
 
 from .. import execution as ex
@@ -28,9 +29,7 @@ logger = logging.getLogger(__name__)
 BATCH = 500
 GATHER = 0.005  # seconds the monitor waits for more outcomes before recording a batch, when busy
 BUSY = 0.05  # outcomes arrived within this many seconds of the last recording: the cluster is busy
-PRUNE_EVERY = 1.0  # seconds between pruning rounds
-PRUNE_BUDGET = 0.1  # seconds a round may spend deleting (short deletes keep SQLite's write lock free)
-RETENTION_BATCH = 500  # jobs deleted per transaction by retention and save_limit
+PRUNE_EVERY = 1.0  # seconds between the starts of two pruning rounds
 RETENTION_LOG_EVERY = 60.0  # seconds between two lines about what retention deleted
 
 
@@ -106,7 +105,10 @@ class Monitor:
         self.settings = settings
         # While the database is away: one line every few seconds with a count, not a traceback a try.
         self.failures = outage.FailureLog("monitor", logger)
-        self.last_prune = time.monotonic()
+        self.prune_at = time.monotonic() + PRUNE_EVERY  # monotonic time of the next pruning step
+        self.next_round = self.prune_at  # ... and of the next round's start
+        self.pruning: Iterator[bool] | None = None  # the round under way (prune_round)
+        self.batch = retention_policy.BATCHES[0]  # jobs the next pruning step deletes (next_batch adapts it)
         self.last_record = 0.0  # monotonic time the last batch was taken
         self.parent = os.getppid()
         self.stopping = False  # the end mark arrived: record what was gathered, then exit
@@ -118,10 +120,11 @@ class Monitor:
         while not self.stopping:
             if os.getppid() != self.parent:  # the sentinel was killed: its leases bring the work back
                 return
-            batch = self.gather()
+            batch = self.gather(wait=min(max(self.prune_at - time.monotonic(), 0.0), 1.0))
             if batch:
                 self.record(batch)
             self.prune_if_due()
+        self.end_round()
         self.retention_log.flush()  # a round's deletions after the last line are not left untold
 
     def gather(self, wait: float = 1.0) -> list[ex.Outcome]:
@@ -184,63 +187,82 @@ class Monitor:
                 return
 
     def prune_if_due(self) -> None:
-        """Every :data:`PRUNE_EVERY` s, in the one cluster that holds the pruning chore: delete
-        successes beyond ``save_limit`` and finished jobs older than their ``retention`` (for up to
-        :data:`PRUNE_BUDGET` s, in short transactions), and expired idempotency keys."""
-        if time.monotonic() - self.last_prune <= PRUNE_EVERY:
+        """Take the next pruning step if it is due, in the one cluster that holds the pruning chore.
+
+        A round (:meth:`prune_round`) starts every :data:`PRUNE_EVERY` s and deletes a batch a step.
+        After a step of *d* seconds the next waits :func:`.retention.pause_after` (*d*), nine times
+        as long: deleting takes at most a tenth of the monitor's time, in stretches of one batch,
+        and the outcomes that arrive meanwhile are recorded between two steps. On a table of
+        millions of old jobs a round deleted back to back for 0.1 s a second, and every job that
+        ran then shared the database's cores and WAL flush with it (the visible p99, see
+        docs/performance.rst).
+        """
+        started = time.monotonic()
+        if started < self.prune_at:
             return
-        self.last_prune = time.monotonic()
-        self.last_record = 0.0  # monotonic time the last batch was taken
         try:
             with self.broker.bookkeeping():
-                if self.broker.hold_chore(retention_policy.CHORE, self.owner, retention_policy.CHORE_LEASE):
-                    self.prune()
+                if self.pruning is None:
+                    self.next_round = started + PRUNE_EVERY
+                    if not self.broker.hold_chore(retention_policy.CHORE, self.owner, retention_policy.CHORE_LEASE):
+                        self.prune_at = self.next_round
+                        return
+                    self.pruning = self.prune_round(until=self.next_round)
+                batch = self.batch
+                if next(self.pruning, None) is None:  # the round is over (its last step included)
+                    self.pruning = None
+                else:
+                    self.batch = retention_policy.next_batch(batch, time.monotonic() - started)
         except Exception as exc:
+            self.pruning = None
+            self.next_round = time.monotonic() + PRUNE_EVERY
             self.failures.failed("pruning old jobs or expired keys", exc)
             self.broker.close()  # a broken connection would fail every later prune
         else:
             self.failures.succeeded()
+        ended = time.monotonic()
+        self.prune_at = max(ended + retention_policy.pause_after(ended - started),
+                            self.next_round if self.pruning is None else ended)
 
-    def prune(self) -> None:
-        """One pruning round (the chore held): successes beyond ``save_limit`` first, then each final
-        state past its retention, until :data:`PRUNE_BUDGET` is spent; then expired keys, and the
-        ended workflows whose last job retention deleted.
-
-        Outcomes that arrive meanwhile are recorded between two batches (:meth:`record_waiting`),
-        so a job finishing during a round waits for one batch, not for the whole round; their
-        recording counts against the budget, so a busy cluster deletes less, not longer."""
-        deadline = time.monotonic() + PRUNE_BUDGET
+    def prune_round(self, until: float) -> Iterator[bool]:
+        """One pruning round (the chore held), a batch per step (it yields after each): successes
+        beyond ``save_limit`` first, then each final state past its retention, until there is
+        nothing left or ``until`` (monotonic) has passed; then expired keys, and the ended
+        workflows whose last job retention deleted."""
+        by_state: dict[str, int] = {}
         deleted = 0
-        while time.monotonic() < deadline and not self.stopping:
-            pruned = self.broker.prune(self.settings.save_limit, RETENTION_BATCH)
-            deleted += pruned
-            if not pruned:
-                break
-            self.record_waiting()
-        by_state = {}
-        # Old by the database's clock, as every time the queue decides with (see brokers/clock.py).
-        for state, before in retention_policy.cutoffs(self.settings.retention, self.broker.now()).items():
-            count = 0
-            while time.monotonic() < deadline and not self.stopping:
-                step = self.broker.delete_finished(state.value, before, RETENTION_BATCH)
-                count += step
-                if step < RETENTION_BATCH:
+        try:
+            while time.monotonic() < until:
+                pruned = self.broker.prune(self.settings.save_limit, self.batch)
+                deleted += pruned
+                if not pruned:
                     break
-                self.record_waiting()
-            if count:
-                by_state[state.value] = count
-        self.broker.prune_keys()
-        self.broker.prune_workflows()
-        deleted += sum(by_state.values())
-        if deleted:
-            self.broker.chore_done(retention_policy.CHORE, deleted)
-        if by_state:
-            self.retention_log.deleted(by_state)
+                yield True
+            # Old by the database's clock, as every time the queue decides with (see brokers/clock.py).
+            for state, before in retention_policy.cutoffs(self.settings.retention, self.broker.now()).items():
+                while time.monotonic() < until:
+                    batch = self.batch
+                    step = self.broker.delete_finished(state.value, before, batch)
+                    if step:
+                        by_state[state.value] = by_state.get(state.value, 0) + step
+                    if step < batch:
+                        break
+                    yield True
+            self.broker.prune_keys()
+            self.broker.prune_workflows()
+        finally:  # also when the monitor stops mid-round (close()): what was deleted is counted
+            deleted += sum(by_state.values())
+            if deleted:
+                self.broker.chore_done(retention_policy.CHORE, deleted)
+            if by_state:
+                self.retention_log.deleted(by_state)
 
-    def record_waiting(self) -> None:
-        """Record the outcomes already waiting, if any, without waiting for more. Called between two
-        batches of a pruning round: on a table of millions of old jobs every round spends its whole
-        budget, and a job that finished meanwhile waited for the whole round (0.1 s)."""
-        batch = self.gather(wait=0.0)
-        if batch:
-            self.record(batch)
+    def end_round(self) -> None:
+        """Close the round under way, if any, when the monitor stops: what it deleted is counted."""
+        if self.pruning is None:
+            return
+        try:
+            self.pruning.close()
+        except Exception as exc:  # the database is away: only the chore's counter misses these rows
+            self.failures.failed("counting what pruning deleted", exc)
+        self.pruning = None

@@ -21,6 +21,7 @@ from django_taskmq.cluster.messages import END_OF_RESULTS, IDLE, dump_outcome
 from django_taskmq.cluster.monitor import Monitor
 from django_taskmq.conf import get_settings
 from django_taskmq.envelope import Envelope
+from django_taskmq.policy import retention
 from django_taskmq.policy.states import JobState
 from tests.memory_broker import MemoryBroker
 
@@ -167,13 +168,17 @@ def test_a_batch_the_database_refuses_is_retried_with_a_new_connection(broker):
 
 
 class PruningRound:
-    """A pruning round on a big table: every batch is full (so the round goes on until its budget),
-    takes ``seconds``, and what happened is logged in ``events``; ``during_first`` is sent on the
-    result queue while the first batch runs, as outcomes arriving in the middle of a round."""
+    """Pruning on a big table: every batch is full, takes ``seconds``, and what happened is logged
+    in ``events`` (with the monotonic times each batch began and ended in ``batches``);
+    ``during_first`` is sent on the result queue while the first batch runs, as outcomes arriving
+    in the middle of a round, and the end mark once ``batches_before_end`` batches ran."""
 
-    def __init__(self, broker: MemoryBroker, results: queue.Queue, during_first: list, seconds: float = 0.005):
+    def __init__(self, broker: MemoryBroker, results: queue.Queue, during_first: list, seconds: float = 0.005,
+                 batches_before_end: int = 4):
         self.events: list[str] = []
+        self.batches: list[tuple[float, float, int]] = []
         self.results, self.during_first, self.seconds = results, during_first, seconds
+        self.batches_before_end = batches_before_end
         ack_many = broker.ack_many
 
         def recording(acks):
@@ -184,40 +189,74 @@ class PruningRound:
         broker.ack_many = recording
 
     def prune(self, keep: int, batch: int = 1000) -> int:
+        began = monitor_module.time.monotonic()
         self.events.append("prune")
-        if len(self.events) == 1:
+        if len(self.batches) == 0:
             for item in self.during_first:
                 self.results.put(item)
         monitor_module.time.sleep(self.seconds)
+        self.batches.append((began, monitor_module.time.monotonic(), batch))
+        if len(self.batches) == self.batches_before_end:
+            self.results.put(END_OF_RESULTS)
         return batch
 
 
-def test_outcomes_that_arrive_during_a_pruning_round_are_recorded_before_its_next_batch(broker):
-    """On a table of millions of old jobs every round deletes for its whole budget: a job that
-    finished meanwhile is recorded after the batch under way, not after the round, and the round
-    then goes on deleting."""
+def pruning_monitor(broker: MemoryBroker, results: queue.Queue) -> Monitor:
+    m = Monitor(results, broker, get_settings())
+    m.prune_at = 0.0  # the first round is due at once (not a second after the start)
+    return m
+
+
+def test_outcomes_that_arrive_during_a_pruning_step_are_recorded_before_the_next_one(broker):
+    """On a table of millions of old jobs every round deletes all through: a job that finished
+    meanwhile is recorded after the batch under way, and the deleting then goes on."""
     items = outcomes(broker, 3)
     results: queue.Queue = queue.Queue()
     round_ = PruningRound(broker, results, during_first=[[dump_outcome(o) for o in items]])
-    m = Monitor(results, broker, get_settings())
 
-    m.prune()
+    serve(pruning_monitor(broker, results))
 
-    assert round_.events[:3] == ["prune", "record", "prune"]
-    assert round_.events.count("record") == 1 and round_.events.count("prune") > 2
+    assert round_.events == ["prune", "record", "prune", "prune", "prune"]
     assert states(broker, items) == {JobState.SUCCEEDED}
+    assert broker.chore_deleted["prune"] == sum(size for *_, size in round_.batches)
 
 
-def test_the_end_mark_arriving_during_a_pruning_round_ends_the_round(broker):
-    """The cluster stops while the monitor prunes: what came with the end mark is recorded, and no
-    further batch is deleted (the monitor exits soon after, as outside a round)."""
+def test_each_pruning_step_is_followed_by_a_pause_nine_times_as_long(broker):
+    """Deleting takes a tenth of the monitor's time, a batch at a time: between the end of one
+    batch and the start of the next the monitor waits at least nine times what the batch took."""
+    results: queue.Queue = queue.Queue()
+    round_ = PruningRound(broker, results, during_first=[], seconds=0.01)
+
+    serve(pruning_monitor(broker, results))
+
+    assert len(round_.batches) == 4
+    for (began, ended, _), (next_began, _, _) in zip(round_.batches, round_.batches[1:]):
+        assert next_began - ended >= (1 - retention.SHARE) / retention.SHARE * (ended - began)
+
+
+def test_the_batch_halves_after_a_long_step(broker):
+    """A step that took longer than ``STRETCH`` (a loaded database) halves the next batch."""
+    results: queue.Queue = queue.Queue()
+    round_ = PruningRound(broker, results, during_first=[], seconds=retention.STRETCH * 2, batches_before_end=3)
+    m = pruning_monitor(broker, results)
+    m.batch = 400
+
+    serve(m)
+
+    assert [size for *_, size in round_.batches] == [400, 200, 100]
+
+
+def test_the_end_mark_arriving_during_a_pruning_step_ends_the_round_and_counts_it(broker):
+    """The cluster stops while the monitor prunes: what came with the end mark is recorded, no
+    further batch is deleted (the monitor exits), and what the round deleted is counted."""
     items = outcomes(broker, 2)
     results: queue.Queue = queue.Queue()
     round_ = PruningRound(broker, results, during_first=[[dump_outcome(o) for o in items], END_OF_RESULTS])
-    m = Monitor(results, broker, get_settings())
+    m = pruning_monitor(broker, results)
 
-    m.prune()
+    serve(m)
 
     assert round_.events == ["prune", "record"]
-    assert m.stopping
+    assert m.stopping and m.pruning is None
     assert states(broker, items) == {JobState.SUCCEEDED}
+    assert broker.chore_deleted["prune"] == round_.batches[0][2]

@@ -5,11 +5,12 @@ than their ``TASKMQ['retention']`` (with their dead letters) and successes beyon
 from django.core.management.base import BaseCommand, CommandError
 
 from django_taskmq.brokers import get_broker
-from django_taskmq.cluster.monitor import RETENTION_BATCH
 from django_taskmq.conf import get_settings
 from django_taskmq.exceptions import ConfigError
 from django_taskmq.models import Job, State
 from django_taskmq.policy import retention as retention_policy
+
+BATCH = 500  # jobs deleted per transaction
 
 
 class Command(BaseCommand):
@@ -38,7 +39,7 @@ class Command(BaseCommand):
                 count = broker.count_finished(state.value, before)
             else:
                 count = 0
-                while step := broker.delete_finished(state.value, before, RETENTION_BATCH):
+                while step := broker.delete_finished(state.value, before, BATCH):
                     count += step
             total += count
             self.stdout.write(f"{key:<10} {verb} {count} job(s) finished more than {_days(seconds)} ago")
