@@ -930,7 +930,7 @@ def _older_sections() -> list[str]:
             lines.append(f"| {label} | {cell(stats([r['p50'] for r in runs]))} | "
                          f"{cell(stats([r['p99'] for r in runs]))} |")
         lines += ["", f"Retention deleted {cell(stats(raw['delete_rows_per_second']))} rows a second meanwhile "
-                      "(one cluster, 0.1 s of deleting a second)."]
+                      "(one cluster, with the code of the commit named above)."]
     for raw_path in sorted(RESULTS_DIR.glob("scale-retention-*.json")):
         lines += _scale_retention_section(raw_path)
     memory = RESULTS_DIR / "result_memory.json"
