@@ -17,9 +17,9 @@ a fresh process that enqueues ``--claims`` ready jobs and then claims them one a
 ``Broker.reserve`` of one job (timed), then its ack (not timed). The deleting cluster is a real
 ``qcluster`` on the full database serving only a queue with no work, so its monitor does nothing but
 hold the pruning chore and delete (retention 30 days: all of the fill; as the commit measured
-deletes: before 84951c1, 0.1 s of deleting a second in transactions of 500; from it on, paced batches
-taking a tenth of its time); the rate is the chore's count of deleted rows over each run. Raw latencies
-and rates go to ``benchmarks/results/retention-claims-<engine>.json``.
+deletes: before 84951c1, 0.1 s of deleting a second in transactions of 500; from it on, paced
+batches taking a tenth of its time); the rate is the chore's count of deleted rows over each run.
+Raw latencies and rates go to ``benchmarks/results/retention-claims-<engine>.json``.
 """
 
 from __future__ import annotations

@@ -15,8 +15,8 @@ time. The fill needs no quiet machine: ``--fill-only`` first, then ``--reuse-fil
 
 Both databases run the project's default retention: ``save_limit`` 250 and ``retention`` as
 documented (successes 7 days), so every filled row is eligible and the cluster's monitor deletes
-old rows (a tenth of its time, as its code does) all through the measurement; the rows it deleted in each
-run are read from the pruning chore's counter and recorded, which shows that it ran.
+old rows (a tenth of its time, as its code does) all through the measurement; the rows it deleted
+in each run are read from the pruning chore's counter and recorded, which shows that it ran.
 
 A round runs, on each database in turn (the first alternating between rounds): N jobs queued,
 ``manage.py qcluster`` (2 workers) exec'd, wall time until no job is pending (polled every 10 ms)

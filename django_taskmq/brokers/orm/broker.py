@@ -1217,8 +1217,9 @@ class OrmBroker(Broker):
         if ids:
             among, args = self.dialect.among("s.job_id", ids)
             with self.connection.cursor() as cursor:  # raw: the ORM's query took three times as long
-                cursor.execute(f"SELECT s.job_id FROM {workflows.STEP} s JOIN {workflows.FLOW} w ON w.id = s.workflow_id "
-                               f"WHERE {among} AND w.state = %s", [*args, WorkflowState.RUNNING.value])
+                cursor.execute(f"SELECT s.job_id FROM {workflows.STEP} s JOIN {workflows.FLOW} w "
+                               f"ON w.id = s.workflow_id WHERE {among} AND w.state = %s",
+                               [*args, WorkflowState.RUNNING.value])
                 held = {row[0] for row in cursor.fetchall()}
             ids = [i for i in ids if i not in held]
         if not ids:
