@@ -12,7 +12,7 @@ import queue as queue_module
 import signal
 import socket
 import time
-from collections.abc import Iterator
+from collections.abc import Generator
 from typing import Any, Protocol
 
 from .. import execution as ex
@@ -107,7 +107,7 @@ class Monitor:
         self.failures = outage.FailureLog("monitor", logger)
         self.prune_at = time.monotonic() + PRUNE_EVERY  # monotonic time of the next pruning step
         self.next_round = self.prune_at  # ... and of the next round's start
-        self.pruning: Iterator[bool] | None = None  # the round under way (prune_round)
+        self.pruning: Generator[bool, None, None] | None = None  # the round under way (prune_round)
         self.batch = retention_policy.BATCHES[0]  # jobs the next pruning step deletes (next_batch adapts it)
         self.last_record = 0.0  # monotonic time the last batch was taken
         self.parent = os.getppid()
@@ -224,7 +224,7 @@ class Monitor:
         self.prune_at = max(ended + retention_policy.pause_after(ended - started),
                             self.next_round if self.pruning is None else ended)
 
-    def prune_round(self, until: float) -> Iterator[bool]:
+    def prune_round(self, until: float) -> Generator[bool, None, None]:
         """One pruning round (the chore held), a batch per step (it yields after each): successes
         beyond ``save_limit`` first, then each final state past its retention, until there is
         nothing left or ``until`` (monotonic) has passed; then expired keys, and the ended

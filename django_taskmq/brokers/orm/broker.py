@@ -1178,12 +1178,13 @@ class OrmBroker(Broker):
         later. Every :data:`REWALK` s a walk starts from the oldest end again, for the kept ones.
         """
         mark = self._deleted_to.get(state)
-        resume = mark is not None and time.monotonic() - mark[1] < REWALK
-        since, args = ("AND finished_at >= %s ", [mark[0]]) if resume else ("", [])
+        if mark is not None and time.monotonic() - mark[1] >= REWALK:
+            mark = None
+        since, args = ("AND finished_at >= %s ", [mark[0]]) if mark is not None else ("", [])
         rows = self._finished(state, "id, finished_at", f"AND finished_at < %s {since}ORDER BY finished_at LIMIT %s",
                               [before, *args, batch])
         if rows:  # the finish time goes back as it came: the same column's format
-            self._deleted_to[state] = (rows[-1][1], mark[1] if resume else time.monotonic())
+            self._deleted_to[state] = (rows[-1][1], mark[1] if mark is not None else time.monotonic())
         return [row[0] for row in rows]
 
     def _finished(self, state: str, columns: str, rest: str, params: list) -> list[tuple]:
