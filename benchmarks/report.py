@@ -871,6 +871,9 @@ def _older_sections() -> list[str]:
          ".venv/bin/python benchmarks/pgbouncer_wakeup.py --runs 3 --samples 40"),
         ("wakeups.json", "wakeups", "One round trip back to back and after an idle gap: the steps an idle job's "
          "way is made of", ".venv/bin/python benchmarks/wakeups.py --runs 3 --samples 100"),
+        ("memory-floor.json", "memory_floor", "The memory under any Django queue: one process at each step of "
+         "becoming a Django program that spoke to its database, and one forked child",
+         ".venv/bin/python benchmarks/memory_floor.py --runs 3"),
         ("held_keys.json", "held_keys", "A backlog held behind a busy concurrency key: a look and a claim, "
          "before and after the key's running jobs were counted by the key (295 running on 8 keys, 20,000 held)",
          ".venv/bin/python benchmarks/held_keys.py --runs 3 --ref b2d3f10"))
