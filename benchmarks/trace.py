@@ -37,6 +37,8 @@ PROJECT = HERE / "projects" / "taskmq_project"
 STAGES = [
     ("wake>", "the pusher's wait returns"),
     ("reserve>", "the claim returns"),
+    ("verify>", "the pusher verified and unpickled it"),
+    ("from_pusher<", "the sentinel starts reading the batch"),
     ("dispatch>", "the sentinel sends the task to a worker"),
     ("exec<", "the worker starts it"),
     ("exec>", "it returns"),
@@ -86,11 +88,20 @@ def _install(sql: bool) -> None:
     from django_taskmq import execution, recorder
     from django_taskmq.brokers import orm
     from django_taskmq.brokers.orm import wakeup
-    from django_taskmq.cluster import feeder, monitor, sentinel, worker
+    from django_taskmq.cluster import feeder, messages, monitor, sentinel, worker
 
     _wrap(wakeup.Waker, "wait", "wake")
     _wrap(orm.OrmBroker, "reserve", "reserve")
     _wrap(feeder, "tasks_frame", "dispatch")
+    _wrap(sentinel.Sentinel, "_from_pusher", "from_pusher", entry=True)
+    verified = messages.Ticket.verified.__func__
+
+    def logged_verified(cls, *args, **kwargs):
+        result = verified(cls, *args, **kwargs)
+        _log("verify>")
+        return result
+
+    messages.Ticket.verified = classmethod(logged_verified)
     _wrap(execution, "execute", "exec", entry=True)
     _wrap(worker, "recorded_frame", "recorded")
     _wrap(worker, "outcome_frame", "outcome")
