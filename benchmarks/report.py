@@ -1001,6 +1001,8 @@ def _scale_retention_section(raw_path: Path) -> list[str]:
     codes = {"worktree": f"{raw['commit']}{' + uncommitted changes' if raw.get('dirty') else ''}"}
     if raw.get("ref"):
         codes["ref"] = f"{raw['ref']} (`--ref`)"
+    if raw.get("pruning_off"):
+        codes["off"] = f"{raw['commit']} with pruning off (`--pruning-off`: {json.dumps(raw['pruning_off'])})"
     lines = ["", f"### Scale: {raw['finished_rows']:,} finished jobs with retention deleting them "
                  f"({raw['engine']}{label})", "",
              f"Raw results: [`results/{raw_path.name}`](results/{raw_path.name}) ({raw['date']}, "
@@ -1009,6 +1011,8 @@ def _scale_retention_section(raw_path: Path) -> list[str]:
              f"{raw['command'].split('benchmarks/', 1)[-1]}`. The clusters ran: "
              + ", ".join(f"{k} = {v}" for k, v in codes.items())
              + (f" (uncommitted: {', '.join(raw['dirty'])})" if raw.get("dirty") else "")
+             + (". `VACUUM (ANALYZE)` of the job table before every run (autovacuum is off on this server)"
+                if raw.get("vacuum") else "")
              + f". Settings {json.dumps(raw['settings'])}, retention the default, so the cluster's monitor "
              "deletes old rows all through every run on the full table. Drain: N queued jobs, from the "
              "cluster's exec to none pending, and after the first job; visible: "

@@ -28,6 +28,16 @@ enqueue call -> the job's row SUCCEEDED (polled every 0.5 ms). Foreign CPU load 
 and visible p99 within 10 % of the empty table). A run that fails (another program restarting the
 shared server) is recorded and retried once.
 
+``--pruning-off`` adds clusters of the working tree that delete nothing (``save_limit`` 0, every
+state's ``retention`` None) on both tables, interleaved as a third code "off": the full table's
+cost apart from the deleting's, and the deleting's as the difference.
+
+``--vacuum`` runs ``VACUUM (ANALYZE)`` on the job table before every run (its time is recorded).
+Autovacuum is off on this machine's shared server, so without it every run's table carries the dead
+rows of all the runs before (the deleted jobs of earlier drains and the pruned rows), and its
+statistics may date from the middle of a drain (a planner told that 20,000 jobs are queued scans
+the whole table to find none); where autovacuum runs, as by default, it would have cleaned them.
+
 ``--ref COMMIT`` runs that commit's ``django_taskmq`` (exported with ``git archive`` under
 ``benchmarks/.work/``) in a cluster of its own beside every run of the working tree, interleaved:
 before and after a change in the same session. Only the clusters run it; the driver (enqueues,
@@ -59,14 +69,19 @@ OVERRIDES = {"workers": 2, "save_limit": 250}
 NAMES = {"empty": "bench_scale10m_empty", "full": "bench_scale10m_full"}
 
 
-#: The code each cluster runs: "worktree" (the tree on disk), or "ref" (``--ref``'s django_taskmq,
-#: exported with ``git archive`` and put first on the cluster's PYTHONPATH).
+#: The code each cluster runs: "worktree" (the tree on disk), "off" (the same with pruning off, see
+#: ``--pruning-off``), or "ref" (``--ref``'s django_taskmq, exported with ``git archive`` and put first
+#: on the cluster's PYTHONPATH).
 CODE = {"worktree": str(ROOT)}
+#: ``--pruning-off``: nothing is deleted, whatever its age or number.
+PRUNING_OFF = {"save_limit": 0, "retention": {state: None for state in
+                                              ("succeeded", "failed", "dead", "expired", "cancelled")}}
 
 
 def env_for(which: str, code: str = "worktree") -> dict[str, str]:
-    path = CODE[code] if code == "worktree" else f"{CODE[code]}{os.pathsep}{ROOT}"
-    return {**os.environ, "TASKMQ_OVERRIDES": json.dumps(OVERRIDES), "PYTHONPATH": path,
+    path = CODE[code] if code in ("worktree", "off") else f"{CODE[code]}{os.pathsep}{ROOT}"
+    overrides = {**OVERRIDES, **PRUNING_OFF} if code == "off" else OVERRIDES
+    return {**os.environ, "TASKMQ_OVERRIDES": json.dumps(overrides), "PYTHONPATH": path,
             "DJANGO_SETTINGS_MODULE": "tests.settings_postgresql", "TASKMQ_DB_NAME": NAMES[which]}
 
 
@@ -151,8 +166,9 @@ def export_ref(ref: str) -> str:
     return str(target)
 
 
-def one_run(which: str, n: int, probe_jobs: int, code: str = "worktree") -> dict:
-    """Drain ``n`` queued jobs with a fresh cluster, then probe the visible latency in it."""
+def one_run(which: str, n: int, probe_jobs: int, code: str = "worktree", vacuum: bool = False) -> dict:
+    """Drain ``n`` queued jobs with a fresh cluster, then probe the visible latency in it; with
+    ``vacuum``, ``VACUUM (ANALYZE)`` the job table first."""
     setup_django(which)
     from django.db import connection
     from django.utils import timezone
@@ -164,6 +180,12 @@ def one_run(which: str, n: int, probe_jobs: int, code: str = "worktree") -> dict
     # A stopped cluster keeps the pruning chore until its lease ends (30 s): the next run's cluster
     # would not prune before then. Expired here, so that every run's cluster prunes from its start.
     Chore.objects.filter(name="prune").update(until=0.0)
+    vacuum_s = None
+    if vacuum:
+        started = time.monotonic()
+        with connection.cursor() as cursor:  # Django's autocommit: VACUUM runs outside a transaction
+            cursor.execute("VACUUM (ANALYZE) django_taskmq_job")
+        vacuum_s = round(time.monotonic() - started, 2)
     with connection.cursor() as cursor:
         cursor.execute("SELECT count(*) FROM django_taskmq_job")
         rows_before = cursor.fetchone()[0]
@@ -212,7 +234,8 @@ def one_run(which: str, n: int, probe_jobs: int, code: str = "worktree") -> dict
             "jobs_per_s": round(n / (t_end - t0), 2), "steady_jobs_per_s": round(steady, 2) if steady else None,
             "visible_p50_ms": round(statistics.median(ordered), 3),
             "visible_p99_ms": round(ordered[max(0, int(len(ordered) * 0.99) - 1)], 3),
-            "visible_ms": [round(v, 3) for v in visible], "pruned_rows": deleted, "load": meter.result}
+            "visible_ms": [round(v, 3) for v in visible], "pruned_rows": deleted, "load": meter.result,
+            "vacuum_s": vacuum_s}
 
 
 def main() -> None:
@@ -226,6 +249,12 @@ def main() -> None:
     parser.add_argument("--drop", action="store_true", help="drop both databases and exit")
     parser.add_argument("--ref", default="", help="also run this commit's django_taskmq in the clusters, "
                         "interleaved with the working tree (before/after a change)")
+    parser.add_argument("--pruning-off", action="store_true",
+                        help="also run the working tree with pruning off (save_limit 0, retention None), "
+                        "interleaved: what the deleting costs, apart from the table's size")
+    parser.add_argument("--vacuum", action="store_true",
+                        help="VACUUM (ANALYZE) the job table before every run, as autovacuum would have by then "
+                        "(it is off on this machine's shared server)")
     parser.add_argument("--label", default="", help="results go to scale-retention-postgresql-<label>.json")
     args = parser.parse_args()
     # Stopped with SIGTERM, the running cluster is stopped too (the finally clauses run).
@@ -249,11 +278,15 @@ def main() -> None:
     if args.ref:
         CODE["ref"] = export_ref(args.ref)
         codes.append("ref")
+    if args.pruning_off:
+        CODE["off"] = str(ROOT)
+        codes.append("off")
     RESULTS.mkdir(exist_ok=True)
     out = RESULTS / f"scale-retention-postgresql{'-' + args.label if args.label else ''}.json"
     result = {
         "engine": "postgresql", "label": args.label, "finished_rows": args.finished, "rounds": args.rounds,
         "sizes": sizes, "probe_jobs": args.probe_jobs, "settings": OVERRIDES, "fill_seconds": fill_seconds,
+        "pruning_off": PRUNING_OFF if args.pruning_off else None, "vacuum": args.vacuum,
         "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
         "commit": subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True,
                                  text=True).stdout.strip(),
@@ -270,7 +303,7 @@ def main() -> None:
         for n, which, code in order:
             for attempt in (1, 2):  # one retry: another program may restart the shared server
                 try:
-                    run = one_run(which, n, args.probe_jobs, code)
+                    run = one_run(which, n, args.probe_jobs, code, args.vacuum)
                 except Exception as exc:  # noqa: BLE001 (recorded, then retried once)
                     result["failed"].append({"round": r + 1, "database": which, "code": code, "n": n,
                                              "attempt": attempt, "error": repr(exc)[-500:]})
