@@ -159,13 +159,12 @@ def measure(args: argparse.Namespace) -> dict:
     with tempfile.TemporaryDirectory(prefix="taskmq-memory-floor-") as folder:
         envs = {}
         for engine in args.engines:
-            env = dict(os.environ, BENCH_ENGINE=engine, BENCH_PG_NAME=DB_NAME, BENCH_MYSQL_NAME=DB_NAME,
+            # Without DJANGO_SETTINGS_MODULE: the program sets it where a step wants the project.
+            env = {key: value for key, value in os.environ.items() if key != "DJANGO_SETTINGS_MODULE"}
+            env.update(BENCH_ENGINE=engine, BENCH_PG_NAME=DB_NAME, BENCH_MYSQL_NAME=DB_NAME,
                        BENCH_SQLITE_PATH=os.path.join(folder, "db.sqlite3"),
                        PYTHONPATH=os.pathsep.join([str(PROJECT), str(HERE)]))
-            env.pop("DJANGO_SETTINGS_MODULE", None)
-            env["DJANGO_SETTINGS_MODULE"] = "taskmq_project.settings"
-            _prepare(engine, env)
-            env.pop("DJANGO_SETTINGS_MODULE")  # the program sets it where a step wants the project
+            _prepare(engine, {**env, "DJANGO_SETTINGS_MODULE": "taskmq_project.settings"})
             envs[engine] = env
         for run in range(1, args.runs + 1):
             order = [(engine, step) for engine in args.engines for step in STEPS]
