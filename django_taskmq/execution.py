@@ -11,8 +11,7 @@ import enum
 import inspect
 import time
 import traceback as tb
-from collections.abc import Callable
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, Protocol
 
 from asgiref.sync import async_to_sync
 
@@ -43,10 +42,21 @@ class Status(str, enum.Enum):
 
 SUCCESS, FAILURE, RETRY, DEFER, REJECT, TIMEOUT, CRASH, UNSTORABLE, CANCELLED = Status
 
-#: Called with the event loop and the asyncio task of a coroutine task when it starts (a worker
-#: with several threads uses it to cancel a coroutine at its timeout; see cluster.interrupts).
-coroutine_started: contextvars.ContextVar[Callable[[asyncio.AbstractEventLoop, asyncio.Task], None] | None] = \
-    contextvars.ContextVar("taskmq_coroutine_started", default=None)
+
+class CoroutineWatch(Protocol):
+    """Told of a coroutine task's hand-over to its event loop (a worker interrupts a coroutine by
+    cancelling its asyncio task, never in its thread: see cluster.interrupts)."""
+
+    def handing_over(self) -> None:
+        """In the task's thread: its coroutine is about to go to an event loop of its own."""
+
+    def started(self, loop: asyncio.AbstractEventLoop, task: asyncio.Task) -> None:
+        """In the event loop's thread: the coroutine starts, as ``task`` of ``loop``."""
+
+
+#: The watch of the task the calling thread runs (set by a worker: see cluster.interrupts).
+coroutine_watch: contextvars.ContextVar[CoroutineWatch | None] = \
+    contextvars.ContextVar("taskmq_coroutine_watch", default=None)
 
 
 def current_job() -> CurrentJob | None:
@@ -117,6 +127,9 @@ def _execute(message: TaskMessage) -> Outcome:
             pre_execute.send(sender=Outcome, job_id=message.reservation.job_id, func=envelope.func, envelope=envelope)
         value = func(*_context(envelope.func, message.reservation.job_id), *envelope.args, **envelope.kwargs)
         if inspect.isawaitable(value):  # a coroutine function: run on an event loop of its own
+            watch = coroutine_watch.get()
+            if watch is not None:
+                watch.handing_over()
             value = async_to_sync(_awaited)(value)
     except RetryLater as exc:
         return _outcome(message, RETRY, started, exc, delay=exc.delay)
@@ -148,11 +161,11 @@ def _context(path: str, job_id: str) -> tuple:
 
 
 async def _awaited(awaitable: Any) -> Any:
-    started = coroutine_started.get()
-    if started is not None:
+    watch = coroutine_watch.get()
+    if watch is not None:
         task = asyncio.current_task()
         if task is not None:
-            started(asyncio.get_running_loop(), task)
+            watch.started(asyncio.get_running_loop(), task)
     return await awaitable
 
 

@@ -9,7 +9,15 @@ killed for it. What Python allows instead:
   extension) only sees it when that call returns;
 * a coroutine function (it runs on an event loop of its own, see
   :func:`django_taskmq.execution.execute`) has its asyncio task cancelled, which interrupts any
-  ``await``.
+  ``await``. From the moment its thread hands the coroutine over, nothing is raised in that thread:
+  an exception landing while it starts the event loop's thread would leave the coroutine running
+  there, orphaned. One interrupted before its loop runs is cancelled as it starts.
+
+On Python 3.11 an asynchronous exception aimed at a thread that is starting a thread can land in the
+new thread instead (until the new thread runs, CPython gives it its parent's id): the new thread dies
+before it says it started and the task's thread waits for it for ever. So a worker with threads wraps
+``threading.Thread.start`` (:func:`guard_thread_starts`): an interruption that comes while a task
+starts a thread is raised in the task's thread as ``start()`` returns.
 
 A task that does not stop within the sentinel's grace period is *stuck*: the sentinel sends that
 worker no more work, lets its other tasks finish within their own timeouts, then kills it.
@@ -24,7 +32,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import contextvars
 import ctypes
+import functools
+import sys
 import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -43,6 +54,18 @@ class Running:
     task: asyncio.Task | None = None
     interrupted: bool = False
     cancel_requested: bool = False  # django_taskmq.cancel() asked for it to stop (current_job().cancelled)
+    coroutine: bool = False  # its coroutine went to an event loop: interrupted by cancelling it there
+    starting_thread: bool = False  # in threading.Thread.start (Python 3.11: see guard_thread_starts)
+    deferred: bool = False  # interrupted in Thread.start: raised as start() returns
+
+    def error(self) -> type[BaseException]:
+        """What an interruption raises in its thread."""
+        return JobCancelled if self.cancel_requested else TaskTimeout
+
+
+#: The task the calling thread runs, for guard_thread_starts (set by Interrupts.running).
+_current: contextvars.ContextVar[tuple[Interrupts, Running] | None] = \
+    contextvars.ContextVar("taskmq_interruptible", default=None)
 
 
 class Interrupts:
@@ -72,25 +95,45 @@ class Interrupts:
             if waited is not None and not waited.thread:
                 entry.interrupted, entry.cancel_requested = waited.interrupted, waited.cancel_requested
             self._running[entry.job_id] = entry
-        token = ex.coroutine_started.set(lambda loop, task: self._coroutine(entry, loop, task))
+        token = ex.coroutine_watch.set(_Watch(self, entry))
         probe = ex.cancel_probe.set(lambda: entry.cancel_requested)
+        current = _current.set((self, entry))
         try:
             if entry.interrupted:
-                raise JobCancelled() if entry.cancel_requested else TaskTimeout()
+                raise entry.error()()
             yield
         finally:
             with self._lock:
                 self._running.pop(entry.job_id, None)
+            _current.reset(current)
             ex.cancel_probe.reset(probe)
-            ex.coroutine_started.reset(token)
+            ex.coroutine_watch.reset(token)
+
+    def _handing_over(self, entry: Running) -> None:
+        with self._lock:
+            entry.coroutine = True
 
     def _coroutine(self, entry: Running, loop: asyncio.AbstractEventLoop, task: asyncio.Task) -> None:
         with self._lock:
             entry.loop, entry.task = loop, task
-            # Requested, or interrupted, before the coroutine started: the exception raised in
-            # the thread meanwhile waits while it blocks on the event loop's thread.
+            # Requested, or interrupted, before the coroutine started.
             if entry.cancel_requested or entry.interrupted:
                 loop.call_soon_threadsafe(task.cancel)
+
+    @contextlib.contextmanager
+    def starting_thread(self, entry: Running) -> Iterator[None]:
+        """The task of ``entry`` starts a thread in the block: an interruption meanwhile is
+        raised as the block ends, not in the thread being started."""
+        with self._lock:
+            entry.starting_thread = True
+        try:
+            yield
+        finally:
+            with self._lock:
+                entry.starting_thread = False
+                deferred, entry.deferred = entry.deferred, False
+            if deferred:
+                raise entry.error()()
 
     def request(self, job_id: str) -> bool:
         """Ask the task of ``job_id`` to stop (a cancellation): its ``current_job().cancelled``
@@ -120,10 +163,48 @@ class Interrupts:
             entry.interrupted = True
             if not entry.thread:
                 return True  # it has not started: it will not (see running)
-            if entry.loop is not None and entry.task is not None:
-                entry.loop.call_soon_threadsafe(entry.task.cancel)
+            if entry.coroutine:
+                if entry.loop is not None and entry.task is not None:
+                    entry.loop.call_soon_threadsafe(entry.task.cancel)
+                return True  # else cancelled as it starts (see _coroutine)
+            if entry.starting_thread:
+                entry.deferred = True
                 return True
             # Under the lock: the thread cannot leave this task (and start another) meanwhile.
-            error = JobCancelled if entry.cancel_requested else TaskTimeout
             return ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(entry.thread),
-                                                              ctypes.py_object(error)) == 1
+                                                              ctypes.py_object(entry.error())) == 1
+
+
+class _Watch:
+    """What the coroutine of one task tells :class:`Interrupts` (an :class:`~django_taskmq.execution.CoroutineWatch`)."""
+
+    def __init__(self, interrupts: Interrupts, entry: Running) -> None:
+        self.interrupts, self.entry = interrupts, entry
+
+    def handing_over(self) -> None:
+        self.interrupts._handing_over(self.entry)
+
+    def started(self, loop: asyncio.AbstractEventLoop, task: asyncio.Task) -> None:
+        self.interrupts._coroutine(self.entry, loop, task)
+
+
+def guard_thread_starts() -> None:
+    """On Python 3.11, make ``threading.Thread.start`` hold back an interruption of the task that
+    calls it until the new thread runs (see the module's docstring). From Python 3.12 a thread has
+    no id until it runs, and nothing is needed. Idempotent; threads started outside a task are not
+    touched."""
+    if sys.version_info >= (3, 12) or getattr(threading.Thread.start, "taskmq_guarded", False):
+        return
+    start = threading.Thread.start
+
+    @functools.wraps(start)
+    def guarded_start(thread: threading.Thread) -> None:
+        current = _current.get()
+        if current is None or current[1].thread != threading.get_ident():
+            return start(thread)
+        interrupts, entry = current
+        with interrupts.starting_thread(entry):
+            return start(thread)
+
+    guarded_start.taskmq_guarded = True  # type: ignore[attr-defined]
+    threading.Thread.start = guarded_start  # type: ignore[method-assign, assignment]

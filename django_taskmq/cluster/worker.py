@@ -30,7 +30,7 @@ from ..brokers.base import Broker
 from ..brokers.orm.dialect import dialect_named
 from ..conf import Settings
 from ..exceptions import JobCancelled, TaskTimeout
-from .interrupts import Interrupts, Running
+from .interrupts import Interrupts, Running, guard_thread_starts
 from .poller import readable
 from .messages import (ALONE, CANCEL, CANCEL_REQUEST, READY, RETIRING, STOP, is_tasks_frame, load_task,
                        outcome_frame, read_tasks_frame, recorded_frame, unstarted_frame)
@@ -198,7 +198,7 @@ class OneAtATime:
             return
         if shared.halt[self.index] != arrival:
             self.interrupts.request(self.job_id)
-        elif entry.loop is not None:
+        elif entry.coroutine:  # cancelled in its event loop, or as it starts there
             self.interrupts.interrupt(self.job_id)
         elif not entry.interrupted:
             entry.interrupted = True
@@ -314,6 +314,7 @@ class Pool:
                         for n in range(threads)]
 
     def serve(self) -> None:
+        guard_thread_starts()
         for thread in self.threads:
             thread.start()
         while True:

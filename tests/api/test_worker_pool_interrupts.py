@@ -137,9 +137,10 @@ def test_a_task_cancelled_before_a_thread_took_it_starts_knowing_it(busy, run_lo
 
 
 def test_a_coroutine_interrupted_before_its_event_loop_started_is_cancelled_as_it_starts(broker, run_log, monkeypatch):
-    """The thread has taken the task and waits, blocked, for the event loop's thread, which is slow
-    to start (a loaded machine, made so here): the exception raised in the thread cannot land while
-    it waits, so the coroutine is cancelled as soon as it starts."""
+    """The thread has handed the coroutine over and waits for the event loop's thread, which is slow
+    to start it (a loaded machine, made so here): nothing is raised in the waiting thread (landing
+    while it starts the loop's thread, it would leave the coroutine running there); the coroutine is
+    cancelled as soon as it starts, and the thread reports it once it has ended."""
     coroutine_started = Interrupts._coroutine
 
     def slow_loop(self, entry, loop, task):
@@ -150,11 +151,12 @@ def test_a_coroutine_interrupted_before_its_event_loop_started_is_cancelled_as_i
     job_id = async_task(f"{TASKS}.async_sleeper", 20, timeout=1)
     worker = Worker(broker)
     worker.send(job_id)
-    wait_until(lambda: getattr(worker.pool.interrupts.holds(job_id), "thread", 0), "a thread to take the task")
+    wait_until(lambda: getattr(worker.pool.interrupts.holds(job_id), "coroutine", False), "the hand-over")
     worker.pipe.send_bytes(cancel_frame(job_id))
 
     (status, outcome), = worker.outcomes(1).values()
+    logged = started(run_log, job_id)  # before the outcome: the coroutine has ended, not orphaned
     worker.stop()
 
     assert (status, outcome.status) == (TIMED_OUT, ex.TIMEOUT)
-    assert started(run_log, job_id) == ["start:async-sleep"]
+    assert logged == ["start:async-sleep"]
