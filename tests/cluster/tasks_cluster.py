@@ -160,6 +160,21 @@ def spin(seconds: float) -> str:
     return "spun"
 
 
+def starts_threads(seconds: float) -> int:
+    """Log ``start:threads``, start and join threads one after another for ``seconds`` (an
+    interruption comes while one is being started, or between two), log ``end:threads``."""
+    log(f"start:threads {os.getpid()}")
+    deadline = time.monotonic() + seconds
+    started = 0
+    while time.monotonic() < deadline:
+        thread = threading.Thread(target=lambda: None)
+        thread.start()
+        thread.join()
+        started += 1
+    log("end:threads")
+    return started
+
+
 async def async_sleeper(seconds: float) -> float:
     """A coroutine task: log ``start:async-sleep``, ``await asyncio.sleep(seconds)``, log ``end:async-sleep``."""
     import asyncio
