@@ -126,11 +126,8 @@ def _execute(message: TaskMessage) -> Outcome:
         if pre_execute.has_listeners():
             pre_execute.send(sender=Outcome, job_id=message.reservation.job_id, func=envelope.func, envelope=envelope)
         value = func(*_context(envelope.func, message.reservation.job_id), *envelope.args, **envelope.kwargs)
-        if inspect.isawaitable(value):  # a coroutine function: run on an event loop of its own
-            watch = coroutine_watch.get()
-            if watch is not None:
-                watch.handing_over()
-            value = async_to_sync(_awaited)(value)
+        if inspect.isawaitable(value):  # a coroutine function
+            value = run_coroutine(value)
     except RetryLater as exc:
         return _outcome(message, RETRY, started, exc, delay=exc.delay)
     except Defer as exc:
@@ -158,6 +155,15 @@ def _context(path: str, job_id: str) -> tuple:
     if is_django_task(target) and getattr(target, "takes_context", False):
         return (target.get_backend().task_context(job_id),)
     return ()
+
+
+def run_coroutine(awaitable: Any) -> Any:
+    """Run the awaitable of a coroutine task to its end on an event loop of its own, in a thread of
+    its own (``async_to_sync``); the calling thread waits. The task's watch, if any, is told."""
+    watch = coroutine_watch.get()
+    if watch is not None:
+        watch.handing_over()
+    return async_to_sync(_awaited)(awaitable)
 
 
 async def _awaited(awaitable: Any) -> Any:

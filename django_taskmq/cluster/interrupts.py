@@ -118,7 +118,7 @@ class Interrupts:
             entry.loop, entry.task = loop, task
             # Requested, or interrupted, before the coroutine started.
             if entry.cancel_requested or entry.interrupted:
-                loop.call_soon_threadsafe(task.cancel)
+                _cancel(entry)
 
     @contextlib.contextmanager
     def starting_thread(self, entry: Running) -> Iterator[None]:
@@ -144,8 +144,7 @@ class Interrupts:
             if entry is None:
                 return False
             entry.cancel_requested = True
-            if entry.loop is not None and entry.task is not None:
-                entry.loop.call_soon_threadsafe(entry.task.cancel)
+            _cancel(entry)
             return True
 
     def holds(self, job_id: str) -> Running | None:
@@ -164,15 +163,24 @@ class Interrupts:
             if not entry.thread:
                 return True  # it has not started: it will not (see running)
             if entry.coroutine:
-                if entry.loop is not None and entry.task is not None:
-                    entry.loop.call_soon_threadsafe(entry.task.cancel)
-                return True  # else cancelled as it starts (see _coroutine)
+                _cancel(entry)  # (not started yet: cancelled as it starts, see _coroutine)
+                return True
             if entry.starting_thread:
                 entry.deferred = True
                 return True
             # Under the lock: the thread cannot leave this task (and start another) meanwhile.
             return ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(entry.thread),
                                                               ctypes.py_object(entry.error())) == 1
+
+
+def _cancel(entry: Running) -> None:
+    """Cancel the coroutine of ``entry`` in its event loop, if it has started and its loop runs."""
+    if entry.loop is None or entry.task is None:
+        return
+    try:
+        entry.loop.call_soon_threadsafe(entry.task.cancel)
+    except RuntimeError:  # the loop has closed: the coroutine has ended, its thread makes its outcome
+        pass
 
 
 class _Watch:

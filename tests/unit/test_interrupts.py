@@ -16,6 +16,7 @@ import time
 
 import pytest
 
+from django_taskmq import execution as ex
 from django_taskmq.cluster.interrupts import Interrupts, Running, guard_thread_starts
 from django_taskmq.exceptions import JobCancelled, TaskTimeout
 
@@ -73,3 +74,21 @@ def test_threads_started_outside_a_task_are_not_held(unraisable):
     thread.start()
     thread.join(10)
     assert ran.is_set() and unraisable == []
+
+
+def test_a_stop_that_comes_as_a_coroutine_has_ended_changes_nothing():
+    """The coroutine has ended and its event loop is closed; its thread is still in the task (its
+    outcome is being made) when the timeout or a cancellation comes: nothing is left to cancel, and
+    the worker's reading thread, which delivers it, carries on."""
+    interrupts = Interrupts()
+    entry = Running("job", threading.get_ident())
+
+    async def coroutine() -> int:
+        return 1
+
+    with interrupts.running(entry):
+        assert ex.run_coroutine(coroutine()) == 1
+        assert entry.loop is not None and entry.loop.is_closed()
+        assert interrupts.request("job")
+        assert interrupts.interrupt("job")
+    assert entry.interrupted and entry.cancel_requested
