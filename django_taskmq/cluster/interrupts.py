@@ -184,7 +184,8 @@ def _cancel(entry: Running) -> None:
 
 
 class _Watch:
-    """What the coroutine of one task tells :class:`Interrupts` (an :class:`~django_taskmq.execution.CoroutineWatch`)."""
+    """The :class:`~django_taskmq.execution.CoroutineWatch` of one task: what its coroutine tells
+    :class:`Interrupts`."""
 
     def __init__(self, interrupts: Interrupts, entry: Running) -> None:
         self.interrupts, self.entry = interrupts, entry
