@@ -56,6 +56,7 @@ LATENCY_GOAL = "visible p50 at or below durable Celery's"
 ORM_GOAL_PCT = 85.0
 READY_GOAL_MS = 60.0
 RELAXED_GOAL_MS = 5.0  # issue 30: visible p50 with durable_outcomes False, and below Celery's default
+LOADED_CORES = 0.25  # a median foreign load above this (cores) marks the run as measured on a loaded machine
 
 # The one query of the bare process: what a cluster's first claim would look for.
 BARE = """
@@ -377,7 +378,7 @@ def _metric(rows, system, engine, key):
 
 def _load_line(raw: dict) -> str:
     foreign = [r["load"]["foreign_cores"] for r in raw["rows"]]
-    loaded = statistics.median(foreign) > 0.25 if foreign else False
+    loaded = statistics.median(foreign) > LOADED_CORES if foreign else False
     return (f"{raw['runs']} interleaved rounds (every case of {', '.join(raw['parts_run_together'])} once per round, "
             f"shuffled; seed {raw['seed']}), commit {raw['commit']}, {raw['date']}, {raw['cpus']} CPUs. Foreign CPU "
             f"load during these runs (other programs on the machine, in cores of {raw['cpus']}): median "

@@ -562,8 +562,7 @@ def finish(runner: Runner, args: argparse.Namespace, status: int) -> int:
     preview.write_text(report.folder_markdown(data, link_base=folder))
     log(f"markdown:    {preview}")
     if not args.quick and not args.out and not args.no_results_md:
-        path = report.write_results_md()
-        log(f"regenerated: {path}")
+        log(f"regenerated: {', '.join(str(path) for path in report.write_pages())}")
     return status
 
 
