@@ -1,16 +1,18 @@
-"""Turn raw results into tables; generate ``benchmarks/RESULTS.md`` from the results folders.
+"""Turn raw results into tables; generate ``benchmarks/RESULTS.md`` and ``ARCHIVE.md`` from ``results/``.
 
 Stdlib only::
 
-    python3 benchmarks/report.py                       # regenerate benchmarks/RESULTS.md
-    python3 benchmarks/report.py --check               # exit 1 if RESULTS.md is not what it generates
+    python3 benchmarks/report.py                       # regenerate benchmarks/RESULTS.md and ARCHIVE.md
+    python3 benchmarks/report.py --check               # exit 1 if either is not what it generates
     python3 benchmarks/report.py benchmarks/results/2026-12-01-abc1234/   # one folder, to stdout
     python3 benchmarks/report.py --write-folder benchmarks/results/2026-12-01-abc1234/  # its report.md
     python3 benchmarks/report.py old-results.json [...]  # a results file of the older format
 
 A results folder (``run.py`` writes it) holds ``session.json`` and ``runs/*.json``, one file
-per workload run. Every figure in RESULTS.md is computed here from those files (and from the
-older raw files in ``benchmarks/results/``); nothing in it is typed by hand.
+per workload run. RESULTS.md is one table of the current figures against each peer (``HEADLINE``:
+for each kind of comparison, its newest run on each engine); ARCHIVE.md every other table and the
+earlier rounds. Every figure in both is computed here from those files (and from the other raw
+files in ``benchmarks/results/``); nothing in them is typed by hand.
 """
 
 from __future__ import annotations
@@ -25,7 +27,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import round3
-from systems import BASELINES, BENCH_DIR, DEFAULT_SYSTEMS, DEFAULT_WORKLOADS, PEERS, RESULTS_DIR, SUBJECT, SYSTEMS
+from systems import (BASELINES, BENCH_DIR, DATABASE_ENGINES, DEFAULT_SYSTEMS, DEFAULT_WORKLOADS, PEERS, RESULTS_DIR,
+                     SUBJECT, SYSTEMS)
 
 
 @dataclass(frozen=True)
@@ -1078,18 +1081,6 @@ HEADLINE_PEERS = {"djangoq2": "django-q2", "djangoq2-tuned": "django-q2, CONN_MA
                   "celery": "Celery (Redis)", "celery-durable": "Celery, Redis fsync always",
                   "dramatiq": "Dramatiq (Redis)", "procrastinate": "Procrastinate", "oban": "oban-py",
                   "steady-queue": "Steady Queue"}
-DATABASE_ENGINES = ("sqlite", "postgresql", "mysql")
-
-
-@dataclass(frozen=True)
-class Figure:
-    kind: str  # the comparison it comes from: a key of KINDS
-    workload: str  # run.py's workload, or round3.py's part
-    key: str
-    label: str  # {n}, {large_n}, {bulk_n}: the run's sizes
-    unit: str
-    better: str
-
 
 # kind: what ran, as the sources list names it.
 KINDS = {"peers": "`run.py` with every Python peer (issue 30)",
@@ -1097,24 +1088,26 @@ KINDS = {"peers": "`run.py` with every Python peer (issue 30)",
          "round3-enqueue": "`round3.py`: every peer's single enqueue (issue 30)",
          "round3-latency": "`round3.py`: idle latency at equal durability (issue 30)"}
 
+# (kind, figure): the rows, in order, one per engine the kind's newest runs measured. A round3.py part
+# stands as the workload; {n}, {large_n}, {bulk_n} in a label are the run's sizes.
 HEADLINE = (
-    Figure("peers", "enqueue", "jobs_per_s", "Single enqueue, {n} calls", "jobs/s", "higher"),
-    Figure("round3-enqueue", "enqueue", "jobs_per_s", "Single enqueue, {n} calls", "jobs/s", "higher"),
-    Figure("peers", "bulk", "jobs_per_s", "Bulk enqueue of {bulk_n} in one call", "jobs/s", "higher"),
-    Figure("peers", "drain", "steady_jobs_per_s", "Drain {n} queued, after the first job", "jobs/s", "higher"),
-    Figure("peers", "drain", "jobs_per_s", "Drain {n} queued, including start-up", "jobs/s", "higher"),
-    Figure("default", "drain_large", "steady_jobs_per_s", "Drain {large_n} queued, after the first job", "jobs/s",
-           "higher"),
-    Figure("peers", "drain", "steady_cpu_s_per_1000", "CPU per 1000 jobs, drain {n} after the first job", "CPU s",
-           "lower"),
-    Figure("peers", "latency", "visible_p50_ms", "Idle cluster: enqueue → result visible, p50", "ms", "lower"),
-    Figure("round3-latency", "latency", "visible_p50_ms", "Idle cluster: enqueue → result visible, p50", "ms",
-           "lower"),
-    Figure("peers", "latency", "visible_p99_ms", "Idle cluster: enqueue → result visible, p99", "ms", "lower"),
-    Figure("round3-latency", "latency", "visible_p99_ms", "Idle cluster: enqueue → result visible, p99", "ms",
-           "lower"),
-    Figure("peers", "startup", "ready_ms", "Exec of the cluster → a queued job starts", "ms", "lower"),
-    Figure("peers", "memory", "pss_2w_mb", "Cluster PSS after the drain, 2 workers", "MiB", "lower"),
+    ("peers", Metric("enqueue", "jobs_per_s", "Single enqueue, {n} calls", "jobs/s", "higher")),
+    ("round3-enqueue", Metric("enqueue", "jobs_per_s", "Single enqueue, {n} calls", "jobs/s", "higher")),
+    ("peers", Metric("bulk", "jobs_per_s", "Bulk enqueue of {bulk_n} in one call", "jobs/s", "higher")),
+    ("peers", Metric("drain", "steady_jobs_per_s", "Drain {n} queued, after the first job", "jobs/s", "higher")),
+    ("peers", Metric("drain", "jobs_per_s", "Drain {n} queued, including start-up", "jobs/s", "higher")),
+    ("default", Metric("drain_large", "steady_jobs_per_s", "Drain {large_n} queued, after the first job", "jobs/s",
+                       "higher")),
+    ("peers", Metric("drain", "steady_cpu_s_per_1000", "CPU per 1000 jobs, drain {n} after the first job", "CPU s",
+                     "lower")),
+    ("peers", Metric("latency", "visible_p50_ms", "Idle cluster: enqueue → result visible, p50", "ms", "lower")),
+    ("round3-latency", Metric("latency", "visible_p50_ms", "Idle cluster: enqueue → result visible, p50", "ms",
+                              "lower")),
+    ("peers", Metric("latency", "visible_p99_ms", "Idle cluster: enqueue → result visible, p99", "ms", "lower")),
+    ("round3-latency", Metric("latency", "visible_p99_ms", "Idle cluster: enqueue → result visible, p99", "ms",
+                              "lower")),
+    ("peers", Metric("startup", "ready_ms", "Exec of the cluster → a queued job starts", "ms", "lower")),
+    ("peers", Metric("memory", "pss_2w_mb", "Cluster PSS after the drain, 2 workers", "MiB", "lower")),
 )
 
 
@@ -1127,56 +1120,48 @@ class Source:
     commit: str
     runs: int
     sizes: dict
-    values: dict  # (system, engine, workload, key) -> [value per ok run]
+    stats: dict  # (engine, system, workload, key) -> stats over the ok runs (``aggregate``)
     systems: set
     engines: set  # database engines django_taskmq was measured on
     foreign: list  # foreign load of every run, cores
 
-    def stats(self, system: str, engine: str, workload: str, key: str) -> dict | None:
-        return stats(self.values.get((system, engine, workload, key), []))
+
+def _source(kind: str, path: Path, records: list[dict], **fields) -> Source:
+    return Source(kind=kind, path=path, stats=aggregate(records), systems={r["system"] for r in records},
+                  engines={r["engine"] for r in records if r["system"] == SUBJECT} & set(DATABASE_ENGINES),
+                  foreign=[r["load"]["foreign_cores"] for r in records
+                           if (r.get("load") or {}).get("foreign_cores") is not None], **fields)
 
 
 def _folder_source(kind: str, folder: Path) -> Source:
     data = load_folder(folder)
-    values: dict[tuple, list] = {}
-    for rec in data["records"]:
-        if rec.get("ok"):
-            for key, value in (rec.get("metrics") or {}).items():
-                values.setdefault((rec["system"], rec["engine"], rec["workload"], key), []).append(value)
     o = data["options"]
-    return Source(kind, folder, data["started"][:16] + " UTC", (data.get("working_tree") or {}).get("head", "?")[:7],
-                  o.get("runs", 1), {"n": o.get("n"), "large_n": o.get("large_n"), "bulk_n": o.get("bulk_n")},
-                  values, set(data["systems"]), {r["engine"] for r in data["records"] if r["system"] == SUBJECT}
-                  & set(DATABASE_ENGINES),
-                  [r["load"]["foreign_cores"] for r in data["records"] if (r.get("load") or {}).get("foreign_cores")
-                   is not None])
+    return _source(kind, folder, data["records"], date=data["started"][:16] + " UTC",
+                   commit=(data.get("working_tree") or {}).get("head", "?")[:7], runs=o.get("runs", 1),
+                   sizes={"n": o.get("n"), "large_n": o.get("large_n"), "bulk_n": o.get("bulk_n")})
 
 
 def _round3_source(path: Path) -> Source:
     raw = json.loads(path.read_text())
-    rows = [r for r in raw["rows"] if not r.get("variant")]  # the paired runs are the ORM comparison's
-    values: dict[tuple, list] = {}
-    for r in rows:
-        if r["ok"]:
-            for key, value in r["metrics"].items():
-                if isinstance(value, (int, float)):
-                    values.setdefault((r["system"], r["engine"], raw["part"], key), []).append(value)
-    return Source(f"round3-{raw['part']}", path, raw["date"], raw["commit"], raw["runs"],
-                  {"n": raw["options"]["n"]}, values, {r["system"] for r in rows},
-                  {r["engine"] for r in rows if r["system"] == SUBJECT} & set(DATABASE_ENGINES),
-                  [r["load"]["foreign_cores"] for r in rows])
+    # The paired runs (a variant) are the comparison with the ORM's create, not a peer's enqueue.
+    records = [{**r, "workload": raw["part"]} for r in raw["rows"] if not r.get("variant")]
+    return _source(f"round3-{raw['part']}", path, records, date=raw["date"], commit=raw["commit"],
+                   runs=raw["runs"], sizes={"n": raw["options"]["n"]})
+
+
+def _folder_kinds(session: dict) -> list[str]:
+    """The kinds of comparison a results folder is: every peer in one run, the full mode's defaults."""
+    systems, workloads = set(session.get("systems", ())), set(session.get("workloads", ()))
+    kinds = ["peers"] if set(PEERS) <= systems else []
+    if session.get("mode") == "full" and set(DEFAULT_SYSTEMS) <= systems and set(DEFAULT_WORKLOADS) <= workloads:
+        kinds.append("default")
+    return kinds
 
 
 def _candidates() -> list[Source]:
     """Every run of a kind the headline shows, oldest first."""
-    found = []
-    for folder in result_folders():
-        session = json.loads((folder / "session.json").read_text())
-        systems, workloads = set(session.get("systems", ())), set(session.get("workloads", ()))
-        if set(PEERS) <= systems:
-            found.append(_folder_source("peers", folder))
-        if session.get("mode") == "full" and set(DEFAULT_SYSTEMS) <= systems and set(DEFAULT_WORKLOADS) <= workloads:
-            found.append(_folder_source("default", folder))
+    found = [_folder_source(kind, folder) for folder in result_folders()
+             for kind in _folder_kinds(json.loads((folder / "session.json").read_text()))]
     for part in ("enqueue", "latency"):
         found += [_round3_source(p) for p in sorted(RESULTS_DIR.glob(f"round3-{part}*.json"))]
     return sorted(found, key=lambda s: (s.date, s.path.name))
@@ -1191,7 +1176,7 @@ def current_sources() -> dict[tuple[str, str], Source]:
     return newest
 
 
-def _peer_cell(source: Source, peer: str, engine: str, figure: Figure) -> tuple[str, float | None]:
+def _peer_cell(source: Source, peer: str, engine: str, figure: Metric) -> tuple[str, float | None]:
     """(cell, median) of a peer in a row: blank when the peer was not in the run, "—" when it does not
     run on the row's engine; the Redis peers' figure is the same in every engine's row."""
     if peer not in source.systems:
@@ -1201,7 +1186,7 @@ def _peer_cell(source: Source, peer: str, engine: str, figure: Figure) -> tuple[
         if "redis" not in engines:
             return "—", None
         engine = "redis"
-    s = source.stats(peer, engine, figure.workload, figure.key)
+    s = source.stats.get((engine, peer, figure.workload, figure.key))
     return (cell(s), s["median"]) if s else ("n/a", None)
 
 
@@ -1209,11 +1194,11 @@ def headline_rows(sources: dict[tuple[str, str], Source]) -> tuple[list[str], li
     """The table's rows, and the sources in the order the rows first use them."""
     used: list[Source] = []
     lines = []
-    for figure in HEADLINE:
+    for kind, figure in HEADLINE:
         first = True
         for engine in DATABASE_ENGINES:
-            source = sources.get((figure.kind, engine))
-            ours = source.stats(SUBJECT, engine, figure.workload, figure.key) if source else None
+            source = sources.get((kind, engine))
+            ours = source.stats.get((engine, SUBJECT, figure.workload, figure.key)) if source else None
             if ours is None:
                 continue
             if source not in used:
@@ -1269,7 +1254,8 @@ def results_md(archive_sections: list[str]) -> str:
               "↑ higher is better, ↓ lower is better. The last column is django_taskmq's median over the best peer "
               "median of the row (of every peer in it, the Redis ones included). Empty: the peer was not in that "
               "row's run; —: it does not run on that engine (the Redis peers' one figure stands in every engine's "
-              "row); n/a: it has no such figure or was not run for it (the archive's tables say why). How each figure is measured: [`README.md`](README.md).", "",
+              "row); n/a: it has no such figure or was not run for it (the archive's tables say why). How each "
+              "figure is measured: [`README.md`](README.md).", "",
               "## Everything else: [`ARCHIVE.md`](ARCHIVE.md)", "",
               "Every table of the runs above, the comparisons not shown here and the earlier rounds, generated "
               "from the same raw results:", ""]
@@ -1303,16 +1289,14 @@ def archive_md() -> tuple[str, list[str]]:
     # with every Python peer, then MariaDB's newest if neither had it.
     sessions = {f: json.loads((f / "session.json").read_text()) for f in folders}
     folders = sorted(folders, key=lambda f: sessions[f].get("started", ""))
-    complete = [f for f in folders if sessions[f].get("mode") == "full"
-                and set(DEFAULT_SYSTEMS) <= set(sessions[f].get("systems", ()))
-                and set(DEFAULT_WORKLOADS) <= set(sessions[f].get("workloads", ()))]
+    complete = [f for f in folders if "default" in _folder_kinds(sessions[f])]
     rendered = []
     if folders:
         latest = (complete or folders)[-1]
         rendered.append(latest)
         lines += section("The newest full-mode run (issue 12)")
         lines.append(folder_markdown(load_folder(latest), link_base=BENCH_DIR, level=3).rstrip())
-        with_peers = [f for f in folders if set(PEERS) <= set(sessions[f].get("systems", ()))]
+        with_peers = [f for f in folders if "peers" in _folder_kinds(sessions[f])]
         if with_peers and with_peers[-1] != latest:
             rendered.append(with_peers[-1])
             lines += section("Every Python peer in one run (issue 30)")
@@ -1327,9 +1311,9 @@ def archive_md() -> tuple[str, list[str]]:
             lines += section("Other results folders")
             lines += [f"* [`results/{f.name}/`](results/{f.name}/): `python3 benchmarks/report.py "
                       f"benchmarks/results/{f.name}` renders it." for f in others]
-    round3 = _round3_sections()
-    if round3:
-        lines += section("Performance round three (issue 30)") + round3
+    round_three = _round3_sections()
+    if round_three:
+        lines += section("Performance round three (issue 30)") + round_three
     lines += section("Other scripts' results and the earlier rounds") + _older_sections()
     return "\n".join(lines).rstrip() + "\n", sections
 
