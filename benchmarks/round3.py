@@ -26,7 +26,7 @@
 Each case runs as a subprocess of the system's venv (``--driver``), on a fresh database (Redis
 databases flushed); every round runs every case once in a shuffled order (seeded, recorded);
 the machine's foreign CPU load is measured around each run (``hostload.py``). Results:
-``results/round3-<part>.json``, rendered into RESULTS.md by ``report.py`` (``--report``).
+``results/round3-<part>.json``, rendered into ARCHIVE.md by ``report.py`` (``--report``).
 
     python3 benchmarks/round3.py [--parts latency,enqueue,ready] [--runs 5]
     python3 benchmarks/round3.py --report benchmarks/results/round3-latency.json
@@ -387,7 +387,7 @@ def _load_line(raw: dict) -> str:
 
 
 def report(raw: dict) -> None:
-    """Print the markdown of a part's RESULTS.md section: median (min–max) over the rounds."""
+    """Print the markdown of a part's ARCHIVE.md section: median (min–max) over the rounds."""
     rows, part = raw["rows"], raw["part"]
     print(_load_line(raw))
     print()
