@@ -1195,7 +1195,7 @@ def headline_rows(sources: dict[tuple[str, str], Source]) -> tuple[list[str], li
     used: list[Source] = []
     lines = []
     for kind, figure in HEADLINE:
-        first = True
+        shown = None  # the label is written once per figure, again only where a run's sizes change it
         for engine in DATABASE_ENGINES:
             source = sources.get((kind, engine))
             ours = source.stats.get((engine, SUBJECT, figure.workload, figure.key)) if source else None
@@ -1210,11 +1210,11 @@ def headline_rows(sources: dict[tuple[str, str], Source]) -> tuple[list[str], li
                 best = (max if figure.better == "higher" else min)(medians, key=medians.get)
                 versus = f"{HEADLINE_PEERS[best]}: {ratio(ours, {'median': medians[best]})}"
             arrow = "↑" if figure.better == "higher" else "↓"
-            label = f"{figure.label.format(**source.sizes)}, {figure.unit} {arrow}" if first else ""
+            label = f"{figure.label.format(**source.sizes)}, {figure.unit} {arrow}"
             key = chr(ord("A") + used.index(source))
-            lines.append(f"| {label} | {ENGINE_LABELS[engine]} | {key} | **{cell(ours)}** | "
+            lines.append(f"| {label if label != shown else ''} | {ENGINE_LABELS[engine]} | {key} | **{cell(ours)}** | "
                          + " | ".join(c for c, _ in peers.values()) + f" | {versus} |")
-            first = False
+            shown = label
     return lines, used
 
 
