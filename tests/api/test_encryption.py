@@ -1,0 +1,124 @@
+"""Encryption at rest (TASKMQ['encryption_keys'], encrypt=...): what the database holds, what a
+worker gets back, and the errors of bad keys and options."""
+
+from __future__ import annotations
+
+import pytest
+
+from django_taskmq import async_task
+from django_taskmq.conf import from_mapping
+from django_taskmq.encryption import Keyring, MissingKey, Sealed, Undecryptable, generate_key, key_id, decode_key
+from django_taskmq.exceptions import BadPackage, ConfigError, UnreadableResult
+from django_taskmq.models import Job
+from django_taskmq.signing import seal_result, verify, verify_result
+
+pytestmark = pytest.mark.django_db
+
+KEY_A, KEY_B = generate_key(), generate_key()
+MARKER = "marker-5f1c0e"
+
+
+@pytest.fixture
+def keys(settings):
+    def use(*keys: str, **more):
+        settings.TASKMQ = {**settings.TASKMQ, "encryption_keys": list(keys), **more}
+    use(KEY_A)
+    return use
+
+
+def test_a_key_encrypts_and_every_listed_key_decrypts():
+    old, new = Keyring([KEY_A]), Keyring([KEY_B, KEY_A])
+    sealed = old.encrypt(b"data", b"p")
+    assert sealed.key == key_id(decode_key(KEY_A)) and b"data" not in sealed.token
+    assert new.decrypt(sealed, b"p") == b"data"
+    assert new.encrypt(b"data", b"p").key == key_id(decode_key(KEY_B))
+    with pytest.raises(MissingKey, match=sealed.key):
+        Keyring([KEY_B]).decrypt(sealed, b"p")
+    with pytest.raises(Undecryptable):
+        new.decrypt(sealed, b"another purpose")
+    with pytest.raises(Undecryptable):
+        new.decrypt(Sealed(sealed.key, sealed.token[:-1] + bytes([sealed.token[-1] ^ 1])), b"p")
+
+
+@pytest.mark.parametrize("value, message", [
+    ("abc", "must be a list of keys"),
+    (["not base64!"], "entry 0: a key must be URL-safe base64"),
+    (["YWJj"], "entry 0: a key must decode to 32 bytes, this one has 3"),
+    ([KEY_A, KEY_A], "lists the same key twice"),
+    ([1], "entry 0: a key must be a string"),
+])
+def test_a_bad_key_is_refused_at_start_up_naming_the_setting(value, message):
+    with pytest.raises(ConfigError, match=r"TASKMQ\['encryption_keys'\] " + message) as info:
+        from_mapping({"encryption_keys": value})
+    assert KEY_A not in str(info.value)
+
+
+def test_encrypt_all_without_keys_is_refused():
+    with pytest.raises(ConfigError, match=r"TASKMQ\['encrypt_all'\] is True but TASKMQ\['encryption_keys'\] is empty"):
+        from_mapping({"encrypt_all": True})
+
+
+def test_encrypt_without_keys_or_with_a_bad_value_is_a_config_error_at_the_call(settings):
+    with pytest.raises(ConfigError, match=r"encrypt needs TASKMQ\['encryption_keys'\]"):
+        async_task("tests.tasks.echo", encrypt=True)
+    settings.TASKMQ = {**settings.TASKMQ, "encryption_keys": [KEY_A]}
+    for bad in ("token", [], [1], ["not a name"], 3):
+        with pytest.raises(ConfigError, match="encrypt must be True, False or a list of argument names"):
+            async_task("tests.tasks.echo", encrypt=bad)
+    assert not Job.objects.exists()
+
+
+def test_encrypted_arguments_are_not_in_the_row_and_open_with_the_key(keys):
+    job_id = async_task("tests.tasks.echo", MARKER, secret=MARKER, encrypt=True)
+    job = Job.objects.get(pk=job_id)
+    assert MARKER not in job.payload
+    envelope = verify(job.payload, "tests")
+    assert envelope.args == (MARKER,) and envelope.kwargs == {"secret": MARKER} and envelope.secret is None
+    closed = verify(job.payload, "tests", decrypt=False)
+    assert closed.args == () and closed.kwargs == {} and isinstance(closed.secret, Sealed)
+
+
+def test_named_arguments_alone_are_encrypted(keys):
+    job_id = async_task("tests.tasks.echo", "visible", token=MARKER, other="plain", encrypt=["token"])
+    closed = verify(Job.objects.get(pk=job_id).payload, "tests", decrypt=False)
+    assert closed.args == ("visible",) and closed.kwargs == {"other": "plain"}
+    assert verify(Job.objects.get(pk=job_id).payload, "tests").kwargs == {"other": "plain", "token": MARKER}
+
+
+def test_a_named_argument_given_by_position_is_refused(keys):
+    with pytest.raises(ConfigError, match="passed by position; pass it by keyword"):
+        async_task("tests.tasks.record_run", MARKER, encrypt=["tag"])
+    async_task("tests.tasks.record_run", tag=MARKER, encrypt=["tag"])
+
+
+def test_encrypt_all_encrypts_every_job(keys):
+    keys(KEY_A, encrypt_all=True)
+    job_id = async_task("tests.tasks.echo", MARKER)
+    assert verify(Job.objects.get(pk=job_id).payload, "tests", decrypt=False).secret is not None
+
+
+def test_a_package_whose_key_is_gone_is_a_bad_package_naming_the_key_id(keys):
+    job_id = async_task("tests.tasks.echo", MARKER, encrypt=True)
+    keys(KEY_B)
+    with pytest.raises(BadPackage, match=f"encrypted with key id {key_id(decode_key(KEY_A))}, which "
+                                         r"TASKMQ\['encryption_keys'\] does not list"):
+        verify(Job.objects.get(pk=job_id).payload, "tests")
+
+
+def test_an_encrypted_result_holds_no_plaintext_and_needs_its_key(keys):
+    package = seal_result({"value": MARKER}, "tests", encrypt=True)
+    assert MARKER.encode() not in __import__("base64").urlsafe_b64decode(package.split(":")[0] + "==")
+    assert verify_result(package, "tests") == {"value": MARKER}
+    assert isinstance(verify_result(package, "tests", decrypt=False), Sealed)
+    keys(KEY_B)
+    with pytest.raises(UnreadableResult, match="encrypted with key id"):
+        verify_result(package, "tests")
+
+
+def test_sync_mode_runs_an_encrypted_task_and_encrypts_its_result(keys):
+    keys(KEY_A, sync=True)
+    job_id = async_task("tests.tasks.echo", MARKER, encrypt=True)
+    job = Job.objects.get(pk=job_id)
+    assert job.state == "SUCCEEDED"
+    assert job.result == ((MARKER,), {})
+    assert isinstance(verify_result(job.result_package, "tests", decrypt=False), Sealed)
