@@ -3,13 +3,18 @@ worker gets back, and the errors of bad keys and options."""
 
 from __future__ import annotations
 
-import pytest
+import datetime
+import json
 
-from django_taskmq import async_task
+import pytest
+from django.utils import timezone
+
+from django_taskmq import async_task, schedule
 from django_taskmq.conf import from_mapping
 from django_taskmq.encryption import Keyring, MissingKey, Sealed, Undecryptable, generate_key, key_id, decode_key
 from django_taskmq.exceptions import BadPackage, ConfigError, UnreadableResult
-from django_taskmq.models import Job
+from django_taskmq.models import Job, Schedule
+from django_taskmq.scheduler import SEALED, tick
 from django_taskmq.signing import seal_result, verify, verify_result
 
 pytestmark = pytest.mark.django_db
@@ -122,3 +127,33 @@ def test_sync_mode_runs_an_encrypted_task_and_encrypts_its_result(keys):
     assert job.state == "SUCCEEDED"
     assert job.result == ((MARKER,), {})
     assert isinstance(verify_result(job.result_package, "tests", decrypt=False), Sealed)
+
+
+def test_a_schedule_stores_its_encrypted_arguments_sealed_and_its_runs_get_them(keys, broker):
+    past = timezone.now() - datetime.timedelta(minutes=1)
+    whole = schedule("tests.tasks.echo", MARKER, name="whole", secret=MARKER, next_run=past, q_options={"encrypt": True})
+    named = schedule("tests.tasks.echo", "shown", name="named", token=MARKER, other="plain", next_run=past,
+                     q_options={"encrypt": ["token"]})
+    stored = {s.name: (s.args, s.kwargs) for s in Schedule.objects.all()}
+    assert MARKER not in json.dumps(stored)
+    assert stored["whole"][0] == [] and list(stored["whole"][1]) == [SEALED]
+    assert stored["named"][0] == ["shown"] and sorted(stored["named"][1]) == [SEALED, "other"]
+
+    fired = {Job.objects.get(pk=job_id).task_name: job_id for job_id in tick()}
+    runs = {name: verify(Job.objects.get(pk=job_id).payload, "tests") for name, job_id in fired.items()}
+    assert (runs["whole"].args, runs["whole"].kwargs) == ((MARKER,), {"secret": MARKER})
+    assert (runs["named"].args, runs["named"].kwargs) == (("shown",), {"other": "plain", "token": MARKER})
+    for job_id in fired.values():  # the runs are encrypted jobs too
+        assert MARKER not in Job.objects.get(pk=job_id).payload
+        assert verify(Job.objects.get(pk=job_id).payload, "tests", decrypt=False).secret is not None
+    assert {whole.pk, named.pk} == set(Schedule.objects.values_list("pk", flat=True))
+
+
+def test_a_schedule_whose_key_is_gone_is_disabled_naming_the_key_id(keys, broker, caplog):
+    schedule("tests.tasks.echo", MARKER, name="orphan", next_run=timezone.now() - datetime.timedelta(minutes=1),
+             schedule_type=Schedule.MINUTES, minutes=5, q_options={"encrypt": True})
+    keys(KEY_B)
+    assert tick() == []
+    assert Schedule.objects.get(name="orphan").repeats == 0
+    assert f"encrypted with key id {key_id(decode_key(KEY_A))}" in caplog.text
+    assert not Job.objects.exists()

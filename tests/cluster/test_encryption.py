@@ -4,14 +4,16 @@ without a flag day; a package whose key is gone is dead-lettered naming the key 
 
 from __future__ import annotations
 
+import datetime
 import zlib
 
 import pytest
 from django.apps import apps
 from django.core import signing as django_signing
 from django.db import connection
+from django.utils import timezone
 
-from django_taskmq import async_task, enqueue_many, result
+from django_taskmq import async_task, enqueue_many, result, schedule
 from django_taskmq.encryption import decode_key, generate_key, key_id
 from django_taskmq.models import DeadLetter, Job
 
@@ -58,11 +60,19 @@ def rows_holding(marker: str) -> list[str]:
     return hits
 
 
+def later(name: str, **options) -> None:
+    """A schedule of the marker, not due during the test."""
+    schedule("tests.tasks.record_secret", MARKER, name=name, next_run=timezone.now() + datetime.timedelta(days=1),
+             q_options=options)
+
+
 def test_the_scan_finds_the_marker_of_a_job_not_encrypted(cluster):
     job_id = async_task("tests.tasks.record_secret", MARKER)
+    later("plain")
     cluster.burst("-w", "1")
     assert job_states([job_id]) == {"SUCCEEDED": 1}
-    assert sorted(set(rows_holding(MARKER))) == ["django_taskmq_job.payload", "django_taskmq_job.result_package"]
+    assert sorted(set(rows_holding(MARKER))) == ["django_taskmq_job.payload", "django_taskmq_job.result_package",
+                                                 "django_taskmq_schedule.args"]
 
 
 def test_no_row_holds_an_encrypted_marker_while_the_cluster_runs_it(cluster):
@@ -70,6 +80,7 @@ def test_no_row_holds_an_encrypted_marker_while_the_cluster_runs_it(cluster):
     whole = async_task("tests.tasks.record_secret", MARKER, encrypt=True)
     named = async_task("tests.tasks.record_secret", "visible", token=MARKER, encrypt=["token"])
     failing = async_task("tests.tasks.fail", MARKER, encrypt=True, max_deliveries=1)
+    later("sealed", encrypt=True)
     assert rows_holding(MARKER) == []
 
     cluster.burst("-w", "2")
