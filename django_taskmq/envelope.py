@@ -42,18 +42,20 @@ def _rebuild(func: str, args: tuple, kwargs: dict, options: dict, secret: Sealed
 
 def seal_arguments(envelope: Envelope, keyring: Keyring) -> Envelope:
     """Return ``envelope`` with the arguments its ``encrypt`` option names moved into ``secret``,
-    encrypted: all of them for ``True``, else the keyword arguments listed."""
-    encrypt = envelope.options.get("encrypt")
+    encrypted: all of them and the chain's next links for ``True``, else the keyword arguments listed."""
+    encrypt, options = envelope.options.get("encrypt"), envelope.options
     if not encrypt:
         return envelope
     if encrypt is True:
-        hidden, args, kwargs = (envelope.args, envelope.kwargs), (), {}
+        # The links of a chain are calls too: their arguments go with the job's.
+        options = {k: v for k, v in options.items() if k != "chain"}
+        hidden, args, kwargs = (envelope.args, envelope.kwargs, envelope.options.get("chain")), (), {}
     else:
         secret = {name: value for name, value in envelope.kwargs.items() if name in encrypt}
         kwargs = {name: value for name, value in envelope.kwargs.items() if name not in secret}
-        hidden, args = ((), secret), envelope.args
+        hidden, args = ((), secret, None), envelope.args
     data = _pickled(hidden, envelope.func)
-    return Envelope(func=envelope.func, args=args, kwargs=kwargs, options=envelope.options,
+    return Envelope(func=envelope.func, args=args, kwargs=kwargs, options=options,
                     secret=keyring.encrypt(data, ARGUMENTS))
 
 
@@ -66,9 +68,10 @@ def open_arguments(envelope: Envelope, keyring: Keyring) -> Envelope:
     """
     if envelope.secret is None:
         return envelope
-    args, kwargs = PickleSerializer().loads(keyring.decrypt(envelope.secret, ARGUMENTS))
+    args, kwargs, chain = PickleSerializer().loads(keyring.decrypt(envelope.secret, ARGUMENTS))
+    options = envelope.options if chain is None else {**envelope.options, "chain": chain}
     return Envelope(func=envelope.func, args=(*envelope.args, *args), kwargs={**envelope.kwargs, **kwargs},
-                    options=envelope.options)
+                    options=options)
 
 
 class PickleSerializer:
