@@ -157,3 +157,43 @@ def test_a_schedule_whose_key_is_gone_is_disabled_naming_the_key_id(keys, broker
     assert Schedule.objects.get(name="orphan").repeats == 0
     assert f"encrypted with key id {key_id(decode_key(KEY_A))}" in caplog.text
     assert not Job.objects.exists()
+
+
+def test_a_task_decorator_fixes_encrypt_and_a_workflow_step_takes_it(keys, broker):
+    from django_taskmq import Workflow
+    from tests.tasks import signs_in
+
+    job_id = signs_in.delay("ada", token=MARKER)
+    closed = verify(Job.objects.get(pk=job_id).payload, "tests", decrypt=False)
+    assert closed.args == ("ada",) and closed.kwargs == {} and closed.secret is not None
+    flow = Workflow(name="flow")
+    flow.add("tests.tasks.echo", MARKER, name="step", q_options={"encrypt": True})
+    flow.enqueue()
+    step = Job.objects.get(pk=flow.job_ids["step"])
+    assert MARKER not in step.payload and verify(step.payload, "tests").args == (MARKER,)
+
+
+def test_qconfig_shows_key_ids_never_keys(keys):
+    from io import StringIO
+
+    from django.core.management import call_command
+
+    out = StringIO()
+    call_command("qconfig", stdout=out)
+    assert KEY_A not in out.getvalue() and f"<key id {key_id(decode_key(KEY_A))}, not shown>" in out.getvalue()
+
+
+def test_qkey_prints_a_new_key_and_lists_the_ids_in_force(keys, capsys):
+    from io import StringIO
+
+    from django.core.management import call_command
+
+    out, err = StringIO(), StringIO()
+    call_command("qkey", stdout=out, stderr=err)
+    key = out.getvalue().strip()
+    assert len(decode_key(key)) == 32 and f"key id {key_id(decode_key(key))}" in err.getvalue()
+    keys(key, KEY_A)
+    out = StringIO()
+    call_command("qkey", "--ids", stdout=out)
+    assert out.getvalue().split() == [key_id(decode_key(key)), "encrypts", "and", "decrypts",
+                                      key_id(decode_key(KEY_A)), "decrypts"]
