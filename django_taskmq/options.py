@@ -285,10 +285,10 @@ class JobTemplate:
                                                   options.get("unique_replace"), ConfigError)
         self.key = options.get("concurrency_key")
         self.key_limit = options.get("concurrency_limit") or 1
-        encrypt = self.run_options.get("encrypt")
-        self.encrypt = encrypt
+        #: True, the names of the keyword arguments to encrypt, or False.
+        self.encrypt: bool | tuple[str, ...] = True if settings.encrypt_all else options.get("encrypt") or False
         # Names are those of keyword arguments: one given by position would be stored in clear.
-        self.secret_position = _first_position(self.path, encrypt) if isinstance(encrypt, tuple) else None
+        self.secret_position = _first_position(self.path, self.encrypt) if isinstance(self.encrypt, tuple) else None
 
     def values(self, args: tuple, kwargs: dict, trace: dict | None = None) -> dict[str, Any]:
         """Return the column values (by attribute name) of a new job for one call; ``trace``: the
@@ -298,7 +298,7 @@ class JobTemplate:
         envelope = Envelope(func=self.path, args=tuple(args), kwargs=dict(kwargs), options=options)
         if self.encrypt:
             if self.secret_position is not None and len(args) > self.secret_position:
-                raise ConfigError(f"{self.path}: an argument named in encrypt={list(self.encrypt)} is passed by "
+                raise ConfigError(f"{self.path}: an argument named in encrypt={self.encrypt!r} is passed by "
                                   f"position; pass it by keyword so that it is encrypted")
             envelope = seal_arguments(envelope, self.settings.keyring)
         expired = self.expires_at is not None and self.expires_at <= now

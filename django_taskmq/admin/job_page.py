@@ -106,7 +106,8 @@ def result(job: Job) -> SafeString | str:
         return f"unreadable result: {exc}"
     if not allowed:
         return f"{'an encrypted result' if isinstance(value, Sealed) else 'a result'}, {HIDDEN}"
-    if isinstance(value, Sealed) or (not isinstance(envelope(job), str) and envelope(job).options.get("encrypt")):
+    env = envelope(job)
+    if not isinstance(env, str) and env.options.get("encrypt"):
         payload_access.seen(job)
     return monospace(short_repr(redact(value, get_settings().redact), RESULT_SHOWN))
 
