@@ -87,10 +87,15 @@ class Keyring:
     """The listed keys: the first encrypts, every one decrypts."""
 
     def __init__(self, keys: Iterable[str]) -> None:
-        raws = [decode_key(key) for key in keys]
+        self._keys = tuple(keys)
+        raws = [decode_key(key) for key in self._keys]
         self._ids = [key_id(raw) for raw in raws]
         self._raw = dict(zip(self._ids, raws))
         self._ciphers: dict[str, Any] = {}
+
+    def __reduce__(self) -> tuple:
+        # Pickled (a settings object sent to a spawned process) as its keys: the ciphers are rebuilt.
+        return (Keyring, (self._keys,))
 
     def __bool__(self) -> bool:
         return bool(self._ids)

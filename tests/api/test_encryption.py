@@ -197,3 +197,11 @@ def test_qkey_prints_a_new_key_and_lists_the_ids_in_force(keys, capsys):
     call_command("qkey", "--ids", stdout=out)
     assert out.getvalue().split() == [key_id(decode_key(key)), "encrypts", "and", "decrypts",
                                       key_id(decode_key(KEY_A)), "decrypts"]
+
+
+def test_a_keyring_pickles_as_its_keys():
+    import pickle
+
+    ring = Keyring([KEY_A])
+    sealed = ring.encrypt(b"data", b"p")  # builds a cipher, which does not pickle itself
+    assert pickle.loads(pickle.dumps(ring)).decrypt(sealed, b"p") == b"data"
