@@ -59,16 +59,10 @@ def seal_arguments(envelope: Envelope, keyring: Keyring) -> Envelope:
                     secret=keyring.encrypt(data, ARGUMENTS))
 
 
-def open_arguments(envelope: Envelope, keyring: Keyring) -> Envelope:
-    """Return ``envelope`` with its ``secret`` decrypted back into its arguments.
-
-    Raise :class:`~django_taskmq.encryption.MissingKey` when the key is not in ``keyring`` and
-    :class:`~django_taskmq.encryption.Undecryptable` when the ciphertext does not authenticate:
-    either way nothing of the secret is unpickled.
-    """
-    if envelope.secret is None:
-        return envelope
-    args, kwargs, chain = PickleSerializer().loads(keyring.decrypt(envelope.secret, ARGUMENTS))
+def open_arguments(envelope: Envelope, hidden: Any) -> Envelope:
+    """Return ``envelope`` with its ``secret`` replaced by ``hidden``, what it decrypted to (the
+    ``(args, kwargs, chain)`` that :func:`seal_arguments` encrypted): see ``signing.verify``."""
+    args, kwargs, chain = hidden
     options = envelope.options if chain is None else {**envelope.options, "chain": chain}
     return Envelope(func=envelope.func, args=(*envelope.args, *args), kwargs={**envelope.kwargs, **kwargs},
                     options=options)

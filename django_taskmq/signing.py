@@ -12,16 +12,15 @@ verified, with ``TASKMQ['encryption_keys']``; one whose key is not listed is a :
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import hashlib
 import hmac
 import zlib
-from collections.abc import Iterator
 
 from django.core import signing as django_signing
 
-from .encryption import RESULT, MissingKey, Sealed, Undecryptable
+from .conf import get_settings
+from .encryption import ARGUMENTS, RESULT, MissingKey, Sealed, Undecryptable
 from .envelope import Envelope, PickleSerializer, check_picklable, open_arguments
 from .exceptions import BadPackage, ConfigError, UnreadableResult
 
@@ -109,21 +108,17 @@ def _open(package: str, salt: str, error: type[BadPackage]) -> tuple[object, byt
         raise error(f"cannot unpickle: {type(exc).__name__}: {exc}") from None
 
 
-def _keyring():
-    from .conf import get_settings
-
-    return get_settings().keyring
-
-
-@contextlib.contextmanager
-def _decrypting(error: type[BadPackage]) -> Iterator[None]:
-    """Turn a failure to decrypt, or to unpickle what was decrypted, into ``error`` with the reason."""
+def _decrypted(sealed: Sealed, purpose: bytes, error: type[BadPackage]) -> object:
+    """Return the unpickled plaintext of ``sealed``; raise ``error`` saying why it cannot be had:
+    its key is not listed (the key id), it does not authenticate, or what it holds does not load."""
     try:
-        yield
+        plain = get_settings().keyring.decrypt(sealed, purpose)
     except MissingKey as exc:
         raise error(str(exc)) from None
     except Undecryptable as exc:
         raise error(f"cannot decrypt: {exc}") from None
+    try:
+        return PickleSerializer().loads(plain)
     except Exception as exc:
         raise error(f"cannot unpickle the decrypted value: {type(exc).__name__}: {exc}") from None
 
@@ -155,8 +150,11 @@ def verify_pickled(package: str, salt: str) -> tuple[Envelope, bytes]:
     envelope, body = _envelope(package, salt)
     if envelope.secret is None:
         return envelope, body
-    with _decrypting(BadPackage):
-        opened = open_arguments(envelope, _keyring())
+    hidden = _decrypted(envelope.secret, ARGUMENTS, BadPackage)
+    try:
+        opened = open_arguments(envelope, hidden)
+    except Exception as exc:  # signed and authenticated, so ours: only a bug or another version's format
+        raise BadPackage(f"cannot unpickle the decrypted value: {type(exc).__name__}: {exc}") from None
     return opened, PickleSerializer().dumps(opened)
 
 
@@ -167,8 +165,7 @@ def verify_result(package: str, name: str, decrypt: bool = True) -> object:
     :class:`~django_taskmq.encryption.Sealed` it is stored as."""
     value = _open(package, result_salt(name), UnreadableResult)[0]
     if decrypt and isinstance(value, Sealed):
-        with _decrypting(UnreadableResult):
-            return PickleSerializer().loads(_keyring().decrypt(value, RESULT))
+        return _decrypted(value, RESULT, UnreadableResult)
     return value
 
 
@@ -197,5 +194,5 @@ def seal_result(value: object, name: str, compress: bool = False, max_size: int 
     if max_size is not None and len(data) > max_size:
         raise ValueError(f"result is {len(data)} bytes, above TASKMQ['max_result_size'] = {max_size}")
     if encrypt:
-        data = PickleSerializer().dumps(_keyring().encrypt(data, RESULT))
+        data = PickleSerializer().dumps(get_settings().keyring.encrypt(data, RESULT))
     return SealedResult(sign_bytes(data, result_salt(name), compress))
