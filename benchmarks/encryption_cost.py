@@ -7,7 +7,9 @@ with ``encrypt`` off and on, in one run per engine.
 
 Each job carries about 300 bytes of arguments (an e-mail, a token, a small dict) and returns a
 result of the same size (sealed with ``execution.seal``, encrypted when on). Rounds interleave off
-and on; the median of each is printed in microseconds per job. PostgreSQL is the server of
+and on; the median of each is printed in microseconds per job, of wall time and of this process's
+CPU time (``time.process_time``: steadier on a machine that other work loads, and on PostgreSQL it
+leaves out the server's share). PostgreSQL is the server of
 ``tests/settings_postgresql.py`` (a database of its own, created and dropped here). Needs the
 repository's ``.venv``. A development tool, not a test.
 """
@@ -64,15 +66,18 @@ def main() -> None:
     reset_settings()
     payload = {"email": "ada@example.com", "token": "t" * 64, "items": list(range(40)), "note": "n" * 60}
 
-    def enqueue_us(encrypt: bool) -> float:
-        start = time.perf_counter()
+    def per_job(start: tuple[float, float]) -> tuple[float, float]:
+        return ((time.perf_counter() - start[0]) / args.jobs * 1e6, (time.process_time() - start[1]) / args.jobs * 1e6)
+
+    def enqueue_us(encrypt: bool) -> tuple[float, float]:
+        start = time.perf_counter(), time.process_time()
         for i in range(args.jobs):
             async_task("tests.tasks.echo", i, payload=payload, encrypt=encrypt or None)
-        return (time.perf_counter() - start) / args.jobs * 1e6
+        return per_job(start)
 
-    def claim_to_start_us() -> float:
+    def claim_to_start_us() -> tuple[float, float]:
         broker, conf = get_broker(), get_settings()
-        start = time.perf_counter()
+        start = time.perf_counter(), time.process_time()
         done = 0
         while done < args.jobs:
             reserved = broker.reserve(["default"], args.batch, 60.0, "bench")
@@ -84,22 +89,24 @@ def main() -> None:
                                                  result=payload), conf)
             done += len(reserved)
         assert done == args.jobs, done
-        return (time.perf_counter() - start) / args.jobs * 1e6
+        return per_job(start)
 
     rows = []
+    keys = ("enqueue_us", "enqueue_cpu_us", "claim_to_start_us", "claim_to_start_cpu_us")
     for round_ in range(args.rounds):
         for encrypt in (False, True):
             Job.objects.all().delete()
-            rows.append({"round": round_, "encrypt": encrypt, "enqueue_us": enqueue_us(encrypt),
-                         "claim_to_start_us": claim_to_start_us()})
+            enqueue, claim = enqueue_us(encrypt), claim_to_start_us()
+            rows.append({"round": round_, "encrypt": encrypt, **dict(zip(keys, (*enqueue, *claim)))})
     medians = {}
     for encrypt in (False, True):
         mine = [r for r in rows if r["encrypt"] is encrypt]
-        medians[encrypt] = {k: statistics.median(r[k] for r in mine) for k in ("enqueue_us", "claim_to_start_us")}
-        print(f"{args.engine} encrypt {'on ' if encrypt else 'off'}: enqueue {medians[encrypt]['enqueue_us']:7.1f} us, "
-              f"claim to start {medians[encrypt]['claim_to_start_us']:6.1f} us  (median of {len(mine)} rounds)")
-    for key in ("enqueue_us", "claim_to_start_us"):
-        print(f"  {key[:-3]}: on / off = {medians[True][key] / medians[False][key]:.3f}")
+        medians[encrypt] = m = {k: statistics.median(r[k] for r in mine) for k in keys}
+        print(f"{args.engine} encrypt {'on ' if encrypt else 'off'}: enqueue {m['enqueue_us']:7.1f} us "
+              f"(cpu {m['enqueue_cpu_us']:6.1f}), claim to start {m['claim_to_start_us']:6.1f} us "
+              f"(cpu {m['claim_to_start_cpu_us']:6.1f})  (median of {len(mine)} rounds)")
+    for key in keys:
+        print(f"  {key}: on / off = {medians[True][key] / medians[False][key]:.3f}")
     if args.json:
         Path(args.json).write_text(json.dumps({"engine": args.engine, "jobs": args.jobs, "rows": rows}, indent=1) + "\n")
     if created is not None:
