@@ -19,7 +19,8 @@ class Envelope:
     ``encrypt`` (True, or the names of the keyword arguments that were encrypted).
 
     ``secret`` holds the encrypted arguments (see :func:`seal_arguments`): the pickle of
-    ``(args, kwargs)``, opened by :func:`open_arguments` into ``args`` and ``kwargs``.
+    ``(args, kwargs, chain)``, put back into ``args``, ``kwargs`` and ``options`` by
+    :func:`open_arguments` once ``signing`` decrypted it.
     """
 
     func: str
