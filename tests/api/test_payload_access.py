@@ -104,3 +104,21 @@ def test_a_job_whose_key_is_gone_shows_why_not_its_arguments(client, settings, e
     staff(client, *VIEWING, "view_job_payload")
     text = client.get(pages(job_id)["job"]).content.decode()
     assert "unreadable package: encrypted with key id" in text and MARKER not in text
+
+
+def test_replay_retry_and_cancel_need_their_own_permissions_not_the_payload(client, encrypted):
+    dead = dead_job(encrypt=True)
+    failed = async_task("tests.tasks.fail", MARKER, encrypt=True, ack_failure=True)
+    run_sync(failed)
+    queued = async_task("tests.tasks.echo", MARKER, encrypt=True)
+    staff(client, *VIEWING, "delete_deadletter", "change_job", "delete_job")
+    letter = DeadLetter.objects.get(job_id=dead)
+    posts = [("/admin/django_taskmq/deadletter/", "replay", letter.pk),
+             ("/admin/django_taskmq/job/", "retry_jobs", failed), ("/admin/django_taskmq/job/", "cancel_jobs", queued)]
+    for url, action, pk in posts:
+        for confirm in ({}, {"post": "yes"}):  # the confirmation page, then its "Yes"
+            response = client.post(url, {"action": action, "_selected_action": [pk], **confirm}, follow=True)
+            assert response.status_code == 200
+            assert MARKER not in response.content.decode().replace(f"TaskFailed: {MARKER}", ""), action
+    assert [Job.objects.get(pk=pk).state for pk in (dead, failed, queued)] == ["QUEUED", "QUEUED", "CANCELLED"]
+    assert not LogEntry.objects.filter(change_message=VIEWED).exists()
