@@ -3,7 +3,8 @@ claim to start (reserve, verify, decrypt, unpickle as the pusher does, then the 
 with ``encrypt`` off and on, in one run per engine.
 
     .venv/bin/python benchmarks/encryption_cost.py --engine sqlite
-    .venv/bin/python benchmarks/encryption_cost.py --engine postgresql --json benchmarks/results/encryption-cost-postgresql.json
+    .venv/bin/python benchmarks/encryption_cost.py --engine postgresql \
+        --json benchmarks/results/encryption-cost-postgresql.json
 
 Each job carries about 300 bytes of arguments (an e-mail, a token, a small dict) and returns a
 result of the same size (sealed with ``execution.seal``, encrypted when on). Rounds interleave off
@@ -108,7 +109,8 @@ def main() -> None:
     for key in keys:
         print(f"  {key}: on / off = {medians[True][key] / medians[False][key]:.3f}")
     if args.json:
-        Path(args.json).write_text(json.dumps({"engine": args.engine, "jobs": args.jobs, "rows": rows}, indent=1) + "\n")
+        found = {"engine": args.engine, "jobs": args.jobs, "rows": rows}
+        Path(args.json).write_text(json.dumps(found, indent=1) + "\n")
     if created is not None:
         connection.creation.destroy_test_db(created, verbosity=0)
 

@@ -22,7 +22,7 @@ from typing import Any
 from .brokers.base import Reservation
 from .envelope import Envelope
 from .loading import resolve
-from .redaction import shown_call
+from .policy.redaction import shown_call
 
 logger = logging.getLogger(__name__)
 
@@ -41,7 +41,7 @@ class FailedJob:
     dead letters: this was its final failure). ``args`` and ``kwargs`` are the task's arguments
     (empty for a timeout or a crash, which the monitor reports: outcomes reach it without them) as
     they may leave the package: those named by ``TASKMQ['redact']`` masked, the encrypted ones
-    replaced by a marker (see :mod:`django_taskmq.redaction`); ``encrypted`` says the job had
+    replaced by a marker (see :mod:`django_taskmq.policy.redaction`); ``encrypted`` says the job had
     encrypted arguments. A reporter that sends events elsewhere should leave them out unless asked
     (they may hold personal data).
     """

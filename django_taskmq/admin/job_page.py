@@ -23,7 +23,7 @@ from ..encryption import Sealed
 from ..exceptions import BadPackage, UnreadableResult
 from ..models import DeadLetter, Job, State, WorkflowStep
 from ..policy import attempts as attempt_history
-from ..redaction import redact, shown_call
+from ..policy.redaction import redact, shown_call
 from ..signing import verify, verify_result
 from . import payload_access
 from .display import between, duration, monospace, short_repr, when

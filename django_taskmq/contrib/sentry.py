@@ -15,7 +15,7 @@ from __future__ import annotations
 from typing import Any
 
 from ..conf import get_settings
-from ..redaction import redact
+from ..policy.redaction import redact
 from ..reporting import FailedJob
 
 try:

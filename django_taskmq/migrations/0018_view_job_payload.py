@@ -12,6 +12,10 @@ class Migration(migrations.Migration):
     operations = [
         migrations.AlterModelOptions(
             name='job',
-            options={'permissions': [('view_job_payload', 'Can view job payload')], 'verbose_name': 'job', 'verbose_name_plural': 'jobs'},
+            options={
+                'permissions': [('view_job_payload', 'Can view job payload')],
+                'verbose_name': 'job',
+                'verbose_name_plural': 'jobs',
+            },
         ),
     ]

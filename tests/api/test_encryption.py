@@ -131,7 +131,8 @@ def test_sync_mode_runs_an_encrypted_task_and_encrypts_its_result(keys):
 
 def test_a_schedule_stores_its_encrypted_arguments_sealed_and_its_runs_get_them(keys, broker):
     past = timezone.now() - datetime.timedelta(minutes=1)
-    whole = schedule("tests.tasks.echo", MARKER, name="whole", secret=MARKER, next_run=past, q_options={"encrypt": True})
+    whole = schedule("tests.tasks.echo", MARKER, name="whole", secret=MARKER, next_run=past,
+                     q_options={"encrypt": True})
     named = schedule("tests.tasks.echo", "shown", name="named", token=MARKER, other="plain", next_run=past,
                      q_options={"encrypt": ["token"]})
     stored = {s.name: (s.args, s.kwargs) for s in Schedule.objects.all()}

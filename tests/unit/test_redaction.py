@@ -6,7 +6,7 @@ from __future__ import annotations
 from hypothesis import given, strategies as st
 
 from django_taskmq.conf import DEFAULT_REDACT
-from django_taskmq.redaction import ENCRYPTED, REDACTED, is_secret, redact, shown_call
+from django_taskmq.policy.redaction import ENCRYPTED, REDACTED, is_secret, redact, shown_call
 
 NAMES = DEFAULT_REDACT
 
