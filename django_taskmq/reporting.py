@@ -168,12 +168,11 @@ def lost(r: Reservation, envelope: Envelope | None, status: str, error: str, sta
     The monitor records outcomes for the whole cluster: the report waits for a background thread
     of this process (at most :data:`BACKLOG` of them), so no reporter slows recording.
     """
+    from .conf import get_settings
     from .exceptions import TaskTimeout, WorkerDied
 
     kind = TaskTimeout if status == "timeout" else WorkerDied
     text = error.partition(": ")[2] or error or status
-    from .conf import get_settings
-
     job = FailedJob(id=r.job_id, task=envelope.func if envelope else "", queue=r.queue, priority=r.priority,
                     attempt=r.deliveries, max_deliveries=r.max_deliveries, state=state, cluster=cluster,
                     **(_arguments(envelope, get_settings().redact) if envelope else {}))
