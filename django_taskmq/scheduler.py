@@ -83,9 +83,7 @@ def save_schedule(func: Any, args: Sequence[Any] = (), kwargs: dict[str, Any] | 
         json.dumps([list(args), kwargs, options])
     except TypeError as exc:
         raise ConfigError(f"schedule arguments must be JSON-serialisable: {exc}") from None
-    encrypt = True if settings.encrypt_all else options.get("encrypt")
-    if encrypt:
-        args, kwargs = seal_arguments(list(args), kwargs, encrypt, settings)
+    args, kwargs = stored_arguments(args, kwargs, options, settings)
     name = name or f"{path}-{timezone.now().timestamp():.0f}"
     # The write lock first: these read and then write, which on SQLite's default (deferred)
     # transactions fails at once with "database is locked" when another writer got in between.
@@ -101,6 +99,15 @@ def save_schedule(func: Any, args: Sequence[Any] = (), kwargs: dict[str, Any] | 
                           options=options, tz=tz or ""),
         )
     return obj
+
+
+def stored_arguments(args: Sequence[Any], kwargs: dict, options: dict, settings: Settings) -> tuple[list, dict]:
+    """Return the ``args`` and ``kwargs`` a schedule stores with ``options``: those its ``encrypt``
+    (or ``TASKMQ['encrypt_all']``) names sealed, with the first key (what was sealed before is
+    opened first: saving a schedule again encrypts it with the new key of a rotation)."""
+    args, kwargs = open_arguments(list(args), dict(kwargs), settings)
+    encrypt = True if settings.encrypt_all else options.get("encrypt")
+    return seal_arguments(args, kwargs, encrypt, settings) if encrypt else (args, kwargs)
 
 
 def seal_arguments(args: list, kwargs: dict, encrypt: Any, settings: Settings) -> tuple[list, dict]:

@@ -10,11 +10,11 @@ import pytest
 from django.utils import timezone
 
 from django_taskmq import async_task, schedule
-from django_taskmq.conf import from_mapping
+from django_taskmq.conf import from_mapping, get_settings
 from django_taskmq.encryption import Keyring, MissingKey, Sealed, Undecryptable, generate_key, key_id, decode_key
 from django_taskmq.exceptions import BadPackage, ConfigError, UnreadableResult
 from django_taskmq.models import Job, Schedule
-from django_taskmq.scheduler import SEALED, tick
+from django_taskmq.scheduler import SEALED, open_arguments, tick
 from django_taskmq.signing import seal_result, verify, verify_result
 
 pytestmark = pytest.mark.django_db
@@ -206,3 +206,21 @@ def test_a_keyring_pickles_as_its_keys():
     ring = Keyring([KEY_A])
     sealed = ring.encrypt(b"data", b"p")  # builds a cipher, which does not pickle itself
     assert pickle.loads(pickle.dumps(ring)).decrypt(sealed, b"p") == b"data"
+
+
+def test_a_schedule_saved_in_the_admin_with_encrypt_stores_its_arguments_sealed(keys, admin_client, broker):
+    form = {"name": "nightly", "func": "tests.tasks.echo", "args": json.dumps([MARKER]),
+            "kwargs": json.dumps({"email": MARKER}), "schedule_type": "O", "repeats": -1, "next_run_0": "2030-01-01",
+            "next_run_1": "00:00:00", "priority": 0, "options": '{"encrypt": true}'}
+    response = admin_client.post("/admin/django_taskmq/schedule/add/", form)
+    assert response.status_code == 302, response.content.decode()[:2000]
+    saved = Schedule.objects.get()
+    assert MARKER not in json.dumps([saved.args, saved.kwargs]) and list(saved.kwargs) == [SEALED]
+    # Saved again under a new first key: opened, then sealed with it.
+    keys(KEY_B, KEY_A)
+    response = admin_client.post(f"/admin/django_taskmq/schedule/{saved.pk}/change/",
+                                 {**form, "args": json.dumps(saved.args), "kwargs": json.dumps(saved.kwargs)})
+    assert response.status_code == 302, response.content.decode()[:2000]
+    again = Schedule.objects.get()
+    assert again.kwargs[SEALED].startswith(key_id(decode_key(KEY_B)) + ":")
+    assert open_arguments(again.args, again.kwargs, get_settings()) == ([MARKER], {"email": MARKER})
