@@ -1,6 +1,7 @@
 """Redaction with a real cluster: a failing task's ``password`` (a name ``TASKMQ['redact']`` lists)
 and its encrypted arguments reach neither the Sentry event (captured by the file transport of
-tests.observe) nor the cluster's log records (the documented JSON configuration)."""
+tests.observe), nor the cluster's log records (the documented JSON configuration), nor the
+OpenTelemetry spans of the enqueue and the run."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ import pytest
 
 from django_taskmq import async_task
 from django_taskmq.encryption import generate_key
-from tests.observe import JSON_LOGS, SENTRY_FILE, read_events
+from tests.observe import JSON_LOGS, SENTRY_FILE, SPANS_FILE, export_spans_to, read_events, read_spans
 
 pytestmark = [pytest.mark.cluster]
 
@@ -54,3 +55,20 @@ def test_a_failing_tasks_password_reaches_neither_sentry_nor_the_log(cluster, tm
         assert "args" not in by_job[plain]["contexts"]["taskmq"]
         assert "vars" not in frames[-1]
     assert "vars" not in by_job[sealed]["exception"]["values"][-1]["stacktrace"]["frames"][-1]
+
+
+def test_no_span_carries_a_password_or_an_encrypted_argument(cluster, tmp_path, monkeypatch):
+    web, worker = str(tmp_path / "web-spans.jsonl"), str(tmp_path / "cluster-spans.jsonl")
+    export_spans_to(web)
+    monkeypatch.setenv(SPANS_FILE, worker)
+    cluster.configure(opentelemetry=True, encryption_keys=[generate_key()])
+    plain = async_task("tests.observe.logs_in", "ada", password=PASSWORD, max_deliveries=1)
+    sealed = async_task("tests.observe.logs_in", "bob", email=MARKER, encrypt=True, max_deliveries=1)
+    qc = cluster.start("-w", "1")
+    cluster.wait_final([plain, sealed], alive=[qc])
+    qc.send(signal.SIGTERM)
+    assert qc.wait() == 0, qc.output()
+    spans = read_spans(web) + read_spans(worker)
+    assert {s["attributes"].get("taskmq.job_id") for s in spans} >= {plain, sealed}
+    text = json.dumps(spans)
+    assert PASSWORD not in text and MARKER not in text
