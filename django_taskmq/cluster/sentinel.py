@@ -18,7 +18,6 @@ import os
 import signal
 import socket
 import time
-import uuid
 from collections.abc import Callable
 from enum import StrEnum
 from multiprocessing.connection import Connection, wait
@@ -31,6 +30,7 @@ from .. import joblog
 from ..brokers.base import Broker
 from ..conf import Settings
 from ..exceptions import JobCancelled, TaskMQError, TaskTimeout, WorkerDied
+from ..ids import cluster_id
 from ..policy import lease
 from . import dispatch, monitor, outage, processes, pusher
 from .buffer import Buffer
@@ -115,7 +115,9 @@ class Sentinel:
         # The name labels this cluster (heartbeat, lease owner, Job.cluster); packages are still
         # signed and verified with TASKMQ['name'], the salt every producer uses.
         self.name = name or settings.name
-        self.owner = f"{self.name}:{self.host}:{os.getpid()}:{uuid.uuid4().hex[:8]}"[:64]
+        # This sentinel's own id (heartbeat row, lease owner): unique to the process whatever the
+        # lengths of name and host; the name goes along beside it, never parsed back out of it.
+        self.owner = cluster_id(self.name, self.host, os.getpid())
         self.ctx = multiprocessing.get_context("fork")
         self.rules = dispatch.Rules(self.threads, self.depth)
         self.memory = SharedMemory(self.ctx, self.workers, self.threads, self.rules.prefetch)
@@ -231,8 +233,8 @@ class Sentinel:
     def _spawn_pusher(self) -> None:
         connections.close_all()
         self.pusher_pipe, child = self.ctx.Pipe()
-        self.pusher = self._spawn(pusher.run, (child, self.settings, self.queues, self.owner, self.burst, self.workers),
-                                  "taskmq-pusher")
+        self.pusher = self._spawn(pusher.run, (child, self.settings, self.queues, self.owner, self.burst, self.workers,
+                                               self.name), "taskmq-pusher")
         child.close()
         self.want_pending = False
 
