@@ -59,6 +59,11 @@ STOP_MARGIN = 3.0
 CANCEL_CHECK_EVERY = 1.0
 #: The error of a job the stop procedure interrupted and put back.
 INTERRUPTED_BY_STOP = "interrupted by shutdown (stop_timeout {}s); back in the queue, not counted"
+#: The error of a job a hard stop (a second stop request) killed and put back.
+INTERRUPTED_BY_HARD_STOP = "interrupted by a hard stop ({}); back in the queue, not counted"
+#: Seconds within which signals of one kind are one request: coreutils ``timeout``, and supervisors
+#: that signal the process and then its group, send the same signal twice a few milliseconds apart.
+SIGNAL_BURST = 1.0
 
 
 class ClusterState(StrEnum):
@@ -131,7 +136,10 @@ class Sentinel:
         self.want_pending = False
         self.drained = False
         self.poller = Poller()  # the guard loop's wait
-        self.signals = 0
+        self.signals = 0  # stop requests: the first stops gracefully, a second stops now
+        self._last_signal: dict[int, float] = {}  # signal number -> monotonic time of its last request
+        self.stop_reason = ""  # why the cluster stops, for its log lines
+        self.given_back = {"unstarted": 0, "interrupted": 0}  # what the stop returned to the queue, uncounted
         self.state = ClusterState.STARTING
         self.counts = {"succeeded": 0, "failed": 0, "timeouts": 0, "crashes": 0, "yields": 0, "reincarnations": 0,
                        "steals": 0, "interrupted": 0}
@@ -159,12 +167,15 @@ class Sentinel:
         try:
             self.spawn_all()  # inside: a fork that fails half-way must not leave the others behind
             self.state = ClusterState.RUNNING
-            logger.info("cluster %s started: %d workers%s, queues %s", self.owner, self.workers,
-                        f" x {self.threads} threads" if self.threads > 1 else "", ", ".join(self.queues))
+            logger.info("cluster %s started (%s): %d workers%s, queues %s, database %s%s", self.name, self.owner,
+                        self.workers, f" x {self.threads} threads" if self.threads > 1 else "",
+                        ", ".join(self.queues), self.broker.describe(), ", burst" if self.burst else "")
             try:
                 while not self.signals:
                     self.step()
                     if self.burst and self.upkeep.burst_done(self._idle()):
+                        self.stop_reason = "burst drained"
+                        logger.info("cluster %s drained queue(s) %s: %s", self.name, ", ".join(self.queues), self._tally())
                         break
                     self.upkeep.give_up_if_away()
                 if self.signals < 2:
@@ -175,11 +186,13 @@ class Sentinel:
         except BaseException:
             # A bug here must not leave the children waiting for a sentinel that is gone: Python's
             # exit would wait for them for ever. Their leases bring back what the cluster held.
-            logger.exception("cluster %s: the sentinel failed; killing its processes", self.owner)
+            logger.exception("cluster %s: the sentinel failed; killing its processes", self.name)
             self.kill_all()
             raise
         finally:
-            if self.signals >= 2 or gave_up:
+            if self.signals >= 2:
+                self._hard_stop()
+            elif gave_up:
                 self.kill_all()
             published = not gave_up and self.upkeep.publish(final=True)
         if self.signals >= 2 or gave_up:
@@ -188,7 +201,23 @@ class Sentinel:
         return 1 if self.burst and not published else 0
 
     def _on_signal(self, signum, frame) -> None:
+        """SIGTERM or SIGINT: the first request stops the cluster gracefully, a second one now.
+
+        Signals of one kind within :data:`SIGNAL_BURST` seconds of the last request are that request
+        (signalled twice, to the process and to its group); a later one, or the other kind, is a new one.
+        """
+        now = time.monotonic()
+        last = self._last_signal.get(signum)
+        if last is not None and now - last < SIGNAL_BURST:
+            return
+        self._last_signal[signum] = now
         self.signals += 1
+        name = signal.Signals(signum).name
+        self.stop_reason = name if self.signals == 1 else f"a second stop request, {name}"
+
+    def _tally(self) -> str:
+        """The outcomes so far, for the log lines of a burst and of a stop."""
+        return ", ".join(f"{self.counts[k]} {k}" for k in OUTCOMES)
 
     def spawn_all(self) -> None:
         """Spawn the pusher, the workers and the monitor (:meth:`start` does).
@@ -650,7 +679,7 @@ class Sentinel:
         self.state = ClusterState.STOPPING
         timeout = self.settings.stop_timeout
         deadline = None if timeout is None else time.monotonic() + timeout
-        logger.info("cluster %s stopping%s", self.owner,
+        logger.info("cluster %s stopping (%s)%s", self.name, self.stop_reason or "asked to",
                     "" if timeout is None else f": running tasks have {timeout:g}s to finish")
         self.upkeep.publish()
         # 1. The pusher reserves nothing more; a batch it sends meanwhile joins the waiting list.
@@ -665,7 +694,7 @@ class Sentinel:
                     self._from_pusher()
                 self.upkeep.give_up_if_away()
             if self.pusher.is_alive():
-                logger.error("cluster %s: the pusher did not stop in time; killing it", self.owner)
+                logger.error("cluster %s: the pusher did not stop in time; killing it", self.name)
                 processes.kill(self.pusher)  # what it had reserved and not handed over comes back with its lease
         self.pusher.join(timeout=1)
         # 2. Reservations that never started go back without counting a delivery: the waiting
@@ -674,16 +703,17 @@ class Sentinel:
             for slot in list(self.slots):
                 self._revoke(slot)
         if self.buffer:
-            self.upkeep.attempt(
-                f"returning {len(self.buffer)} unstarted reservation(s) (their leases bring them back)",
-                self.buffer.give_back)
+            waiting = len(self.buffer)
+            if self.upkeep.attempt(f"returning {waiting} unstarted reservation(s) (their leases bring them back)",
+                                   self.buffer.give_back):
+                self.given_back["unstarted"] += waiting
         # 3. Poison pills: idle workers get one now, busy ones after their last task.
         for slot in self.slots:
             slot.retiring = True
             self._pill_if_done(slot)
         busy = sum(1 for s in self.slots if s.running)
         if busy:
-            logger.info("cluster %s: waiting for %d worker(s) to finish their running tasks", self.owner, busy)
+            logger.info("cluster %s: waiting for %d worker(s) to finish their running tasks", self.name, busy)
         while self.slots and self.signals < 2:
             handles: list[Connection | int] = [s.pipe for s in self.slots]
             handles += [s.process.sentinel for s in self.slots]
@@ -697,6 +727,8 @@ class Sentinel:
                 self._halt_running()
             self._flush()
             self.upkeep.stopping()
+        if self.signals >= 2:
+            return  # a second request: start() kills what is left and gives back what ran
         # 4. The monitor records what is left, then exits.
         self._flush()
         if self.results is not None:
@@ -704,7 +736,7 @@ class Sentinel:
         while self.monitor.is_alive() and self.signals < 2:
             if _past(deadline, STOP_MARGIN + CANCEL_GRACE):
                 logger.error("cluster %s: the monitor did not record the last outcomes in time; killing it "
-                             "(their leases bring those jobs back)", self.owner)
+                             "(their leases bring those jobs back)", self.name)
                 processes.kill(self.monitor)
                 break
             if self.results is not None and self.results.pending:
@@ -713,7 +745,44 @@ class Sentinel:
                 self.monitor.join(timeout=0.1)
             self.upkeep.stopping()
         self.state = ClusterState.STOPPED
-        logger.info("cluster %s stopped", self.owner)
+        logger.info("cluster %s stopped: %s; gave back %d unstarted and %d interrupted task(s), uncounted",
+                    self.name, self._tally(), self.given_back["unstarted"], self.given_back["interrupted"])
+
+    def _hard_stop(self) -> None:
+        """A second stop request: kill every process now, then give back what they held, uncounted.
+
+        The running tasks go back with the reason :data:`INTERRUPTED_BY_HARD_STOP`, what waited
+        unstarted as it was; a fenced write each (only what is still this cluster's goes back). When
+        the database does not take them, their leases bring them back, a delivery counted. One line
+        says which.
+        """
+        started = {job_id for s in self.slots for job_id in self.memory.started(s)}
+        tickets = [r.ticket for s in self.slots for r in s.running.values()] + self.buffer.take(len(self.buffer))
+        held = [t.reservation for t in tickets]
+        running = [r for r in held if r.job_id in started]
+        unstarted = [r for r in held if r.job_id not in started]
+        self.kill_all()
+        self.state = ClusterState.STOPPED
+        for slot in self.slots:
+            slot.running.clear()
+        why = INTERRUPTED_BY_HARD_STOP.format(self.stop_reason)
+        counts = {}
+
+        def give_back() -> None:
+            counts["running"] = self._give_back(running, why) if running else 0
+            counts["unstarted"] = self._give_back(unstarted) if unstarted else 0
+
+        if not held:
+            logger.warning("cluster %s: hard stop (%s): processes killed; no task was running or waiting",
+                           self.name, self.stop_reason)
+        elif self.upkeep.attempt(f"returning {len(held)} task(s) of a hard stop", give_back):
+            logger.warning("cluster %s: hard stop (%s): processes killed; %d running task(s) interrupted and "
+                           "%d unstarted given back to the queue, uncounted", self.name, self.stop_reason,
+                           counts["running"], counts["unstarted"])
+        else:
+            logger.warning("cluster %s: hard stop (%s): processes killed; %d running and %d unstarted task(s) "
+                           "could not be given back: their leases bring them back within %gs, a delivery counted",
+                           self.name, self.stop_reason, len(running), len(unstarted), self.settings.lease)
 
     def _halt_running(self) -> None:
         """``stop_timeout`` is over: interrupt what still runs and put it back in the queue uncounted.
@@ -757,8 +826,9 @@ class Sentinel:
                            ticket.reservation.job_id, timeout)
         self.counts["interrupted"] += len(tickets)
         reservations = [t.reservation for t in tickets]
-        self.upkeep.attempt(f"returning {len(tickets)} interrupted task(s) (their leases bring them back)",
-                            lambda: self._give_back(reservations, INTERRUPTED_BY_STOP.format(timeout)))
+        if self.upkeep.attempt(f"returning {len(tickets)} interrupted task(s) (their leases bring them back)",
+                               lambda: self._give_back(reservations, INTERRUPTED_BY_STOP.format(timeout))):
+            self.given_back["interrupted"] += len(tickets)
 
     def _give_back(self, reservations: list, interrupted_by: str | None = None) -> int:
         """Return reservations to the broker (unstarted, or interrupted saying why): the cluster's

@@ -28,7 +28,7 @@ class Command(BaseCommand):
     def handle(self, *args, **options):
         from django_taskmq.brokers import get_broker
         from django_taskmq.checks import TAG
-        from django_taskmq.cluster import outage
+        from django_taskmq.cluster import console, outage
         from django_taskmq.cluster.sentinel import Sentinel
 
         # First: a name the heartbeat cannot hold must not wait for the checks, nor start a cluster.
@@ -36,6 +36,8 @@ class Command(BaseCommand):
             problem = cluster_name_problem(options["name"])
             if problem:
                 raise CommandError(f"--name {problem} (as TASKMQ['name'])")
+        # A site without LOGGING still hears what the cluster does (-v 0: only warnings and errors).
+        console.route(options["verbosity"])
         if not options.get("skip_checks"):  # call_command skips them, as for any command
             self.check(tags=[TAG])
 
