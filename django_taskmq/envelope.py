@@ -14,7 +14,8 @@ class Envelope:
     """A task call as it travels: dotted path, arguments and the options that shape its run.
 
     ``options`` holds what the cluster needs to run and record it: ``timeout``, ``retry``
-    (a dict), ``ack_failure``, ``hook``, ``on_dead``, ``chain`` (the next links), ``task_name``.
+    (a dict), ``ack_failure``, ``hook``, ``on_dead``, ``task_name``; ``chain`` (the next links)
+    only in a package queued before 0.2 (see :mod:`.legacy_chains`).
     """
 
     func: str
