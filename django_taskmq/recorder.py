@@ -10,7 +10,7 @@ from __future__ import annotations
 import contextlib
 import datetime
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 
 from django.db import InterfaceError, OperationalError
 

@@ -175,7 +175,8 @@ class Sentinel:
                     self.step()
                     if self.burst and self.upkeep.burst_done(self._idle()):
                         self.stop_reason = "burst drained"
-                        logger.info("cluster %s drained queue(s) %s: %s", self.name, ", ".join(self.queues), self._tally())
+                        logger.info("cluster %s drained queue(s) %s: %s", self.name, ", ".join(self.queues),
+                                    self._tally())
                         break
                     self.upkeep.give_up_if_away()
                 if self.signals < 2:
@@ -386,9 +387,9 @@ class Sentinel:
             return 0
         if self.state is RUNNING:
             self.buffer.put_back(tickets)
-        else:
-            self.upkeep.attempt(f"returning {len(tickets)} unstarted task(s) of a stopped worker",
-                                lambda: self._give_back([t.reservation for t in tickets]))
+        elif self.upkeep.attempt(f"returning {len(tickets)} unstarted task(s) of a stopped worker",
+                                 lambda: self._give_back([t.reservation for t in tickets])):
+            self.given_back["unstarted"] += len(tickets)
         return len(tickets)
 
     def _take_back_unstarted(self, slot: Slot) -> int:

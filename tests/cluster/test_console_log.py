@@ -64,7 +64,8 @@ def test_a_burst_in_a_new_site_prints_started_drained_and_stopped(site):
     assert "drained queue(s) default: 3 succeeded, 0 failed, 0 timeouts, 0 crashes" in one(r"cluster default drained")
     assert "(burst drained)" in one(r"cluster default stopping")
     assert "3 succeeded" in one(r"cluster default stopped: ")
-    order = [i for i, line in enumerate(lines) if re.search(r"cluster default (started|drained|stopping|stopped)", line)]
+    steps = r"cluster default (started|drained|stopping|stopped)"
+    order = [i for i, line in enumerate(lines) if re.search(steps, line)]
     assert order == sorted(order) and len(order) == 4
 
 

@@ -13,9 +13,9 @@ class Command(BaseCommand):
     requires_system_checks: list[str] = []
 
     def add_arguments(self, parser):
-        parser.add_argument("-n", "--name", help="label of this cluster (heartbeat, Job.cluster): at most 100 printable "
-                            "characters, as TASKMQ['name'], its default; packages are always verified with "
-                            "TASKMQ['name']")
+        parser.add_argument("-n", "--name", help="label of this cluster (heartbeat, Job.cluster): at most 100 "
+                            "printable characters, as TASKMQ['name'], its default; packages are always verified "
+                            "with TASKMQ['name']")
         parser.add_argument("-Q", "--queues", help="comma-separated queues to serve; default all")
         parser.add_argument("-w", "--workers", type=int, help="number of workers; default TASKMQ['workers']")
         parser.add_argument("-t", "--threads", type=int,
