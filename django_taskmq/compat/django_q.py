@@ -134,10 +134,16 @@ def _link(link: Any) -> tuple[Any, tuple, dict]:
 def chained_call(func: Any, args: tuple, fn_kwargs: dict[str, Any], ours: dict[str, Any], chain: Sequence[Any],
                  options: dict[str, Any], settings: Settings) -> list:
     """The links of ``func(*args, **fn_kwargs)`` (its options ``ours``) followed by django-q2's
-    ``chain``, which shares its group, ``cached`` and ``sync`` (django-q2's ``options``), as
-    django-q2 queues the chain after the task: one workflow here (see :func:`async_task`)."""
+    ``chain``, which shares its group, ``cached`` and ``sync`` (django-q2's ``options``) and, unless
+    a link names its own, its queue, as django-q2 queues the chain after the task through the same
+    broker: one workflow here (see :func:`async_task`)."""
     first = _Chain().append(func, *args, q_options=_shadow(fn_kwargs, ours), **fn_kwargs)
-    return first.links + _links(chain, ours.get("group"), options.get("cached"), options.get("sync"), settings)
+    rest = _links(chain, ours.get("group"), options.get("cached"), options.get("sync"), settings)
+    if ours.get("queue") is not None:
+        for _, _, _, link_options in rest:
+            if link_options.get("queue") is None:
+                link_options["queue"] = ours["queue"]
+    return first.links + rest
 
 
 def _links(chain: Sequence[Any], group: str | None, cached: Any, sync: Any, settings: Settings) -> list:

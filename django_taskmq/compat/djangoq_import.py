@@ -39,6 +39,7 @@ from django.utils import timezone
 from django.utils.dateparse import parse_datetime
 
 from ..brokers import Broker
+from ..chains import run_links
 from ..conf import Settings
 from ..envelope import PickleSerializer
 from ..exceptions import ConfigError
@@ -46,7 +47,6 @@ from ..models import Imported, Schedule, State
 from ..options import JobTemplate, OPTIONS
 from ..policy.storable import clip_head, clip_tail
 from ..scheduler import save_schedule
-from ..chains import run_links
 from .django_q import _ours, _split, chained_call
 
 SCHEDULES, QUEUED, HISTORY = "django_q_schedule", "django_q_ormq", "django_q_task"
