@@ -163,7 +163,7 @@ class Sentinel:
         outage.prepare(self.settings.database, self.settings.dead_connection_timeout)
         if self.settings.listen_database is not None:
             outage.prepare(self.settings.listen_database, self.settings.dead_connection_timeout)
-        gave_up = False
+        gave_up: DatabaseAway | None = None
         try:
             self.spawn_all()  # inside: a fork that fails half-way must not leave the others behind
             self.state = ClusterState.RUNNING
@@ -182,8 +182,8 @@ class Sentinel:
                 if self.signals < 2:
                     self.stop()
             except DatabaseAway as exc:
-                gave_up = True
-                logger.error("%s", exc)
+                gave_up = exc  # said by the hard stop's line
+
         except BaseException:
             # A bug here must not leave the children waiting for a sentinel that is gone: Python's
             # exit would wait for them for ever. Their leases bring back what the cluster held.
@@ -191,12 +191,12 @@ class Sentinel:
             self.kill_all()
             raise
         finally:
-            if self.signals >= 2:
-                self._hard_stop()
-            elif gave_up:
-                self.kill_all()
-            published = not gave_up and self.upkeep.publish(final=True)
-        if self.signals >= 2 or gave_up:
+            if gave_up is not None:  # nothing can be given back: the database is away
+                self._hard_stop(str(gave_up), give_back=False)
+            elif self.signals >= 2:
+                self._hard_stop(f"cluster {self.name}: hard stop ({self.stop_reason})")
+            published = gave_up is None and self.upkeep.publish(final=True)
+        if self.signals >= 2 or gave_up is not None:
             return 1
         # A burst that could not record its end (the database went away) did not surely finish.
         return 1 if self.burst and not published else 0
@@ -749,13 +749,14 @@ class Sentinel:
         logger.info("cluster %s stopped: %s; gave back %d unstarted and %d interrupted task(s), uncounted",
                     self.name, self._tally(), self.given_back["unstarted"], self.given_back["interrupted"])
 
-    def _hard_stop(self) -> None:
-        """A second stop request: kill every process now, then give back what they held, uncounted.
+    def _hard_stop(self, headline: str, give_back: bool = True) -> None:
+        """A second stop request, or a burst that gave up on the database: kill every process now,
+        then give back what they held, uncounted. One line, ``headline`` first, says what became of them.
 
         The running tasks go back with the reason :data:`INTERRUPTED_BY_HARD_STOP`, what waited
         unstarted as it was; a fenced write each (only what is still this cluster's goes back). When
-        the database does not take them, their leases bring them back, a delivery counted. One line
-        says which.
+        the database does not take them (or without ``give_back``), their leases bring them back, a
+        delivery counted.
         """
         started = {job_id for s in self.slots for job_id in self.memory.started(s)}
         tickets = [r.ticket for s in self.slots for r in s.running.values()] + self.buffer.take(len(self.buffer))
@@ -769,21 +770,20 @@ class Sentinel:
         why = INTERRUPTED_BY_HARD_STOP.format(self.stop_reason)
         counts = {}
 
-        def give_back() -> None:
+        def returned() -> None:
             counts["running"] = self._give_back(running, why) if running else 0
             counts["unstarted"] = self._give_back(unstarted) if unstarted else 0
 
+        level = logging.WARNING if give_back else logging.ERROR
         if not held:
-            logger.warning("cluster %s: hard stop (%s): processes killed; no task was running or waiting",
-                           self.name, self.stop_reason)
-        elif self.upkeep.attempt(f"returning {len(held)} task(s) of a hard stop", give_back):
-            logger.warning("cluster %s: hard stop (%s): processes killed; %d running task(s) interrupted and "
-                           "%d unstarted given back to the queue, uncounted", self.name, self.stop_reason,
-                           counts["running"], counts["unstarted"])
+            logger.log(level, "%s: processes killed; no task was running or waiting", headline)
+        elif give_back and self.upkeep.attempt(f"returning {len(held)} task(s) of a hard stop", returned):
+            logger.log(level, "%s: processes killed; %d running task(s) interrupted and %d unstarted given back "
+                       "to the queue, uncounted", headline, counts["running"], counts["unstarted"])
         else:
-            logger.warning("cluster %s: hard stop (%s): processes killed; %d running and %d unstarted task(s) "
-                           "could not be given back: their leases bring them back within %gs, a delivery counted",
-                           self.name, self.stop_reason, len(running), len(unstarted), self.settings.lease)
+            logger.log(level, "%s: processes killed; %d running and %d unstarted task(s) not given back: their "
+                       "leases bring them back within %gs, a delivery counted", headline, len(running),
+                       len(unstarted), self.settings.lease)
 
     def _halt_running(self) -> None:
         """``stop_timeout`` is over: interrupt what still runs and put it back in the queue uncounted.
