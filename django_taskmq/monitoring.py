@@ -5,10 +5,17 @@ Times are the database's (its clock decides what is ready and which clusters are
 :mod:`.brokers.clock`), read once per snapshot.
 Reads need no broker: the models are queried directly on ``TASKMQ['database']``, and every query
 is shaped to use a partial index of the job table, so millions of finished rows do not slow it
-down: ready rows through ``taskmq_job_ready``, running and failed ones through
+down: ready rows through ``taskmq_job_ready``, reserved and failed ones through
 ``taskmq_job_state_queue``, the last hour's outcomes through ``taskmq_job_succeeded`` and
 ``taskmq_job_failed`` (named on SQLite, see :func:`throughput`), pending dead letters through
 ``taskmq_dead_pending``.
+
+Running and reserved: a job a cluster holds is ``RUNNING`` in the table from the moment it is
+reserved (prefetched, waiting for a worker) until its outcome is recorded; the stored state does not
+tell the two apart, and the row's ``started_at`` is written with the outcome. What a worker executes
+is in its cluster's heartbeat (``counts["tasks"]``, every 2 s), so the numbers here call *running*
+the ``RUNNING`` jobs a worker of a cluster alive reports executing, and *reserved* the others
+(:func:`executing_ids`).
 """
 
 from __future__ import annotations
@@ -52,7 +59,8 @@ class QueueStats:
     ready: dict[int, int] = field(default_factory=dict)  # priority -> ready jobs (visible now), highest first
     delayed: int = 0  # QUEUED, not visible yet (delay, eta)
     retrying: int = 0  # RETRYING, waiting for its backoff
-    running: int = 0  # RUNNING: reserved by a cluster, waiting there or executing
+    running: int = 0  # RUNNING and executing on a worker (its cluster's heartbeat says so)
+    reserved: int = 0  # RUNNING but not started: held by a cluster (prefetched), waiting for a worker
     dead_letters: int = 0  # pending (not replayed)
     oldest_ready_age: float | None = None  # seconds since the oldest ready job became visible
     paused: bool = False  # no cluster claims from it (pause_queue)
@@ -139,9 +147,21 @@ def database_now(alias: str | None = None) -> datetime.datetime:
     return as_datetime(clock_for(connection).now(connection))
 
 
-def queue_stats(alias: str | None = None, now: float | None = None) -> list[QueueStats]:
-    """Return every configured queue (and any other one holding work) with its numbers now."""
+def executing_ids(clusters: Iterable[ClusterInfo]) -> set[str]:
+    """Return the ids of the jobs the workers of ``clusters`` execute, as their last heartbeats say."""
+    return {task.job_id for cluster in clusters for task in cluster.tasks}
+
+
+def queue_stats(alias: str | None = None, now: float | None = None,
+                clusters: list[ClusterInfo] | None = None) -> list[QueueStats]:
+    """Return every configured queue (and any other one holding work) with its numbers now.
+
+    ``clusters`` (read when not given) tell the running jobs from the reserved ones.
+    """
     alias, now = _alias(alias), database_now(alias).timestamp() if now is None else now
+    if clusters is None:
+        clusters = clusters_alive(alias, as_datetime(now), with_task_names=False)
+    started = executing_ids(clusters)
     jobs = Job.objects.using(alias).order_by()
     stats: dict[str, QueueStats] = {name: QueueStats(name) for name in get_settings().queues}
 
@@ -164,8 +184,10 @@ def queue_stats(alias: str | None = None, now: float | None = None) -> list[Queu
         if row["oldest"] is not None:
             age = max(now - row["oldest"], 0.0)
             queue.oldest_ready_age = max(queue.oldest_ready_age or 0.0, age)
-    for row in jobs.filter(state=JobState.RUNNING.value).values("queue").annotate(n=Count("*")):
-        of(row["queue"]).running = row["n"]
+    held = jobs.filter(state=JobState.RUNNING.value).values("queue")
+    for row in held.annotate(n=Count("*"), started=Count("pk", filter=Q(pk__in=started))):
+        queue = of(row["queue"])
+        queue.running, queue.reserved = row["started"], row["n"] - row["started"]
     pending = DeadLetter.objects.using(alias).filter(replayed_at__isnull=True).order_by()
     for row in pending.values("queue").annotate(n=Count("*")):
         of(row["queue"]).dead_letters = row["n"]
@@ -285,7 +307,8 @@ def _minute(text: str, now: datetime.datetime) -> datetime.datetime | None:
 def snapshot(alias: str | None = None) -> Snapshot:
     """Return the queues, the clusters alive and the recent throughput, read now."""
     now = database_now(alias)
-    return Snapshot(taken_at=now, queues=queue_stats(alias, now.timestamp()), clusters=clusters_alive(alias, now),
+    clusters = clusters_alive(alias, now)
+    return Snapshot(taken_at=now, queues=queue_stats(alias, now.timestamp(), clusters), clusters=clusters,
                     throughput=throughput(alias, now))
 
 
@@ -348,7 +371,8 @@ def as_json(snap: Snapshot, stats: Iterable[dict[str, Any]] = ()) -> dict[str, A
         ],
         "queues": [
             {"queue": q.name, "ready": q.ready_total, "ready_by_priority": {str(p): n for p, n in q.ready.items()},
-             "delayed": q.delayed, "retrying": q.retrying, "running": q.running, "dead_letters": q.dead_letters,
+             "delayed": q.delayed, "retrying": q.retrying, "running": q.running, "reserved": q.reserved,
+             "dead_letters": q.dead_letters,
              "oldest_ready_age": None if q.oldest_ready_age is None else round(q.oldest_ready_age, 3),
              "paused": q.paused}
             for q in snap.queues

@@ -1,7 +1,7 @@
 """The dashboard: ``admin/django_taskmq/dashboard/`` (URL name ``admin:django_taskmq_dashboard``).
 
-For staff with the *view job* permission: per queue the ready jobs by priority, delayed, running,
-retrying, dead letters waiting and the age of the oldest ready job; the clusters alive; jobs
+For staff with the *view job* permission: per queue the ready jobs by priority, delayed, running
+(executing on a worker), reserved (held by a cluster, not started), retrying, dead letters waiting and the age of the oldest ready job; the clusters alive; jobs
 succeeded and failed in the last minute and hour; a throughput chart of the last hour. It reloads
 itself every :data:`REFRESH` seconds (a meta refresh). The numbers come from :mod:`..monitoring`.
 
@@ -29,6 +29,7 @@ from ..policy.states import JobState
 from . import progress_bar
 from .chart import throughput_svg
 from .display import duration
+from .filters import EXECUTING, RESERVED
 
 REFRESH = 10  # seconds between reloads of the page
 URL_NAME = "django_taskmq_dashboard"
@@ -59,7 +60,7 @@ def dashboard_view(request: HttpRequest, site: admin.AdminSite) -> TemplateRespo
         "snapshot": snap,
         "queues": queues,
         "totals": {key: sum(row[key] for row in queues) for key in ("ready", "delayed", "retrying", "running",
-                                                                    "dead_letters")},
+                                                                    "reserved", "dead_letters")},
         "clusters": [_cluster_row(c) for c in snap.clusters],
         "running_jobs": progress_bar.running_rows(snap.clusters, site.name),
         "timings": timing_rows(),
@@ -85,12 +86,14 @@ def _queue_row(q: monitoring.QueueStats, jobs_url: str, letters_url: str, pauses
         "delayed": q.delayed,
         "retrying": q.retrying,
         "running": q.running,
+        "reserved": q.reserved,
         "dead_letters": q.dead_letters,
         "oldest": duration(q.oldest_ready_age) if q.oldest_ready_age is not None else "-",
         "oldest_seconds": q.oldest_ready_age or 0,
         "queued_url": jobs(state=JobState.QUEUED.value),
         "retrying_url": jobs(state=JobState.RETRYING.value),
-        "running_url": jobs(state=JobState.RUNNING.value),
+        "running_url": jobs(execution=EXECUTING),
+        "reserved_url": jobs(execution=RESERVED),
         "dead_url": f"{letters_url}?{urlencode({'queue': q.name, 'replayed': 'no'})}",
         "paused": q.paused,
         "pause_url": f"{pauses[0]}?{urlencode({'queue': q.name})}",

@@ -34,13 +34,28 @@ _repr.maxlist = _repr.maxtuple = _repr.maxdict = _repr.maxset = 20
 _repr.maxlevel = 4
 
 
+#: Colour of a RUNNING job a cluster holds and no worker has started (prefetched): see :func:`reserved_badge`.
+RESERVED_COLOUR = "#6a8caf"
+
+
+def _badge(css: str, colour: str, label: str, title: str = "") -> SafeString:
+    return format_html(
+        '<span class="taskmq-state taskmq-state-{}" style="background: {}; color: #fff; padding: 1px 6px; '
+        'border-radius: 3px; font-size: 0.85em; white-space: nowrap;" title="{}">{}</span>', css, colour, title, label)
+
+
 def state_badge(state: str) -> SafeString:
     """Return a job state as a coloured badge."""
     colour = STATE_COLOURS.get(state, "#555")  # type: ignore[call-overload]
     label = State(state).label if state in State.values else state
-    return format_html(
-        '<span class="taskmq-state taskmq-state-{}" style="background: {}; color: #fff; padding: 1px 6px; '
-        'border-radius: 3px; font-size: 0.85em; white-space: nowrap;">{}</span>', state.lower(), colour, label)
+    return _badge(state.lower(), colour, str(label))
+
+
+def reserved_badge(cluster: str) -> SafeString:
+    """Return the state of a RUNNING job no worker has started: "reserved by CLUSTER, not started"
+    (a long cluster name shortened, the whole of it on hover)."""
+    return _badge("reserved", RESERVED_COLOUR, f"reserved by {shorten(cluster, 24)}, not started",
+                  f"stored state RUNNING: held by cluster {cluster}, waiting for one of its workers")
 
 
 def shorten(text: str, limit: int) -> str:

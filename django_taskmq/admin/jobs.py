@@ -13,16 +13,17 @@ dead letters of a job). List pages never load the package, the result or the tra
 from __future__ import annotations
 
 from django.contrib import admin, messages
-from django.db.models import Q, QuerySet
+from django.db.models import BooleanField, Case, OuterRef, Q, QuerySet, Subquery, Value, When
 from django.http import HttpRequest
 from django.urls import reverse
 from django.utils.translation import gettext_lazy as _, ngettext
 
 from ..brokers import get_broker
-from ..models import IdempotencyKey, Job, State, UniqueKey
+from ..models import Cluster, IdempotencyKey, Job, State, UniqueKey
 from . import confirm, job_page, progress_bar
-from .display import between, duration, monospace, short_time, state_badge
-from .filters import ClusterFilter, GroupFilter, PriorityFilter, QueueFilter, StateFilter, WorkflowFilter
+from .display import between, duration, monospace, reserved_badge, short_time, state_badge
+from .filters import (ClusterFilter, ExecutionFilter, GroupFilter, PriorityFilter, QueueFilter, StateFilter,
+                      WorkflowFilter, executing_now)
 from .forms import RequeueForm
 from .paginator import CappedPaginator
 from .window import newest
@@ -68,7 +69,7 @@ def _is_list(request: HttpRequest) -> bool:
 class JobAdmin(ReadOnlyMixin, admin.ModelAdmin):
     list_display = ("id", "task_name", "queue", "priority", "state_display", "deliveries_display", "attempts",
                     "enqueued", "started", "finished", "run_time")
-    list_filter = (("state", StateFilter), QueueFilter, PriorityFilter, ClusterFilter, GroupFilter, WorkflowFilter)
+    list_filter = (("state", StateFilter), ExecutionFilter, QueueFilter, PriorityFilter, ClusterFilter, GroupFilter, WorkflowFilter)
     ordering = ("-id",)
     show_full_result_count = False  # one COUNT(*) of the whole table per page is enough
     paginator = CappedPaginator  # a COUNT(*) of millions of rows takes seconds
@@ -95,7 +96,14 @@ class JobAdmin(ReadOnlyMixin, admin.ModelAdmin):
 
     def get_queryset(self, request):
         queryset = super().get_queryset(request)
-        return queryset.defer(*HEAVY) if _is_list(request) else queryset
+        if not _is_list(request):
+            return queryset
+        # The state column tells a RUNNING job a worker executes from one a cluster only holds.
+        started = executing_now(queryset.db)
+        executing = (Case(When(pk__in=started, then=Value(True)), default=Value(False), output_field=BooleanField())
+                     if started else Value(False, output_field=BooleanField()))
+        holder = Subquery(Cluster.objects.using(queryset.db).filter(pk=OuterRef("lease_owner")).values("name")[:1])
+        return queryset.defer(*HEAVY).annotate(executing=executing, holder=holder)
 
     def get_search_results(self, request, queryset, search_term):
         """Search by job id, group, live idempotency key and coalescing key (exact, the whole table,
@@ -131,6 +139,9 @@ class JobAdmin(ReadOnlyMixin, admin.ModelAdmin):
     # -- columns ------------------------------------------------------------------------------
     @admin.display(description=_("state"), ordering="state")
     def state_display(self, job: Job):
+        if job.state == State.RUNNING and getattr(job, "executing", True) is False:
+            holder = getattr(job, "holder", None) or job.lease_owner or "?"
+            return reserved_badge(holder)
         return state_badge(job.state)
 
     @admin.display(description=_("progress"))

@@ -49,11 +49,13 @@ def test_qdead_replay_all_and_refused_flag_combinations(broker):
     assert Job.objects.filter(state=State.QUEUED).count() == 2
 
 
-def test_qinfo_shows_the_broker_counts(broker):
+def test_qinfo_shows_the_counts_per_queue(broker):
     async_task("tests.tasks.noop", queue="a", priority=5)
     kill(broker, "b")
     out = run("qinfo")
     assert "clusters alive: 0" in out
-    rows = {tuple(line.split()[:2]): line.split()[2:] for line in out.splitlines()[2:]}
-    assert rows[("a", "5")] == ["1", "0", "0", "0"]
-    assert rows[("b", "0")] == ["0", "0", "0", "1"]
+    assert out.splitlines()[1].split() == ["queue", "ready", "delayed", "retrying", "running", "reserved", "dead",
+                                           "ready", "by", "priority"]
+    rows = {line.split()[0]: line.split()[1:] for line in out.splitlines()[2:]}
+    assert rows["a"] == ["1", "0", "0", "0", "0", "0", "5:1"]  # ready, delayed, retrying, running, reserved, dead
+    assert rows["b"] == ["0", "0", "0", "0", "0", "1", "-"]
