@@ -1,10 +1,11 @@
-from django.core.management.base import BaseCommand, CommandError
+from django.core.management.base import CommandError
 
 from django_taskmq.brokers import get_broker
 from django_taskmq.exceptions import ConfigError
+from django_taskmq.management.operator_command import OperatorCommand
 
 
-class Command(BaseCommand):
+class Command(OperatorCommand):
     help = "The dead-letter queue: list, replay (one or all) or purge, optionally for one queue."
 
     def add_arguments(self, parser):
