@@ -184,7 +184,7 @@ def frame(snapshot: monitoring.Snapshot, counts: Mapping[tuple[str, str], int], 
           width: int = WIDTH) -> RenderableType:
     """One screen of ``qmonitor``, laid out for ``width`` columns (80 and up: narrower tables drop
     their less telling columns, never shorten a header)."""
-    header = Text(f"django_taskmq  {where}  {snapshot.taken_at:%Y-%m-%d %H:%M:%S %Z}", style="bold")
+    header = Text(f"django_taskmq  {snapshot.taken_at:%Y-%m-%d %H:%M:%S %Z}  {where}", style="bold")  # where may wrap
     if hint:
         header.append(f"   {hint}", style="dim")
     return Group(header, clusters_table(snapshot.clusters, width), workers_table(snapshot.clusters, width),

@@ -41,12 +41,27 @@ def test_qdead_replay_all_and_refused_flag_combinations(broker):
     kill(broker, "a")
     with pytest.raises(CommandError, match="--all takes only -Q"):
         run("qdead", "replay", "--all", "--to-queue", "b")
-    with pytest.raises(CommandError, match="give dead letter ids or --all"):
+    with pytest.raises(CommandError, match="give dead letter ids, job ids or --all"):
         run("qdead", "replay")
     with pytest.raises(CommandError, match="unknown queue"):
         run("qdead", "replay", str(DeadLetter.objects.first().pk), "--to-queue", "nope")
     assert "replayed 2" in run("qdead", "replay", "--all", "-Q", "a")
     assert Job.objects.filter(state=State.QUEUED).count() == 2
+
+
+def test_qdead_replay_takes_a_job_id_as_well_as_a_dead_letter_id(broker):
+    """The list shows job ids most prominently: replay takes them too (the job's pending letter)."""
+    a, b = kill(broker, "a"), kill(broker, "a")
+    letter = DeadLetter.objects.get(job_id=b)
+    listed = run("qdead", "list").splitlines()
+    assert listed[0].split()[:3] == ["letter", "queue", "job"]
+    assert f"replayed {a}" in run("qdead", "replay", a, "--priority", "3")
+    assert f"replayed {b}" in run("qdead", "replay", str(letter.pk))
+    assert set(Job.objects.filter(pk__in=[a, b]).values_list("state", flat=True)) == {State.QUEUED}
+    with pytest.raises(CommandError, match=f"job {a} has no dead letter waiting"):
+        run("qdead", "replay", a)
+    with pytest.raises(CommandError, match="neither a dead letter id"):
+        run("qdead", "replay", "0661d2")
 
 
 def test_qinfo_shows_the_counts_per_queue(broker):
