@@ -120,8 +120,9 @@ def workers_table(clusters: Sequence[monitoring.ClusterInfo], width: int = WIDTH
     """What each busy worker runs (started tasks, not the ones its cluster holds): its cluster, the
     task, the job and for how long."""
     tasks = [(c, t) for c in clusters for t in sorted(c.tasks, key=lambda t: t.worker)]
-    rows = [[f"{c.host}:{c.pid}", str(t.worker), Text(t.task_name or "?", style="cyan"), t.job_id, t.queue,
-             seconds(t.seconds), Text(progress_text(t.progress))] for c, t in tasks]  # Text: no markup
+    rows: list[list[RenderableType]] = [[f"{c.host}:{c.pid}", str(t.worker), Text(t.task_name or "?", style="cyan"), t.job_id, t.queue,
+                                         seconds(t.seconds), Text(progress_text(t.progress))]
+                                        for c, t in tasks]  # Text: no markup
     return table(f"Running: {len(tasks)}", WORKER_COLUMNS, rows, width, empty=Text("no worker is busy", style="dim"))
 
 
@@ -148,7 +149,7 @@ def queues_table(queues: Sequence[monitoring.QueueStats], counts: Mapping[tuple[
     """Queue × state: ready (by priority), oldest ready, delayed, retrying, running (executing on a
     worker), reserved (held by a cluster, not started), the finished states but succeeded, and dead
     letters waiting."""
-    rows = []
+    rows: list[list[RenderableType]] = []
     for q in queues:
         bands = " ".join(f"{p}:{n}" for p, n in q.ready.items()) or "-"
         finished = [str(counts.get((q.name, s.value), 0)) for s in FINISHED]
