@@ -6,8 +6,10 @@ succeeded and failed in the last minute and hour; a throughput chart of the last
 itself every :data:`REFRESH` seconds (a meta refresh). The numbers come from :mod:`..monitoring`.
 
 The dashboard is not a model, so it has no ``ModelAdmin``: :func:`install` adds its URL to an admin
-site. ``django_taskmq.admin`` installs it on ``django.contrib.admin.site``; a project with its own
-``AdminSite`` calls ``install(my_site)``.
+site, and a "Dashboard" row first among django_taskmq's models in the site's app list (the admin
+index, the app's page and the navigation sidebar), for who may see it. ``django_taskmq.admin``
+installs it on ``django.contrib.admin.site``; a project with its own ``AdminSite`` calls
+``install(my_site)``.
 """
 
 from __future__ import annotations
@@ -123,10 +125,24 @@ def _cluster_row(c: monitoring.ClusterInfo) -> dict[str, Any]:
 
 
 def install(site: admin.AdminSite) -> None:
-    """Add the dashboard's URL to ``site`` (once): ``<site>/django_taskmq/dashboard/``."""
+    """Add the dashboard's URL to ``site`` (once), ``<site>/django_taskmq/dashboard/``, and its row
+    to the site's app list."""
     if getattr(site, "_taskmq_dashboard", False):
         return
     original = site.get_urls
+    original_app_list = site.get_app_list
+
+    def get_app_list(request: HttpRequest, app_label: str | None = None) -> list:
+        apps = original_app_list(request, app_label)
+        if can_view(request):
+            for app in apps:
+                if app["app_label"] == Job._meta.app_label:
+                    app["models"].insert(0, {
+                        "name": _("Dashboard"), "object_name": "Dashboard", "view_only": True, "add_url": None,
+                        "admin_url": reverse(f"admin:{URL_NAME}", current_app=site.name),
+                        "perms": {"add": False, "change": False, "delete": False, "view": True},
+                    })
+        return apps
 
     def get_urls() -> list:
         view = site.admin_view(lambda request: dashboard_view(request, site))
@@ -136,4 +152,5 @@ def install(site: admin.AdminSite) -> None:
         ]
 
     setattr(site, "get_urls", get_urls)
+    setattr(site, "get_app_list", get_app_list)
     setattr(site, "_taskmq_dashboard", True)

@@ -64,6 +64,14 @@ def shorten(text: str, limit: int) -> str:
     return text if len(text) <= limit else text[: max(limit - 1, 0)] + "…"
 
 
+def shortened(text: str, limit: int) -> SafeString:
+    """Return ``text`` cut to ``limit`` characters for a list column, the whole of it on hover (and
+    broken anywhere, so one long word cannot widen the table)."""
+    text = text or ""
+    return format_html('<span class="taskmq-shortened" title="{}" style="overflow-wrap: anywhere;">{}</span>',
+                       text if len(text) > limit else "", shorten(text, limit))
+
+
 def short_repr(value: object, limit: int = 500) -> str:
     """Return a readable, bounded ``repr`` of a task's argument or result."""
     try:

@@ -197,11 +197,17 @@ class ReasonFilter(admin.SimpleListFilter):
 
 
 class ReplayedFilter(admin.SimpleListFilter):
+    """Waiting (not replayed) by default: the letters an operator has to act on; "All" is a
+    choice of its own (``replayed=all``)."""
+
     title = _("replayed")
     parameter_name = "replayed"
 
     def lookups(self, request, model_admin):
         return [("no", _("No, waiting")), ("yes", _("Yes"))]
+
+    def value(self):
+        return super().value() or "no"
 
     def queryset(self, request, queryset: QuerySet) -> QuerySet:
         value = self.value()
@@ -210,3 +216,10 @@ class ReplayedFilter(admin.SimpleListFilter):
         if value == "yes":
             return queryset.filter(replayed_at__isnull=False)
         return queryset
+
+    def choices(self, changelist) -> Any:
+        yield {"selected": self.value() == "all", "display": _("All"),
+               "query_string": changelist.get_query_string({self.parameter_name: "all"})}
+        for lookup, title in self.lookup_choices:
+            yield {"selected": self.value() == str(lookup), "display": title,
+                   "query_string": changelist.get_query_string({self.parameter_name: lookup})}

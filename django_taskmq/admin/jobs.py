@@ -13,7 +13,8 @@ dead letters of a job). List pages never load the package, the result or the tra
 from __future__ import annotations
 
 from django.contrib import admin, messages
-from django.db.models import BooleanField, Case, OuterRef, Q, QuerySet, Subquery, Value, When
+from django.contrib.admin.views.main import ChangeList
+from django.db.models import Q, QuerySet
 from django.http import HttpRequest
 from django.urls import reverse
 from django.utils.translation import gettext_lazy as _, ngettext
@@ -21,7 +22,7 @@ from django.utils.translation import gettext_lazy as _, ngettext
 from ..brokers import get_broker
 from ..models import Cluster, IdempotencyKey, Job, State, UniqueKey
 from . import confirm, job_page, progress_bar
-from .display import between, duration, monospace, reserved_badge, short_time, state_badge
+from .display import between, duration, monospace, reserved_badge, short_time, shortened, state_badge
 from .filters import (ClusterFilter, ExecutionFilter, GroupFilter, PriorityFilter, QueueFilter, StateFilter,
                       WorkflowFilter, executing_now)
 from .forms import RequeueForm
@@ -31,6 +32,7 @@ from .window import newest
 HEAVY = ("payload", "result_package", "traceback", "attempt_log")  # never loaded by a list page
 RETRYABLE = (State.FAILED, State.DEAD, State.EXPIRED, State.CANCELLED)
 CANCELLABLE = (State.WAITING, State.QUEUED, State.RETRYING, State.RUNNING)
+TASK_SHOWN = 48  # characters of a task name in the list (the whole of it on hover and on the job's page)
 
 
 def without_delete_selected(self, request, action_location=None):
@@ -67,7 +69,7 @@ def _is_list(request: HttpRequest) -> bool:
 
 
 class JobAdmin(ReadOnlyMixin, admin.ModelAdmin):
-    list_display = ("id", "task_name", "queue", "priority", "state_display", "deliveries_display", "attempts",
+    list_display = ("id", "task", "queue", "priority", "state_display", "deliveries_display", "attempts",
                     "enqueued", "started", "finished", "run_time")
     list_filter = (("state", StateFilter), ExecutionFilter, QueueFilter, PriorityFilter, ClusterFilter, GroupFilter, WorkflowFilter)
     ordering = ("-id",)
@@ -96,14 +98,10 @@ class JobAdmin(ReadOnlyMixin, admin.ModelAdmin):
 
     def get_queryset(self, request):
         queryset = super().get_queryset(request)
-        if not _is_list(request):
-            return queryset
-        # The state column tells a RUNNING job a worker executes from one a cluster only holds.
-        started = executing_now(queryset.db)
-        executing = (Case(When(pk__in=started, then=Value(True)), default=Value(False), output_field=BooleanField())
-                     if started else Value(False, output_field=BooleanField()))
-        holder = Subquery(Cluster.objects.using(queryset.db).filter(pk=OuterRef("lease_owner")).values("name")[:1])
-        return queryset.defer(*HEAVY).annotate(executing=executing, holder=holder)
+        return queryset.defer(*HEAVY) if _is_list(request) else queryset
+
+    def get_changelist(self, request, **kwargs):
+        return JobChangeList
 
     def get_search_results(self, request, queryset, search_term):
         """Search by job id, group, live idempotency key and coalescing key (exact, the whole table,
@@ -137,6 +135,10 @@ class JobAdmin(ReadOnlyMixin, admin.ModelAdmin):
         return self.has_model_perm(request, "delete")
 
     # -- columns ------------------------------------------------------------------------------
+    @admin.display(description=_("task name"), ordering="task_name")
+    def task(self, job: Job):
+        return shortened(job.task_name, TASK_SHOWN)
+
     @admin.display(description=_("state"), ordering="state")
     def state_display(self, job: Job):
         if job.state == State.RUNNING and getattr(job, "executing", True) is False:
@@ -298,6 +300,24 @@ class JobAdmin(ReadOnlyMixin, admin.ModelAdmin):
     def changelist_view(self, request, extra_context=None):
         extra_context = {**(extra_context or {}), "dashboard_url": reverse("admin:django_taskmq_dashboard")}
         return super().changelist_view(request, extra_context)
+
+
+class JobChangeList(ChangeList):
+    """The job list, whose RUNNING rows of the page learn whether a worker executes them (the
+    clusters' heartbeats) and which cluster holds them: two small queries a page, none per row and
+    none in the counts."""
+
+    def get_results(self, request):
+        super().get_results(request)
+        held = [job for job in self.result_list if job.state == State.RUNNING]
+        if not held:
+            return
+        started = executing_now(self.queryset.db)
+        owners = {job.lease_owner for job in held if job.lease_owner}
+        names = dict(Cluster.objects.using(self.queryset.db).filter(pk__in=owners).values_list("pk", "name"))
+        for job in held:
+            job.executing = job.pk in started
+            job.holder = names.get(job.lease_owner or "", job.lease_owner or "")
 
 
 def _single_queue(queryset: QuerySet) -> str:
