@@ -56,7 +56,10 @@ class QueueChoiceForm(forms.Form):
 
 
 class DeadLetterAdmin(ReadOnlyMixin, admin.ModelAdmin):
-    list_display = ("job_link", "task", "queue", "reason_display", "last_error", "deliveries", "failed", "replays")
+    # Two facts a column where they belong together (job and task, reason and last error), so the
+    # list fits beside the sidebar and the filters.
+    list_display = ("job_and_task", "queue", "reason_display", "deliveries", "failed", "replays")
+    list_display_links = ("reason_display",)  # to the letter's page (the job id links to the job's)
     list_filter = (QueueFilter, ReasonFilter, ReplayedFilter)
     list_select_related = ("job",)
     readonly_fields = ("job_link", "task", "queue", "reason", "error_display", "deliveries", "failed_at", "replayed_at",
@@ -125,17 +128,21 @@ class DeadLetterAdmin(ReadOnlyMixin, admin.ModelAdmin):
     def task(self, letter: DeadLetter):
         return shortened(letter.job.task_name, TASK_SHOWN)
 
-    @admin.display(description=_("reason"), ordering="reason")
+    @admin.display(description=_("job / task"), ordering="job_id")
+    def job_and_task(self, letter: DeadLetter):
+        return format_html("<a class='taskmq-id' href='{}'>{}</a><span class='taskmq-quiet'>{}</span>",
+                           reverse("admin:django_taskmq_job_change", args=[letter.job_id]), letter.job_id,
+                           shortened(letter.job.task_name, TASK_SHOWN))
+
+    @admin.display(description=_("reason / last error"), ordering="reason")
     def reason_display(self, letter: DeadLetter):
-        return shortened(letter.reason, REASON_SHOWN)
+        error = letter.error.strip().splitlines()[-1] if letter.error.strip() else ""
+        return format_html("{}<span class='taskmq-quiet'>{}</span>", shortened(letter.reason, REASON_SHOWN),
+                           shortened(error, ERROR_SHOWN))
 
     @admin.display(description=_("failed at"), ordering="failed_at")
     def failed(self, letter: DeadLetter):
         return short_time(letter.failed_at)
-
-    @admin.display(description=_("last error"))
-    def last_error(self, letter: DeadLetter):
-        return shortened(letter.error.strip().splitlines()[-1] if letter.error.strip() else "", ERROR_SHOWN)
 
     @admin.display(description=_("last error"))
     def error_display(self, letter: DeadLetter):

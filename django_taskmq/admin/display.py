@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import datetime
+import re
 import reprlib
 
 from django.utils import timezone
 from django.utils.formats import date_format
-from django.utils.html import format_html
-from django.utils.safestring import SafeString
+from django.utils.html import format_html, format_html_join
+from django.utils.safestring import SafeString, mark_safe
 
 from ..models import State
 from ..policy import durations
@@ -32,6 +33,14 @@ _repr.maxstring = 300
 _repr.maxother = 300
 _repr.maxlist = _repr.maxtuple = _repr.maxdict = _repr.maxset = 20
 _repr.maxlevel = 4
+
+
+class FitsTheWindow:
+    """The stylesheet of our admin pages, for their ``ModelAdmin``: lists and pages that fit the
+    window (``static/django_taskmq/admin.css``)."""
+
+    class Media:
+        css = {"all": ["django_taskmq/admin.css"]}
 
 
 #: Colour of a RUNNING job a cluster holds and no worker has started (prefetched): see :func:`reserved_badge`.
@@ -64,12 +73,19 @@ def shorten(text: str, limit: int) -> str:
     return text if len(text) <= limit else text[: max(limit - 1, 0)] + "…"
 
 
+#: Where a dotted or snake_case name may break across lines (after each of these characters).
+NAME_BREAKS = re.compile(r"([._/:,-])")
+
+
 def shortened(text: str, limit: int) -> SafeString:
-    """Return ``text`` cut to ``limit`` characters for a list column, the whole of it on hover (and
-    broken anywhere, so one long word cannot widen the table)."""
+    """Return ``text`` cut to ``limit`` characters for a list column, the whole of it on hover, with
+    line breaks allowed after dots, underscores and the like: a task name is one long "word", which
+    would otherwise widen the table to its length."""
     text = text or ""
-    return format_html('<span class="taskmq-shortened" title="{}" style="overflow-wrap: anywhere;">{}</span>',
-                       text if len(text) > limit else "", shorten(text, limit))
+    parts = NAME_BREAKS.split(shorten(text, limit))
+    body = format_html_join("", "{}{}", ((part, mark_safe("<wbr>") if NAME_BREAKS.fullmatch(part) else "")
+                                        for part in parts))
+    return format_html('<span class="taskmq-shortened" title="{}">{}</span>', text if len(text) > limit else "", body)
 
 
 def short_repr(value: object, limit: int = 500) -> str:

@@ -17,12 +17,13 @@ from django.contrib.admin.views.main import ChangeList
 from django.db.models import Q, QuerySet
 from django.http import HttpRequest
 from django.urls import reverse
+from django.utils.html import format_html
 from django.utils.translation import gettext_lazy as _, ngettext
 
 from ..brokers import get_broker
 from ..models import Cluster, IdempotencyKey, Job, State, UniqueKey
 from . import confirm, job_page, progress_bar
-from .display import between, duration, monospace, reserved_badge, short_time, shortened, state_badge
+from .display import FitsTheWindow, between, duration, monospace, reserved_badge, short_time, shortened, state_badge
 from .filters import (ClusterFilter, ExecutionFilter, GroupFilter, PriorityFilter, QueueFilter, StateFilter,
                       WorkflowFilter, executing_now)
 from .forms import RequeueForm
@@ -44,7 +45,7 @@ def without_delete_selected(self, request, action_location=None):
     return actions
 
 
-class ReadOnlyMixin:
+class ReadOnlyMixin(FitsTheWindow):
     """Rows are shown, never added, edited or deleted through a form: changes go through the
     broker, in actions that check the model's permissions themselves (``has_perm``)."""
 
@@ -69,8 +70,10 @@ def _is_list(request: HttpRequest) -> bool:
 
 
 class JobAdmin(ReadOnlyMixin, admin.ModelAdmin):
-    list_display = ("id", "task", "queue", "priority", "state_display", "deliveries_display", "attempts",
-                    "enqueued", "started", "finished", "run_time")
+    # Facts that belong together share a column (id and task name; queue and priority; when it
+    # started, finished and how long it ran), so the list fits beside the sidebar and the filters.
+    list_display = ("id_and_task", "queue_and_priority", "state_display", "deliveries_display", "attempts",
+                    "enqueued", "ran")
     list_filter = (("state", StateFilter), ExecutionFilter, QueueFilter, PriorityFilter, ClusterFilter, GroupFilter, WorkflowFilter)
     ordering = ("-id",)
     show_full_result_count = False  # one COUNT(*) of the whole table per page is enough
@@ -135,9 +138,21 @@ class JobAdmin(ReadOnlyMixin, admin.ModelAdmin):
         return self.has_model_perm(request, "delete")
 
     # -- columns ------------------------------------------------------------------------------
-    @admin.display(description=_("task name"), ordering="task_name")
-    def task(self, job: Job):
-        return shortened(job.task_name, TASK_SHOWN)
+    @admin.display(description=_("id / task name"), ordering="id")
+    def id_and_task(self, job: Job):  # the list's link to the job's page
+        return format_html("<span class='taskmq-id'>{}</span><span class='taskmq-quiet'>{}</span>", job.pk,
+                           shortened(job.task_name, TASK_SHOWN))
+
+    @admin.display(description=_("queue / priority"), ordering="queue")
+    def queue_and_priority(self, job: Job):
+        return format_html("{}<span class='taskmq-quiet'>{} {}</span>", job.queue, _("priority"), job.priority)
+
+    @admin.display(description=_("started / finished / run time"), ordering="started_at")
+    def ran(self, job: Job):
+        if job.started_at is None and job.finished_at is None:
+            return "-"
+        return format_html("{}<span class='taskmq-quiet'>{}</span><span class='taskmq-quiet'>{}</span>",
+                           short_time(job.started_at), short_time(job.finished_at), self.run_time(job))
 
     @admin.display(description=_("state"), ordering="state")
     def state_display(self, job: Job):
@@ -161,14 +176,6 @@ class JobAdmin(ReadOnlyMixin, admin.ModelAdmin):
     @admin.display(description=_("enqueued"), ordering="id")
     def enqueued(self, job: Job):
         return short_time(job.enqueued_at)
-
-    @admin.display(description=_("started"), ordering="started_at")
-    def started(self, job: Job):
-        return short_time(job.started_at)
-
-    @admin.display(description=_("finished"), ordering="finished_at")
-    def finished(self, job: Job):
-        return short_time(job.finished_at)
 
     @admin.display(description=_("run time"))
     def run_time(self, job: Job) -> str:

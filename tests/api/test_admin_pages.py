@@ -184,7 +184,7 @@ def test_a_confirmation_page_keeps_select_all_across_pages(admin_client, broker)
 
 def test_dead_letter_list_columns_filters_and_search(admin_client, broker):
     dead = dead_job(queue="emails")
-    page = text(admin_client.get(LETTERS))
+    page = text(admin_client.get(LETTERS)).replace("<wbr>", "")  # (line breaks allowed inside names)
     for column in ("job", "task", "queue", "reason", "last error", "deliveries", "failed at", "replays"):
         assert f">{column.capitalize()}<" in page or column in page.lower(), column
     assert "TaskFailed: kaput" in page and "waiting" in page
