@@ -1,7 +1,8 @@
 """The dashboard: ``admin/django_taskmq/dashboard/`` (URL name ``admin:django_taskmq_dashboard``).
 
 For staff with the *view job* permission: per queue the ready jobs by priority, delayed, running
-(executing on a worker), reserved (held by a cluster, not started), retrying, dead letters waiting and the age of the oldest ready job; the clusters alive; jobs
+(executing on a worker), reserved (held by a cluster, not started), retrying, dead letters waiting
+and the age of the oldest ready job; the clusters alive; jobs
 succeeded and failed in the last minute and hour; a throughput chart of the last hour. It reloads
 itself every :data:`REFRESH` seconds (a meta refresh). The numbers come from :mod:`..monitoring`.
 

@@ -74,7 +74,8 @@ class JobAdmin(ReadOnlyMixin, admin.ModelAdmin):
     # started, finished and how long it ran), so the list fits beside the sidebar and the filters.
     list_display = ("id_and_task", "queue_and_priority", "state_display", "deliveries_display", "attempts",
                     "enqueued", "ran")
-    list_filter = (("state", StateFilter), ExecutionFilter, QueueFilter, PriorityFilter, ClusterFilter, GroupFilter, WorkflowFilter)
+    list_filter = (("state", StateFilter), ExecutionFilter, QueueFilter, PriorityFilter, ClusterFilter, GroupFilter,
+                   WorkflowFilter)
     ordering = ("-id",)
     show_full_result_count = False  # one COUNT(*) of the whole table per page is enough
     paginator = CappedPaginator  # a COUNT(*) of millions of rows takes seconds

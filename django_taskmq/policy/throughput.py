@@ -25,11 +25,14 @@ def slot_of(moment: datetime.datetime) -> datetime.datetime:
     return moment.replace(second=moment.second - moment.second % SLOT, microsecond=0)
 
 
-def tally(outcomes: Iterable[tuple[datetime.datetime, str, str]]) -> dict[tuple[datetime.datetime, str], tuple[int, int]]:
+Slot = tuple[datetime.datetime, str]  # (slot start, queue)
+
+
+def tally(outcomes: Iterable[tuple[datetime.datetime, str, str]]) -> dict[Slot, tuple[int, int]]:
     """Count ``(finished at, queue, final state)`` outcomes per (slot, queue) as (succeeded,
     failed); other final states (CANCELLED) are not throughput."""
-    succeeded: Counter[tuple[datetime.datetime, str]] = Counter()
-    failed: Counter[tuple[datetime.datetime, str]] = Counter()
+    succeeded: Counter[Slot] = Counter()
+    failed: Counter[Slot] = Counter()
     for finished, queue, state in outcomes:
         if state == "SUCCEEDED":
             succeeded[slot_of(finished), queue] += 1
