@@ -212,12 +212,14 @@ def seal(outcome: Outcome, settings: Any) -> Outcome:
     """Return ``outcome`` with its result pickled and signed for storage.
 
     A result that cannot be pickled, or whose pickle is above ``TASKMQ['max_result_size']``,
-    turns the outcome into :data:`UNSTORABLE` with the reason, and the value is dropped.
+    turns the outcome into :data:`UNSTORABLE` with the reason, and the value is dropped. The result
+    of a job whose arguments were encrypted (its ``encrypt`` option) is encrypted too.
     """
     if outcome.status != SUCCESS or outcome.result is None:
         return outcome
+    encrypt = outcome.envelope is not None and bool(outcome.envelope.options.get("encrypt"))
     try:
-        package = seal_result(outcome.result, settings.name, settings.compress, settings.max_result_size)
+        package = seal_result(outcome.result, settings.name, settings.compress, settings.max_result_size, encrypt)
     except ValueError as exc:
         return outcome._replace(status=UNSTORABLE, result=None, error=str(exc), traceback="")
     return outcome._replace(result=package)

@@ -103,8 +103,18 @@ def _through_pgbouncer() -> bool:
         return False
 
 
+# Every test of these folders starts real processes (qcluster, a virtualenv): they carry the "slow" marker, which
+# the fast suite (./scripts/test --fast) leaves out. Elsewhere such tests are marked one by one.
+SLOW_FOLDERS = ("cluster", "packaging")
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     from tests.pgbouncer import pgbouncer_path
+
+    tests = Path(__file__).resolve().parent
+    for item in items:
+        if item.path.is_relative_to(tests) and item.path.relative_to(tests).parts[0] in SLOW_FOLDERS:
+            item.add_marker(pytest.mark.slow)
 
     if _through_pgbouncer() and pgbouncer_path() is None:
         if os.environ.get("CI") == "true":

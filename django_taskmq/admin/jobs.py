@@ -22,7 +22,7 @@ from django.utils.translation import gettext_lazy as _, ngettext
 
 from ..brokers import get_broker
 from ..models import Cluster, IdempotencyKey, Job, State, UniqueKey
-from . import confirm, job_page, progress_bar
+from . import confirm, job_page, payload_access, progress_bar
 from .display import FitsTheWindow, between, duration, monospace, reserved_badge, short_time, shortened, state_badge
 from .filters import (ClusterFilter, ExecutionFilter, GroupFilter, PriorityFilter, QueueFilter, StateFilter,
                       WorkflowFilter, executing_now)
@@ -106,6 +106,10 @@ class JobAdmin(ReadOnlyMixin, admin.ModelAdmin):
 
     def get_changelist(self, request, **kwargs):
         return JobChangeList
+
+    def get_object(self, request, object_id, from_field=None):
+        job = super().get_object(request, object_id, from_field)
+        return payload_access.attach(request, job) if job is not None else None
 
     def get_search_results(self, request, queryset, search_term):
         """Search by job id, group, live idempotency key and coalescing key (exact, the whole table,

@@ -25,6 +25,7 @@ def test_every_time_the_broker_stores_is_its_clock_plus_the_duration_asked(broke
     assert problems() == []
 
 
+@pytest.mark.slow
 @pytest.mark.django_db(transaction=True)
 @pytest.mark.parametrize("offset", [120, -120])
 def test_a_host_two_minutes_off_stores_the_database_s_times(broker, offset):

@@ -38,6 +38,7 @@ def test_a_path_that_is_not_a_callable_fails_the_checks(taskmq_settings, value, 
 JOB_LIMIT = 3
 
 
+@pytest.mark.slow
 def test_qcluster_refuses_to_start_with_a_reporter_that_does_not_import(transactional_db):
     env = db_env({"TASKMQ_OVERRIDES": json.dumps({"error_reporter": "tests.nowhere.report"})})
     done = subprocess.run([sys.executable, "manage.py", "qcluster", "--burst"], cwd=str(ROOT), env=env,

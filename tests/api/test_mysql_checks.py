@@ -84,6 +84,7 @@ def test_repeatable_read_is_refused_naming_the_option():
     assert server_errors() == []
 
 
+@pytest.mark.slow
 @on_mysql
 @pytest.mark.django_db(transaction=True)
 def test_qcluster_does_not_start_on_a_refused_server():

@@ -161,6 +161,7 @@ def terminal():
         term.kill()
 
 
+@pytest.mark.slow
 @pytest.mark.django_db(transaction=True)
 def test_qmonitor_draws_updates_and_exits_on_q(broker, terminal):
     async_task("tests.tasks.noop", queue="reports", priority=7)
@@ -177,6 +178,7 @@ def test_qmonitor_draws_updates_and_exits_on_q(broker, terminal):
     assert term.exit_status() == 0
 
 
+@pytest.mark.slow
 @pytest.mark.django_db(transaction=True)
 def test_qmonitor_exits_cleanly_on_ctrl_c(broker, terminal):
     term = terminal("qmonitor", "--interval", "0.5")

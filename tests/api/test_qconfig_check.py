@@ -16,7 +16,7 @@ from django_taskmq.models import Schedule
 
 from ..conftest import ROOT, db_env, unreachable_database_env
 
-pytestmark = pytest.mark.django_db(transaction=True)
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
 
 QUEUES = {"default": {"weight": 1}, "a": {"weight": 1}, "b": {"weight": 2}, "emails": {"weight": 3},
           "reports": {"weight": 1}}

@@ -58,6 +58,7 @@ def test_the_broker_finds_no_dialect_for_an_unsupported_connection():
 
 # The checks qcluster runs (its own tag): Django 6.1's plain ``check`` also runs a backend's own
 # database checks, which connect first.
+@pytest.mark.slow
 @pytest.mark.parametrize("command", [["check", "--tag", "taskmq"], ["qcluster"]])
 def test_start_up_on_an_unsupported_engine_fails_with_the_check_not_a_loop_of_sql_errors(command):
     """The real ``manage.py`` on a working backend of an unknown engine: the error is the check's,

@@ -16,7 +16,7 @@ from django_taskmq import enqueue_many
 from django_taskmq.models import Job, State
 from tests.conftest import finish, start_script
 
-pytestmark = pytest.mark.django_db(transaction=True)
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
 
 RESERVER = """
     import os, sys, time

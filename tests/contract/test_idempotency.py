@@ -86,6 +86,7 @@ def test_prune_keys_deletes_only_keys_past_their_ttl(broker, reconfigure):
     assert put(broker, key="young") == young
 
 
+@pytest.mark.slow
 @pytest.mark.django_db(transaction=True)
 def test_concurrent_callers_from_several_processes_get_one_job_per_key(orm_broker, tmp_path):
     """ORM only (processes on one database): 4 processes enqueue the same 40 keys at once: each key yields exactly one job and one id."""

@@ -185,6 +185,7 @@ ATTEMPTS = """
 """
 
 
+@pytest.mark.slow
 @pytest.mark.django_db(transaction=True)
 def test_concurrent_enqueuers_make_one_job(orm_broker, tmp_path):
     """Several processes enqueue one key at once, over and over: one job exists, and every call
@@ -234,6 +235,7 @@ REPLACERS = """
 """
 
 
+@pytest.mark.slow
 @pytest.mark.django_db(transaction=True)
 def test_a_claimed_job_is_never_replaced_and_one_waits_at_most(orm_broker, tmp_path):
     """Enqueuers replace the waiting job while a claimer takes jobs: every job the claimer took

@@ -30,6 +30,7 @@ def test_modules_found():
     assert {"django_taskmq.policy.pick", "django_taskmq.policy.cron"} <= set(MODULES)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("module", MODULES)
 def test_pure(module):
     result = subprocess.run(

@@ -42,7 +42,7 @@ def test_the_setting_merges_over_the_defaults_and_names_what_is_wrong():
         assert message in str(info.value)
 
 
-@given(st.lists(st.floats(min_value=0, max_value=10, allow_nan=False), min_size=1, max_size=50))
+@given(st.lists(st.floats(min_value=0, max_value=10, allow_nan=False, allow_subnormal=False), min_size=1, max_size=50))
 def test_a_step_then_its_pause_spends_the_share_of_the_time_on_deleting(steps):
     """Whatever each step takes, deleting takes ``SHARE`` of the time its steps and pauses fill."""
     pauses = [retention.pause_after(spent) for spent in steps]

@@ -301,6 +301,7 @@ print("killed")
 """
 
 
+@pytest.mark.slow
 def test_a_killed_cluster_exits_with_outcomes_left_in_a_full_result_queue():
     """After the hard kill (a second signal, a burst that gives up) the monitor is gone and the
     outcomes still waiting for it cannot be written: putting them never blocked the sentinel, and
