@@ -13,9 +13,8 @@ import os
 import socket
 from dataclasses import dataclass
 
-from django.db import connections
-
 from .conf import get_settings
+from .database_problem import explain
 from .models import Cluster
 from .monitoring import database_now
 
@@ -49,9 +48,8 @@ def check(*, name: str | None = None, host: str | None = None, pid: int | None =
         row = rows.order_by("-beat_at").first()
         now = now or database_now(alias)  # beats are in the database's time
     except Exception as exc:  # any database error is the answer, not a crash of the probe
-        connections[alias].close()
-        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        return Health(False, f"the database {alias!r} does not answer: {first}")
+        # Which one: the database does not answer, or it does and a table or a migration is missing.
+        return Health(False, explain(alias, exc))
     if row is None:
         return Health(False, f"no {which} has a heartbeat (not started, or stopped)")
     age = (now - row.beat_at).total_seconds()

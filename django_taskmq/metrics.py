@@ -4,7 +4,10 @@ Gauges, read from the database at each scrape (:mod:`.monitoring`):
 
 ``taskmq_jobs{queue, state}``
     jobs per queue and state, every state but ``succeeded`` (successes are pruned by
-    ``save_limit``, and counting them reads the whole table: use the counter below)
+    ``save_limit``, and counting them reads the whole table: use the counter below). The stored
+    state ``RUNNING`` is two label values: ``running``, the jobs a worker executes (its cluster's
+    heartbeat says so), and ``reserved``, the ones a cluster holds (prefetched) and has not started;
+    their sum is the ``RUNNING`` rows
 ``taskmq_ready_jobs{queue}``, ``taskmq_delayed_jobs{queue}``
     ready jobs (queued or retrying, visible now); queued jobs not visible yet
 ``taskmq_dead_letters_waiting{queue}``
@@ -62,15 +65,23 @@ class TaskMQCollector(Collector):
         self.alias = alias
 
     def collect(self) -> Iterator[Metric]:
-        queues = monitoring.queue_stats(self.alias)
+        clusters = monitoring.clusters_alive(self.alias, with_task_names=False)
+        queues = monitoring.queue_stats(self.alias, clusters=clusters)
         names = [q.name for q in queues]
+        split = {q.name: (q.running, q.reserved) for q in queues}  # RUNNING: started, and only reserved
 
-        jobs = GaugeMetricFamily("taskmq_jobs", "Jobs per queue and state (every state but succeeded).",
+        jobs = GaugeMetricFamily("taskmq_jobs", "Jobs per queue and state (every state but succeeded; "
+                                 "RUNNING as running, started on a worker, and reserved, not started).",
                                  labels=["queue", "state"])
         counts = monitoring.jobs_by_queue_and_state(self.alias, states=[s.value for s in GAUGED_STATES])
         for queue in sorted(set(names) | {q for q, _ in counts}):
             for state in GAUGED_STATES:
-                jobs.add_metric([queue, state.value.lower()], counts.get((queue, state.value), 0))
+                if state is JobState.RUNNING:
+                    running, reserved = split.get(queue, (counts.get((queue, state.value), 0), 0))
+                    jobs.add_metric([queue, "running"], running)
+                    jobs.add_metric([queue, "reserved"], reserved)
+                else:
+                    jobs.add_metric([queue, state.value.lower()], counts.get((queue, state.value), 0))
         yield jobs
 
         ready = GaugeMetricFamily("taskmq_ready_jobs", "Ready jobs (queued or retrying, visible now).",
@@ -88,7 +99,6 @@ class TaskMQCollector(Collector):
             oldest.add_metric([q.name], round(q.oldest_ready_age or 0.0, 3))
         yield from (ready, delayed, dead, oldest)
 
-        clusters = monitoring.clusters_alive(self.alias, with_task_names=False)
         yield GaugeMetricFamily("taskmq_clusters_alive", "Clusters with a fresh heartbeat that have not stopped.",
                                 value=len(clusters))
         yield GaugeMetricFamily("taskmq_workers_alive", "Worker processes of the clusters alive.",

@@ -430,6 +430,25 @@ class QueuePause(models.Model):
         return self.queue
 
 
+class OutcomeCount(models.Model):
+    """The throughput rollup: the executions that succeeded and failed (ended FAILED or DEAD) per
+    queue in each :data:`~django_taskmq.policy.throughput.SLOT` of seconds, added to in the
+    transaction that records them. Retention and ``save_limit`` delete job rows; these stay (a day),
+    so the dashboard's throughput does not fall when old jobs are pruned."""
+
+    at = models.DateTimeField(_("slot start"))
+    queue = models.CharField(max_length=100)
+    succeeded = models.PositiveBigIntegerField(default=0)
+    failed = models.PositiveBigIntegerField(default=0)
+
+    class Meta:
+        verbose_name = _("outcome count")
+        constraints = [models.UniqueConstraint(fields=["at", "queue"], name="taskmq_outcome_slot")]
+
+    def __str__(self) -> str:
+        return f"{self.queue} at {self.at}: {self.succeeded} succeeded, {self.failed} failed"
+
+
 class Chore(models.Model):
     """Upkeep that one cluster at a time does for all (deleting old jobs): who holds it, until when
     (epoch seconds, renewed while the holder runs), and what it did."""

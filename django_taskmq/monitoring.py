@@ -5,10 +5,16 @@ Times are the database's (its clock decides what is ready and which clusters are
 :mod:`.brokers.clock`), read once per snapshot.
 Reads need no broker: the models are queried directly on ``TASKMQ['database']``, and every query
 is shaped to use a partial index of the job table, so millions of finished rows do not slow it
-down: ready rows through ``taskmq_job_ready``, running and failed ones through
-``taskmq_job_state_queue``, the last hour's outcomes through ``taskmq_job_succeeded`` and
-``taskmq_job_failed`` (named on SQLite, see :func:`throughput`), pending dead letters through
-``taskmq_dead_pending``.
+down: ready rows through ``taskmq_job_ready``, reserved and failed ones through
+``taskmq_job_state_queue``, pending dead letters through ``taskmq_dead_pending``; the throughput
+comes from its own small rollup (:func:`throughput`), not from job rows.
+
+Running and reserved: a job a cluster holds is ``RUNNING`` in the table from the moment it is
+reserved (prefetched, waiting for a worker) until its outcome is recorded; the stored state does not
+tell the two apart, and the row's ``started_at`` is written with the outcome. What a worker executes
+is in its cluster's heartbeat (``counts["tasks"]``, every 2 s), so the numbers here call *running*
+the ``RUNNING`` jobs a worker of a cluster alive reports executing, and *reserved* the others
+(:func:`executing_ids`).
 """
 
 from __future__ import annotations
@@ -20,16 +26,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from django.db import connections
-from django.db.models import CharField, Count, Min, Q
-from django.db.models.functions import Cast, Substr
-from django.utils import timezone
+from django.db.models import Count, Min, Q
 
 from .brokers.clock import as_datetime, clock_for
-from .brokers.orm.dialect import dialect_for
-from .brokers.orm.sql import finished_index
 from .conf import get_settings
-from .models import READY_STATES, Cluster, DeadLetter, Job, QueuePause, Workflow, WorkflowStates
+from .models import READY_STATES, Cluster, DeadLetter, Job, OutcomeCount, QueuePause, Workflow, WorkflowStates
 from .policy import retention as retention_policy
+from .policy import throughput as throughput_policy
 from .policy.states import JobState
 from .policy.progress import read as read_progress
 
@@ -38,10 +41,6 @@ ALIVE_WITHIN = 30.0
 #: Outcomes a heartbeat counts per queue (``counts["queues"]``), as the sentinel names them.
 OUTCOMES = ("succeeded", "failed", "timeouts", "crashes")
 CHART_MINUTES = 60
-#: The minute of ``finished_at`` as text ("2026-01-31 12:34", UTC): grouping by it is one string
-#: operation per row on every engine, where ``TruncMinute`` calls a Python function per row on SQLite
-#: (six times slower on the chart's 40,000 rows of a busy hour).
-MINUTE = Substr(Cast("finished_at", CharField()), 1, 16)
 
 
 @dataclass
@@ -52,7 +51,8 @@ class QueueStats:
     ready: dict[int, int] = field(default_factory=dict)  # priority -> ready jobs (visible now), highest first
     delayed: int = 0  # QUEUED, not visible yet (delay, eta)
     retrying: int = 0  # RETRYING, waiting for its backoff
-    running: int = 0  # RUNNING: reserved by a cluster, waiting there or executing
+    running: int = 0  # RUNNING and executing on a worker (its cluster's heartbeat says so)
+    reserved: int = 0  # RUNNING but not started: held by a cluster (prefetched), waiting for a worker
     dead_letters: int = 0  # pending (not replayed)
     oldest_ready_age: float | None = None  # seconds since the oldest ready job became visible
     paused: bool = False  # no cluster claims from it (pause_queue)
@@ -139,9 +139,21 @@ def database_now(alias: str | None = None) -> datetime.datetime:
     return as_datetime(clock_for(connection).now(connection))
 
 
-def queue_stats(alias: str | None = None, now: float | None = None) -> list[QueueStats]:
-    """Return every configured queue (and any other one holding work) with its numbers now."""
+def executing_ids(clusters: Iterable[ClusterInfo]) -> set[str]:
+    """Return the ids of the jobs the workers of ``clusters`` execute, as their last heartbeats say."""
+    return {task.job_id for cluster in clusters for task in cluster.tasks}
+
+
+def queue_stats(alias: str | None = None, now: float | None = None,
+                clusters: list[ClusterInfo] | None = None) -> list[QueueStats]:
+    """Return every configured queue (and any other one holding work) with its numbers now.
+
+    ``clusters`` (read when not given) tell the running jobs from the reserved ones.
+    """
     alias, now = _alias(alias), database_now(alias).timestamp() if now is None else now
+    if clusters is None:
+        clusters = clusters_alive(alias, as_datetime(now), with_task_names=False)
+    started = executing_ids(clusters)
     jobs = Job.objects.using(alias).order_by()
     stats: dict[str, QueueStats] = {name: QueueStats(name) for name in get_settings().queues}
 
@@ -164,8 +176,10 @@ def queue_stats(alias: str | None = None, now: float | None = None) -> list[Queu
         if row["oldest"] is not None:
             age = max(now - row["oldest"], 0.0)
             queue.oldest_ready_age = max(queue.oldest_ready_age or 0.0, age)
-    for row in jobs.filter(state=JobState.RUNNING.value).values("queue").annotate(n=Count("*")):
-        of(row["queue"]).running = row["n"]
+    held = jobs.filter(state=JobState.RUNNING.value).values("queue")
+    for row in held.annotate(n=Count("*"), started=Count("pk", filter=Q(pk__in=started))):
+        queue = of(row["queue"])
+        queue.running, queue.reserved = row["started"], row["n"] - row["started"]
     pending = DeadLetter.objects.using(alias).filter(replayed_at__isnull=True).order_by()
     for row in pending.values("queue").annotate(n=Count("*")):
         of(row["queue"]).dead_letters = row["n"]
@@ -228,64 +242,40 @@ def _name_tasks(alias: str, tasks: list[WorkerTask]) -> None:
 
 
 def throughput(alias: str | None = None, now: datetime.datetime | None = None) -> Throughput:
-    """Return the jobs that succeeded and failed (FAILED or DEAD) in the last minute and hour."""
+    """Return the executions that succeeded and failed (ended FAILED or DEAD) in the last minute and
+    hour, and per minute of the last hour, from the throughput rollup (:class:`.models.OutcomeCount`).
+
+    The rollup is written with the outcomes, so pruning job rows (retention, ``save_limit``) takes
+    nothing from these numbers. It counts in slots of :data:`.policy.throughput.SLOT` seconds: the
+    last minute is every slot that overlaps it, counted whole (60 to 70 s of outcomes), the last
+    hour likewise. One indexed range read of at most a few hundred rows per queue.
+    """
     alias, now = _alias(alias), now or database_now(alias)
-    hour_ago, minute_ago = now - datetime.timedelta(hours=1), now - datetime.timedelta(minutes=1)
     start = (now - datetime.timedelta(minutes=CHART_MINUTES - 1)).replace(second=0, microsecond=0)
+    hour_ago = now - datetime.timedelta(hours=1, seconds=throughput_policy.SLOT)
+    minute_ago = now - datetime.timedelta(minutes=1, seconds=throughput_policy.SLOT)
     buckets: dict[datetime.datetime, list[int]] = {start + datetime.timedelta(minutes=i): [0, 0]
                                                    for i in range(CHART_MINUTES)}
     result = Throughput()
-    connection = connections[alias]
-    adapt = connection.ops.adapt_datetimefield_value
-    minute_sql, minute_params = _compiled(MINUTE, alias)
-    indexed = dialect_for(connection).finished_indexed
-    # One statement per partial index of finished jobs by finish time (successes; FAILED and DEAD),
-    # over a range closed on both ends: per minute of the last hour, and how many of the last
-    # minute. Raw SQL, because SQLite takes the index only when the statement names it (its planner
-    # has no statistics): with the ORM it walked every success in the table (114 ms beside 289,000).
-    # COUNT(*) and COUNT(CASE ... finished_at ...) read the index's column alone.
-    for index, state in enumerate((JobState.SUCCEEDED, JobState.FAILED)):
-        statement = (f"SELECT {minute_sql}, COUNT(*), COUNT(CASE WHEN finished_at >= %s THEN 1 END) "
-                     f"{finished_index(state, indexed)} AND finished_at >= %s AND finished_at <= %s GROUP BY 1")
-        with connection.cursor() as cursor:
-            cursor.execute(statement, [*minute_params, adapt(minute_ago), adapt(hour_ago),
-                                       adapt(now + datetime.timedelta(days=1))])
-            rows = cursor.fetchall()
-        hour = last_minute = 0
-        for text, n, last in rows:
-            hour, last_minute = hour + n, last_minute + last
-            at = _minute(text, now)
-            bucket = buckets.get(at) if at is not None else None
-            if bucket is not None:
-                bucket[index] += n
-        if index == 0:
-            result.succeeded_hour, result.succeeded_minute = hour, last_minute
-        else:
-            result.failed_hour, result.failed_minute = hour, last_minute
+    rows = OutcomeCount.objects.using(alias).filter(at__gt=min(hour_ago, start)).order_by()
+    for at, ok, failed in rows.values_list("at", "succeeded", "failed"):
+        if at > hour_ago:
+            result.succeeded_hour, result.failed_hour = result.succeeded_hour + ok, result.failed_hour + failed
+        if at > minute_ago:
+            result.succeeded_minute, result.failed_minute = result.succeeded_minute + ok, result.failed_minute + failed
+        bucket = buckets.get(at.replace(second=0, microsecond=0))
+        if bucket is not None:
+            bucket[0] += ok
+            bucket[1] += failed
     result.per_minute = [(minute, ok, failed) for minute, (ok, failed) in buckets.items()]
     return result
-
-
-def _compiled(expression: Any, alias: str) -> tuple[str, list]:
-    """SQL and parameters of an expression over the job table, as the ORM writes it for ``alias``."""
-    query = Job.objects.using(alias).annotate(value=expression).query
-    sql, params = query.get_compiler(alias).compile(query.annotations["value"])
-    return sql, list(params)
-
-
-def _minute(text: str, now: datetime.datetime) -> datetime.datetime | None:
-    """Parse a :data:`MINUTE` key back into a datetime (aware in UTC when ``now`` is aware)."""
-    try:
-        minute = datetime.datetime.strptime(str(text)[:16], "%Y-%m-%d %H:%M")
-    except ValueError:
-        return None
-    return minute.replace(tzinfo=datetime.UTC) if timezone.is_aware(now) else minute
 
 
 def snapshot(alias: str | None = None) -> Snapshot:
     """Return the queues, the clusters alive and the recent throughput, read now."""
     now = database_now(alias)
-    return Snapshot(taken_at=now, queues=queue_stats(alias, now.timestamp()), clusters=clusters_alive(alias, now),
+    clusters = clusters_alive(alias, now)
+    return Snapshot(taken_at=now, queues=queue_stats(alias, now.timestamp(), clusters), clusters=clusters,
                     throughput=throughput(alias, now))
 
 
@@ -348,7 +338,8 @@ def as_json(snap: Snapshot, stats: Iterable[dict[str, Any]] = ()) -> dict[str, A
         ],
         "queues": [
             {"queue": q.name, "ready": q.ready_total, "ready_by_priority": {str(p): n for p, n in q.ready.items()},
-             "delayed": q.delayed, "retrying": q.retrying, "running": q.running, "dead_letters": q.dead_letters,
+             "delayed": q.delayed, "retrying": q.retrying, "running": q.running, "reserved": q.reserved,
+             "dead_letters": q.dead_letters,
              "oldest_ready_age": None if q.oldest_ready_age is None else round(q.oldest_ready_age, 3),
              "paused": q.paused}
             for q in snap.queues

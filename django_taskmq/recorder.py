@@ -2,7 +2,10 @@
 
 Successes of a batch are acknowledged in one transaction; other outcomes are rare and go one by
 one. Hooks, cached results, chains and signals cost a query only when a job has them or someone
-listens.
+listens. Each final outcome is counted in the throughput rollup (``Broker.count_outcomes``) in the
+transaction that records it, so the dashboard's throughput does not depend on job rows that
+retention and ``save_limit`` delete; a lone success recorded outside any transaction (an idle
+cluster's, one statement that commits by itself) is counted by the statement right after it.
 """
 
 from __future__ import annotations
@@ -10,19 +13,22 @@ from __future__ import annotations
 import contextlib
 import datetime
 import logging
-from collections.abc import Sequence
+import time
+from collections.abc import Callable, Sequence
 
 from django.db import InterfaceError, OperationalError
 
 from . import cached_results, joblog, legacy_chains, reporting
 from . import execution as ex
 from .brokers.base import Ack, Broker
+from .brokers.clock import as_datetime
 from .conf import Settings
 from .exceptions import LeaseLost, UnreadableResult
 from .loading import resolve
 from .models import _from_epoch
 from .policy.backoff import Retry
 from .policy.connections import disconnect
+from .policy import throughput as throughput_policy
 from .policy.states import JobState
 from .policy.storable import clip_head, clip_tail
 from .signals import post_execute
@@ -85,7 +91,7 @@ def record(outcomes: Sequence[ex.Outcome], broker: Broker, settings: Settings, *
         others = []  # (outcome, state after it: final or not, None if its lease was lost)
         for o in outcomes:
             if o.status != ex.SUCCESS:
-                state = _isolated(o, broker, settings, lambda o: _record_other(o, broker, settings))
+                state = _isolated(o, broker, settings, counted(broker, lambda o: _record_other(o, broker, settings)))
                 others.append((o, state))
                 if state is not None and state in FINAL:
                     finals.append((o, state))
@@ -175,6 +181,9 @@ def _ack(successes: list[ex.Outcome], broker: Broker, settings: Settings,
     try:
         with contextlib.nullcontext() if lone else broker.atomic():
             lost = {r.job_id for r in broker.ack_many(acks(successes))}
+            acked = [(o, "SUCCEEDED") for o in successes if o.reservation.job_id not in lost]
+            if not lone:
+                count(broker, acked)
     except Exception as exc:
         if _away(exc):
             raise
@@ -182,14 +191,40 @@ def _ack(successes: list[ex.Outcome], broker: Broker, settings: Settings,
                        exc_info=True)
         finals = []
         for o in successes:
-            if _isolated(o, broker, settings, lambda o: _ack_one(o, broker, acks)) == "SUCCEEDED":
+            if _isolated(o, broker, settings, counted(broker, lambda o: _ack_one(o, broker, acks))) == "SUCCEEDED":
                 finals.append((o, "SUCCEEDED"))
         return finals
+    if lone:
+        try:  # the ack has committed: a count that fails now is logged, the outcome stands
+            count(broker, acked)
+        except Exception as exc:
+            if _away(exc):
+                raise
+            logger.exception("could not count job %s in the throughput rollup", successes[0].reservation.job_id)
     for o in successes:
         if o.reservation.job_id in lost:
             logger.warning("job %s finished after its lease was lost; not recorded", o.reservation.job_id,
                            extra=_fields(o))
-    return [(o, "SUCCEEDED") for o in successes if o.reservation.job_id not in lost]
+    return acked
+
+
+def count(broker: Broker, finals: Sequence[tuple[ex.Outcome, str]]) -> None:
+    """Add final outcomes to the throughput rollup, by the slot of their finish time and their queue."""
+    if finals:
+        broker.count_outcomes(throughput_policy.tally(
+            (as_datetime(o.finished_at if isinstance(o.finished_at, (int, float)) and o.finished_at else time.time()),
+             o.reservation.queue, state) for o, state in finals))
+
+
+def counted(broker: Broker, store: Callable[[ex.Outcome], str | None]) -> Callable[[ex.Outcome], str | None]:
+    """``store``, then the outcome counted in the rollup when it ended (in ``store``'s savepoint)."""
+    def stored(o: ex.Outcome) -> str | None:
+        state = store(o)
+        if state is not None and state in FINAL:
+            count(broker, [(o, state)])
+        return state
+
+    return stored
 
 
 def _saves(o: ex.Outcome) -> bool:
@@ -226,7 +261,7 @@ def _isolated(o: ex.Outcome, broker: Broker, settings: Settings, store) -> str |
                             started_at=times[0], finished_at=times[1])
     try:
         with broker.atomic():
-            return _record_other(failed, broker, settings)
+            return counted(broker, lambda o: _record_other(o, broker, settings))(failed)
     except LeaseLost:
         return None
     except Exception as exc:

@@ -89,13 +89,23 @@ def sign(envelope: Envelope, salt: str, compress: bool = False, max_size: int | 
     return sign_bytes(data, salt, compress)
 
 
-def _open(package: str, salt: str, error: type[BadPackage]) -> tuple[object, bytes]:
+#: Why a package does not verify, and what to do: nearly always the key or the name changed under
+#: stored jobs (a deploy with a new SECRET_KEY, a cluster renamed), seldom a row altered in the table.
+BAD_SIGNATURE = ("bad signature: signed with another SECRET_KEY or TASKMQ['name'] than this process's (or altered "
+                 "in the table); if the key changed, add the old one to SECRET_KEY_FALLBACKS (if the name "
+                 "changed, restore it), then run manage.py qdead replay --all")
+#: The same for a stored result, which nothing replays: the old key makes it readable again.
+BAD_RESULT_SIGNATURE = ("bad signature: signed with another SECRET_KEY or TASKMQ['name'] than this process's (or "
+                        "altered in the table); add the old key to SECRET_KEY_FALLBACKS to read it")
+
+
+def _open(package: str, salt: str, error: type[BadPackage], bad: str = BAD_SIGNATURE) -> tuple[object, bytes]:
     """Verify ``package``, then unpickle it; return the object and its pickle (the signed bytes,
-    decompressed). Raise ``error`` with the reason."""
+    decompressed). Raise ``error`` with the reason (``bad`` when the signature does not verify)."""
     try:
         encoded = _signer(salt).unsign(package)
     except django_signing.BadSignature:
-        raise error("bad signature") from None
+        raise error(bad) from None
     try:
         data = django_signing.b64_decode(encoded.encode())
         kind, body = data[:1], data[1:]
@@ -126,7 +136,7 @@ def _decrypted(sealed: Sealed, purpose: bytes, error: type[BadPackage]) -> objec
 def verify(package: str, salt: str, decrypt: bool = True) -> Envelope:
     """Return the envelope of a package or raise :class:`BadPackage` with the reason.
 
-    The reason is ``bad signature`` when verification fails and ``cannot unpickle: ...`` when the
+    The reason is :data:`BAD_SIGNATURE` when verification fails and ``cannot unpickle: ...`` when the
     signed bytes do not load; nothing is unpickled before the signature is verified. Encrypted
     arguments are decrypted into the envelope, unless ``decrypt`` is False: then they stay in its
     ``secret`` (what the admin shows to a user who may not see them).
@@ -163,7 +173,7 @@ def verify_result(package: str, name: str, decrypt: bool = True) -> object:
 
     An encrypted result is decrypted, unless ``decrypt`` is False: then it is returned as the
     :class:`~django_taskmq.encryption.Sealed` it is stored as."""
-    value = _open(package, result_salt(name), UnreadableResult)[0]
+    value = _open(package, result_salt(name), UnreadableResult, BAD_RESULT_SIGNATURE)[0]
     if decrypt and isinstance(value, Sealed):
         return _decrypted(value, RESULT, UnreadableResult)
     return value

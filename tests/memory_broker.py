@@ -132,6 +132,7 @@ class MemoryBroker(Broker):
         self._keys: dict[str, tuple[str, float]] = {}  # idempotency key -> (job id, expires at)
         self._unique: dict[str, tuple[str, str]] = {}  # coalescing key -> (job id, states column)
         self._served: dict[str, int] = {}
+        self._counts: dict[tuple[Any, str], list[int]] = {}  # the throughput rollup: (slot, queue) -> [ok, failed]
         self._arrivals = itertools.count()
         self._depth = 0
         self.transactions = 0  # outermost atomic() blocks
@@ -160,16 +161,16 @@ class MemoryBroker(Broker):
             yield
         except BaseException:
             (self._jobs, self.letters, self.heartbeats, self._keys, self._unique, self._served, self._tats,
-             self.paused, self._chores) = saved
+             self.paused, self._chores, self._counts) = saved
             raise
         finally:
             self._depth -= 1
 
     def _stored(self) -> tuple[Any, ...]:
         """Everything a database would hold (and roll back): jobs, letters, heartbeats, keys,
-        served counters, rate limits, pauses, chores."""
+        served counters, rate limits, pauses, chores, the throughput rollup."""
         return (self._jobs, self.letters, self.heartbeats, self._keys, self._unique, self._served, self._tats,
-                self.paused, self._chores)
+                self.paused, self._chores, self._counts)
 
     def close(self) -> None:
         self.closes += 1
@@ -396,6 +397,12 @@ class MemoryBroker(Broker):
         self._end(job, Event.ACK)
         job.result_package = self._seal(result)
         return True
+
+    def count_outcomes(self, counts) -> None:
+        for key, (ok, failed) in counts.items():
+            total = self._counts.setdefault(key, [0, 0])
+            total[0] += ok
+            total[1] += failed
 
     def ack_many(self, acks: Iterable[Ack]) -> list[Reservation]:
         lost = []

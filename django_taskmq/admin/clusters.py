@@ -8,6 +8,7 @@ from django.contrib import admin
 from django.db import connections
 from django.db.models import DateTimeField
 from django.db.models.expressions import RawSQL
+from django.utils.html import format_html
 from django.utils.translation import gettext_lazy as _
 
 from ..brokers.clock import clock_for
@@ -23,8 +24,8 @@ def _now(cluster: Cluster) -> datetime.datetime:
 
 
 class ClusterAdmin(ReadOnlyMixin, admin.ModelAdmin):
-    list_display = ("name", "host", "pid", "state", "alive", "workers", "heartbeat_age", "clock_skew", "succeeded",
-                    "failed", "started_at")
+    list_display = ("name", "host_and_pid", "state", "alive", "workers", "heartbeat_and_skew", "outcomes",
+                    "started_at")
     list_filter = ("state", "host")
     readonly_fields = ("id", "name", "host", "pid", "state", "workers", "queues", "counts", "started_at", "beat_at")
 
@@ -49,10 +50,16 @@ class ClusterAdmin(ReadOnlyMixin, admin.ModelAdmin):
         value = (cluster.counts or {}).get("clock_skew")
         return "-" if not isinstance(value, (int, float)) else f"{value:+.3f} s"
 
-    @admin.display(description=_("succeeded"))
-    def succeeded(self, cluster: Cluster):
-        return (cluster.counts or {}).get("succeeded", 0)
+    @admin.display(description=_("heartbeat / clock skew"), ordering="-beat_at")
+    def heartbeat_and_skew(self, cluster: Cluster):
+        return format_html("{}<span class='taskmq-quiet'>{}</span>", self.heartbeat_age(cluster),
+                           self.clock_skew(cluster))
 
-    @admin.display(description=_("failed"))
-    def failed(self, cluster: Cluster):
-        return (cluster.counts or {}).get("failed", 0)
+    @admin.display(description=_("host / pid"), ordering="host")
+    def host_and_pid(self, cluster: Cluster) -> str:
+        return f"{cluster.host} / {cluster.pid}"
+
+    @admin.display(description=_("succeeded / failed"))
+    def outcomes(self, cluster: Cluster) -> str:
+        counts = cluster.counts or {}
+        return f"{counts.get('succeeded', 0)} / {counts.get('failed', 0)}"

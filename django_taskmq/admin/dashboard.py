@@ -1,13 +1,16 @@
 """The dashboard: ``admin/django_taskmq/dashboard/`` (URL name ``admin:django_taskmq_dashboard``).
 
-For staff with the *view job* permission: per queue the ready jobs by priority, delayed, running,
-retrying, dead letters waiting and the age of the oldest ready job; the clusters alive; jobs
+For staff with the *view job* permission: per queue the ready jobs by priority, delayed, running
+(executing on a worker), reserved (held by a cluster, not started), retrying, dead letters waiting
+and the age of the oldest ready job; the clusters alive; jobs
 succeeded and failed in the last minute and hour; a throughput chart of the last hour. It reloads
 itself every :data:`REFRESH` seconds (a meta refresh). The numbers come from :mod:`..monitoring`.
 
 The dashboard is not a model, so it has no ``ModelAdmin``: :func:`install` adds its URL to an admin
-site. ``django_taskmq.admin`` installs it on ``django.contrib.admin.site``; a project with its own
-``AdminSite`` calls ``install(my_site)``.
+site, and a "Dashboard" row first among django_taskmq's models in the site's app list (the admin
+index, the app's page and the navigation sidebar), for who may see it. ``django_taskmq.admin``
+installs it on ``django.contrib.admin.site``; a project with its own ``AdminSite`` calls
+``install(my_site)``.
 """
 
 from __future__ import annotations
@@ -29,6 +32,7 @@ from ..policy.states import JobState
 from . import progress_bar
 from .chart import throughput_svg
 from .display import duration
+from .filters import EXECUTING, RESERVED
 
 REFRESH = 10  # seconds between reloads of the page
 URL_NAME = "django_taskmq_dashboard"
@@ -59,7 +63,7 @@ def dashboard_view(request: HttpRequest, site: admin.AdminSite) -> TemplateRespo
         "snapshot": snap,
         "queues": queues,
         "totals": {key: sum(row[key] for row in queues) for key in ("ready", "delayed", "retrying", "running",
-                                                                    "dead_letters")},
+                                                                    "reserved", "dead_letters")},
         "clusters": [_cluster_row(c) for c in snap.clusters],
         "running_jobs": progress_bar.running_rows(snap.clusters, site.name),
         "timings": timing_rows(),
@@ -85,12 +89,14 @@ def _queue_row(q: monitoring.QueueStats, jobs_url: str, letters_url: str, pauses
         "delayed": q.delayed,
         "retrying": q.retrying,
         "running": q.running,
+        "reserved": q.reserved,
         "dead_letters": q.dead_letters,
         "oldest": duration(q.oldest_ready_age) if q.oldest_ready_age is not None else "-",
         "oldest_seconds": q.oldest_ready_age or 0,
         "queued_url": jobs(state=JobState.QUEUED.value),
         "retrying_url": jobs(state=JobState.RETRYING.value),
-        "running_url": jobs(state=JobState.RUNNING.value),
+        "running_url": jobs(execution=EXECUTING),
+        "reserved_url": jobs(execution=RESERVED),
         "dead_url": f"{letters_url}?{urlencode({'queue': q.name, 'replayed': 'no'})}",
         "paused": q.paused,
         "pause_url": f"{pauses[0]}?{urlencode({'queue': q.name})}",
@@ -120,10 +126,24 @@ def _cluster_row(c: monitoring.ClusterInfo) -> dict[str, Any]:
 
 
 def install(site: admin.AdminSite) -> None:
-    """Add the dashboard's URL to ``site`` (once): ``<site>/django_taskmq/dashboard/``."""
+    """Add the dashboard's URL to ``site`` (once), ``<site>/django_taskmq/dashboard/``, and its row
+    to the site's app list."""
     if getattr(site, "_taskmq_dashboard", False):
         return
     original = site.get_urls
+    original_app_list = site.get_app_list
+
+    def get_app_list(request: HttpRequest, app_label: str | None = None) -> list:
+        apps = original_app_list(request, app_label)
+        if can_view(request):
+            for app in apps:
+                if app["app_label"] == Job._meta.app_label:
+                    app["models"].insert(0, {
+                        "name": _("Dashboard"), "object_name": "Dashboard", "view_only": True, "add_url": None,
+                        "admin_url": reverse(f"admin:{URL_NAME}", current_app=site.name),
+                        "perms": {"add": False, "change": False, "delete": False, "view": True},
+                    })
+        return apps
 
     def get_urls() -> list:
         view = site.admin_view(lambda request: dashboard_view(request, site))
@@ -133,4 +153,5 @@ def install(site: admin.AdminSite) -> None:
         ]
 
     setattr(site, "get_urls", get_urls)
+    setattr(site, "get_app_list", get_app_list)
     setattr(site, "_taskmq_dashboard", True)

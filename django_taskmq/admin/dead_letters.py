@@ -3,18 +3,23 @@
 * *Replay* (``delete dead letter``): the confirmation page asks for a target queue and priority
   (each letter's own by default); each letter's job is requeued through ``Broker.replay_dead``
   under its own id, deliveries from zero, history kept. Letters whose job is no longer dead are
-  skipped and counted. ``replay-all/`` replays every waiting letter of one queue (``replay_all``).
+  skipped and counted. A letter's own page has a Replay button (``<id>/replay/``, the same
+  confirmation for that letter). ``replay-all/`` replays every waiting letter of the one queue
+  chosen first (``replay_all``).
 * *Purge* (``delete dead letter`` and ``delete job``): deletes the letters with their dead jobs
   (``Broker.purge_dead``).
 """
 
 from __future__ import annotations
 
+from urllib.parse import urlencode
+
 from django import forms
 from django.contrib import admin, messages
 from django.core.exceptions import PermissionDenied
 from django.db.models import Count, Q, QuerySet
-from django.http import HttpResponseRedirect
+from django.http import Http404, HttpResponseRedirect
+from django.template.response import TemplateResponse
 from django.urls import path, reverse
 from django.utils.html import format_html, format_html_join
 from django.utils.translation import gettext_lazy as _, ngettext
@@ -23,30 +28,38 @@ from ..brokers import get_broker
 from ..exceptions import ConfigError
 from ..models import DeadLetter, Job, State
 from . import confirm, job_page, payload_access
-from .display import monospace, short_time, shorten
+from .display import monospace, short_time, shortened
 from .filters import QueueFilter, ReasonFilter, ReplayedFilter
 from .forms import RequeueForm
 from .paginator import CappedPaginator
 from .jobs import HEAVY, ReadOnlyMixin, without_delete_selected
 
-ERROR_SHOWN = 80  # characters of the last error in the list
+# The list fits a laptop's admin (1280 px) with the columns' text shortened, the whole of it on hover
+# and on the letter's page.
+ERROR_SHOWN = 60  # characters of the last error in the list
 REASON_SHOWN = 60  # characters of the reason in the list
+TASK_SHOWN = 40  # characters of the task name in the list
 
 
 class QueueChoiceForm(forms.Form):
-    """The queue whose waiting dead letters "replay all" requeues."""
+    """The queue whose waiting dead letters "replay all" requeues: the one chosen before the
+    confirmation page (a hidden field, so the "Yes" replays the queue whose letters were listed)."""
 
-    queue = forms.ChoiceField(label=_("Queue"))
+    queue = forms.ChoiceField(label=_("Queue"), widget=forms.HiddenInput)
 
-    def __init__(self, *args, pending: dict[str, int], **kwargs) -> None:
+    def __init__(self, *args, queue: str, **kwargs) -> None:
         super().__init__(*args, **kwargs)
         field = self.fields["queue"]
         assert isinstance(field, forms.ChoiceField)
-        field.choices = [(q, f"{q} ({n} waiting)") for q, n in sorted(pending.items())]
+        field.choices = [(queue, queue)]
+        field.initial = queue
 
 
 class DeadLetterAdmin(ReadOnlyMixin, admin.ModelAdmin):
-    list_display = ("job_link", "task", "queue", "reason_display", "last_error", "deliveries", "failed", "replays")
+    # Two facts a column where they belong together (job and task, reason and last error), so the
+    # list fits beside the sidebar and the filters.
+    list_display = ("job_and_task", "queue", "reason_display", "deliveries", "failed", "replays")
+    list_display_links = ("reason_display",)  # to the letter's page (the job id links to the job's)
     list_filter = (QueueFilter, ReasonFilter, ReplayedFilter)
     list_select_related = ("job",)
     readonly_fields = ("job_link", "task", "queue", "reason", "error_display", "arguments", "keyword_arguments",
@@ -88,8 +101,18 @@ class DeadLetterAdmin(ReadOnlyMixin, admin.ModelAdmin):
         return [
             path("replay-all/", self.admin_site.admin_view(self.replay_all_view),
                  name="django_taskmq_deadletter_replay_all"),
+            path("<int:pk>/replay/", self.admin_site.admin_view(self.replay_one_view),
+                 name="django_taskmq_deadletter_replay_one"),
             *super().get_urls(),
         ]
+
+    def change_view(self, request, object_id, form_url="", extra_context=None):
+        # The letter's own page has a Replay button while it waits (and its job is dead).
+        waiting = (str(object_id).isdigit() and self.has_replay_permission(request) and DeadLetter.objects.filter(
+            pk=object_id, replayed_at__isnull=True, job__state=State.DEAD).exists())
+        extra_context = {**(extra_context or {}), "replay_url": reverse(
+            "admin:django_taskmq_deadletter_replay_one", args=[object_id]) if waiting else ""}
+        return super().change_view(request, object_id, form_url, extra_context)
 
     # -- permissions --------------------------------------------------------------------------
     def has_replay_permission(self, request) -> bool:
@@ -107,20 +130,24 @@ class DeadLetterAdmin(ReadOnlyMixin, admin.ModelAdmin):
                            letter.job_id)
 
     @admin.display(description=_("task"), ordering="job__task_name")
-    def task(self, letter: DeadLetter) -> str:
-        return letter.job.task_name
+    def task(self, letter: DeadLetter):
+        return shortened(letter.job.task_name, TASK_SHOWN)
 
-    @admin.display(description=_("reason"), ordering="reason")
-    def reason_display(self, letter: DeadLetter) -> str:
-        return shorten(letter.reason, REASON_SHOWN)
+    @admin.display(description=_("job / task"), ordering="job_id")
+    def job_and_task(self, letter: DeadLetter):
+        return format_html("<a class='taskmq-id' href='{}'>{}</a><span class='taskmq-quiet'>{}</span>",
+                           reverse("admin:django_taskmq_job_change", args=[letter.job_id]), letter.job_id,
+                           shortened(letter.job.task_name, TASK_SHOWN))
+
+    @admin.display(description=_("reason / last error"), ordering="reason")
+    def reason_display(self, letter: DeadLetter):
+        error = letter.error.strip().splitlines()[-1] if letter.error.strip() else ""
+        return format_html("{}<span class='taskmq-quiet'>{}</span>", shortened(letter.reason, REASON_SHOWN),
+                           shortened(error, ERROR_SHOWN))
 
     @admin.display(description=_("failed at"), ordering="failed_at")
     def failed(self, letter: DeadLetter):
         return short_time(letter.failed_at)
-
-    @admin.display(description=_("last error"))
-    def last_error(self, letter: DeadLetter) -> str:
-        return shorten(letter.error.splitlines()[-1] if letter.error.strip() else "", ERROR_SHOWN)
 
     @admin.display(description=_("last error"))
     def error_display(self, letter: DeadLetter):
@@ -198,8 +225,23 @@ class DeadLetterAdmin(ReadOnlyMixin, admin.ModelAdmin):
                           messages.SUCCESS)
         return None
 
+    def replay_one_view(self, request, pk: int):
+        """The Replay button of a letter's page: the replay action's confirmation (target queue and
+        priority) for this letter alone, then back to its page."""
+        if not self.has_replay_permission(request):
+            raise PermissionDenied
+        letters = self.get_queryset(request).filter(pk=pk)
+        if not letters.exists():
+            raise Http404(f"no dead letter {pk}")
+        answer = self.replay(request, letters)
+        if answer is not None:  # the confirmation page (again, with errors, if the form was wrong)
+            return answer
+        return HttpResponseRedirect(reverse("admin:django_taskmq_deadletter_change", args=[pk]))
+
     def replay_all_view(self, request):
-        """Replay every waiting dead letter of one queue, in its own queue and at its own priority."""
+        """Replay every waiting dead letter of one queue, in its own queue and at its own priority:
+        first the queue is chosen (``?queue=``; a page of links when several have letters waiting),
+        then a confirmation lists that queue's letters alone."""
         if not self.has_replay_permission(request):
             raise PermissionDenied
         pending = dict(DeadLetter.objects.filter(replayed_at__isnull=True, job__state=State.DEAD).order_by()
@@ -208,20 +250,22 @@ class DeadLetterAdmin(ReadOnlyMixin, admin.ModelAdmin):
         if not pending:
             self.message_user(request, _("No dead letter is waiting."), messages.INFO)
             return HttpResponseRedirect(changelist)
-        initial = {"queue": request.GET.get("queue")} if request.GET.get("queue") in pending else {}
-        form = QueueChoiceForm(request.POST if confirm.confirmed(request) else None, pending=pending, initial=initial)
+        queue = request.GET.get("queue") or (next(iter(pending)) if len(pending) == 1 else "")
+        if queue not in pending:
+            return TemplateResponse(request, "admin/django_taskmq/deadletter/replay_all_choose.html", {
+                **self.admin_site.each_context(request), "title": _("Replay all dead letters of a queue"),
+                "opts": self.model._meta, "queues": sorted(pending.items()), "asked": queue,
+                "url": reverse("admin:django_taskmq_deadletter_replay_all"), "cancel_url": changelist,
+            })
+        form = QueueChoiceForm(request.POST if confirm.confirmed(request) else None, queue=queue)
         if not confirm.confirmed(request) or not form.is_valid():
-            letters = DeadLetter.objects.filter(replayed_at__isnull=True, job__state=State.DEAD)
-            if initial:
-                letters = letters.filter(queue=initial["queue"])
+            letters = DeadLetter.objects.filter(replayed_at__isnull=True, job__state=State.DEAD, queue=queue)
             return confirm.page(
                 self, request, title=_("Replay all dead letters of a queue"), verb=_("replay all"), form=form,
-                question=_("Replay every waiting dead letter of this queue, each job in its own queue at its own "
-                           "priority?"),
-                note=", ".join(f"{q}: {n}" for q, n in sorted(pending.items())),
-                objects=letters.select_related("job"),
-                total=pending[initial["queue"]] if initial else sum(pending.values()), selected=[], cancel_url=changelist)
-        queue = form.cleaned_data["queue"]
+                question=_("Replay every waiting dead letter of queue %(queue)s, each job in its own queue at its "
+                           "own priority?") % {"queue": queue},
+                objects=letters.select_related("job"), total=pending[queue], selected=[],
+                cancel_url=f"{changelist}?{urlencode({'queue': queue, 'replayed': 'no'})}")
         before = set(DeadLetter.objects.filter(replayed_at__isnull=True, queue=queue).values_list("pk", flat=True))
         count = get_broker().replay_all(queue)
         confirm.log(request, DeadLetter.objects.filter(pk__in=before, replayed_at__isnull=False),
@@ -229,7 +273,7 @@ class DeadLetterAdmin(ReadOnlyMixin, admin.ModelAdmin):
         self.message_user(request, ngettext("%(n)d job of queue %(q)s replayed.",
                                             "%(n)d jobs of queue %(q)s replayed.", count)
                           % {"n": count, "q": queue}, messages.SUCCESS)
-        return HttpResponseRedirect(f"{changelist}?queue={queue}")
+        return HttpResponseRedirect(f"{changelist}?{urlencode({'queue': queue})}")
 
 
 def _single_queue(queryset: QuerySet) -> str:

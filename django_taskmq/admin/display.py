@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import datetime
+import re
 import reprlib
 
 from django.utils import timezone
 from django.utils.formats import date_format
-from django.utils.html import format_html
-from django.utils.safestring import SafeString
+from django.utils.html import format_html, format_html_join
+from django.utils.safestring import SafeString, mark_safe
 
 from ..models import State
 from ..policy import durations
@@ -34,19 +35,57 @@ _repr.maxlist = _repr.maxtuple = _repr.maxdict = _repr.maxset = 20
 _repr.maxlevel = 4
 
 
+class FitsTheWindow:
+    """The stylesheet of our admin pages, for their ``ModelAdmin``: lists and pages that fit the
+    window (``static/django_taskmq/admin.css``)."""
+
+    class Media:
+        css = {"all": ["django_taskmq/admin.css"]}
+
+
+#: Colour of a RUNNING job a cluster holds and no worker has started (prefetched): see :func:`reserved_badge`.
+RESERVED_COLOUR = "#6a8caf"
+
+
+def _badge(css: str, colour: str, label: str, title: str = "") -> SafeString:
+    return format_html(
+        '<span class="taskmq-state taskmq-state-{}" style="background: {}; color: #fff; padding: 1px 6px; '
+        'border-radius: 3px; font-size: 0.85em; white-space: nowrap;" title="{}">{}</span>', css, colour, title, label)
+
+
 def state_badge(state: str) -> SafeString:
     """Return a job state as a coloured badge."""
     colour = STATE_COLOURS.get(state, "#555")  # type: ignore[call-overload]
     label = State(state).label if state in State.values else state
-    return format_html(
-        '<span class="taskmq-state taskmq-state-{}" style="background: {}; color: #fff; padding: 1px 6px; '
-        'border-radius: 3px; font-size: 0.85em; white-space: nowrap;">{}</span>', state.lower(), colour, label)
+    return _badge(state.lower(), colour, str(label))
+
+
+def reserved_badge(cluster: str) -> SafeString:
+    """Return the state of a RUNNING job no worker has started: "reserved by CLUSTER, not started"
+    (a long cluster name shortened, the whole of it on hover)."""
+    return _badge("reserved", RESERVED_COLOUR, f"reserved by {shorten(cluster, 24)}, not started",
+                  f"stored state RUNNING: held by cluster {cluster}, waiting for one of its workers")
 
 
 def shorten(text: str, limit: int) -> str:
     """Return ``text`` cut to ``limit`` characters, an ellipsis marking the cut."""
     text = text or ""
     return text if len(text) <= limit else text[: max(limit - 1, 0)] + "…"
+
+
+#: Where a dotted or snake_case name may break across lines (after each of these characters).
+NAME_BREAKS = re.compile(r"([._/:,-])")
+
+
+def shortened(text: str, limit: int) -> SafeString:
+    """Return ``text`` cut to ``limit`` characters for a list column, the whole of it on hover, with
+    line breaks allowed after dots, underscores and the like: a task name is one long "word", which
+    would otherwise widen the table to its length."""
+    text = text or ""
+    parts = NAME_BREAKS.split(shorten(text, limit))
+    body = format_html_join("", "{}{}", ((part, mark_safe("<wbr>") if NAME_BREAKS.fullmatch(part) else "")
+                                        for part in parts))
+    return format_html('<span class="taskmq-shortened" title="{}">{}</span>', text if len(text) > limit else "", body)
 
 
 def short_repr(value: object, limit: int = 500) -> str:

@@ -2,8 +2,8 @@
 
 Django's default filter of a field lists its distinct values, one ``SELECT DISTINCT`` over the
 whole table per page view; these take their choices from the settings (queues), the code (states,
-priorities, reason kinds) or the small heartbeat table (clusters), or are a text box (group,
-workflow).
+priorities, reason kinds) or the small heartbeat table (clusters, what the workers execute), or
+are a text box (group, workflow).
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ from django.db import connections
 from django.db.models import CharField, F, Func, Q, QuerySet
 from django.utils.translation import gettext_lazy as _
 
+from .. import monitoring
 from ..conf import get_settings
 from ..models import Cluster, State
 from ..policy.priority import MAX_PRIORITY, MIN_PRIORITY
@@ -61,6 +62,35 @@ class ClusterFilter(ValueFilter):
         # No index on the label: among the newest jobs only (see admin/window.py).
         value = self.value()
         return queryset.filter(newest(queryset), cluster=value) if value not in (None, "") else queryset
+
+
+#: The choices of :class:`ExecutionFilter`: RUNNING jobs a worker executes, and the others.
+EXECUTING, RESERVED = "executing", "reserved"
+
+
+def executing_now(alias: str) -> set[str]:
+    """The ids of the jobs the workers of the clusters alive execute (their heartbeats)."""
+    return monitoring.executing_ids(monitoring.clusters_alive(alias, with_task_names=False))
+
+
+class ExecutionFilter(admin.SimpleListFilter):
+    """RUNNING jobs split as the operator means it: started on a worker, or reserved by a cluster
+    (prefetched) and not started. The stored state is RUNNING for both; the clusters' heartbeats
+    say which jobs their workers execute (a few ids, so the filter is an ``IN`` on the primary key
+    beside the state index)."""
+
+    title = _("running or reserved")
+    parameter_name = "execution"
+
+    def lookups(self, request, model_admin):
+        return [(EXECUTING, _("running (started on a worker)")), (RESERVED, _("reserved by a cluster, not started"))]
+
+    def queryset(self, request, queryset: QuerySet) -> QuerySet:
+        value = self.value()
+        if value not in (EXECUTING, RESERVED):
+            return queryset
+        started = Q(pk__in=executing_now(queryset.db))
+        return queryset.filter(started if value == EXECUTING else ~started, state=State.RUNNING)
 
 
 #: A state with more jobs than this is "common": see :class:`StateFilter`.
@@ -167,11 +197,17 @@ class ReasonFilter(admin.SimpleListFilter):
 
 
 class ReplayedFilter(admin.SimpleListFilter):
+    """Waiting (not replayed) by default: the letters an operator has to act on; "All" is a
+    choice of its own (``replayed=all``)."""
+
     title = _("replayed")
     parameter_name = "replayed"
 
     def lookups(self, request, model_admin):
         return [("no", _("No, waiting")), ("yes", _("Yes"))]
+
+    def value(self):
+        return super().value() or "no"
 
     def queryset(self, request, queryset: QuerySet) -> QuerySet:
         value = self.value()
@@ -180,3 +216,10 @@ class ReplayedFilter(admin.SimpleListFilter):
         if value == "yes":
             return queryset.filter(replayed_at__isnull=False)
         return queryset
+
+    def choices(self, changelist) -> Any:
+        yield {"selected": self.value() == "all", "display": _("All"),
+               "query_string": changelist.get_query_string({self.parameter_name: "all"})}
+        for lookup, title in self.lookup_choices:
+            yield {"selected": self.value() == str(lookup), "display": title,
+                   "query_string": changelist.get_query_string({self.parameter_name: lookup})}

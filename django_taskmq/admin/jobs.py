@@ -13,16 +13,19 @@ dead letters of a job). List pages never load the package, the result or the tra
 from __future__ import annotations
 
 from django.contrib import admin, messages
+from django.contrib.admin.views.main import ChangeList
 from django.db.models import Q, QuerySet
 from django.http import HttpRequest
 from django.urls import reverse
+from django.utils.html import format_html
 from django.utils.translation import gettext_lazy as _, ngettext
 
 from ..brokers import get_broker
-from ..models import IdempotencyKey, Job, State, UniqueKey
+from ..models import Cluster, IdempotencyKey, Job, State, UniqueKey
 from . import confirm, job_page, payload_access, progress_bar
-from .display import between, duration, monospace, short_time, state_badge
-from .filters import ClusterFilter, GroupFilter, PriorityFilter, QueueFilter, StateFilter, WorkflowFilter
+from .display import FitsTheWindow, between, duration, monospace, reserved_badge, short_time, shortened, state_badge
+from .filters import (ClusterFilter, ExecutionFilter, GroupFilter, PriorityFilter, QueueFilter, StateFilter,
+                      WorkflowFilter, executing_now)
 from .forms import RequeueForm
 from .paginator import CappedPaginator
 from .window import newest
@@ -30,6 +33,7 @@ from .window import newest
 HEAVY = ("payload", "result_package", "traceback", "attempt_log")  # never loaded by a list page
 RETRYABLE = (State.FAILED, State.DEAD, State.EXPIRED, State.CANCELLED)
 CANCELLABLE = (State.WAITING, State.QUEUED, State.RETRYING, State.RUNNING)
+TASK_SHOWN = 48  # characters of a task name in the list (the whole of it on hover and on the job's page)
 
 
 def without_delete_selected(self, request, action_location=None):
@@ -41,7 +45,7 @@ def without_delete_selected(self, request, action_location=None):
     return actions
 
 
-class ReadOnlyMixin:
+class ReadOnlyMixin(FitsTheWindow):
     """Rows are shown, never added, edited or deleted through a form: changes go through the
     broker, in actions that check the model's permissions themselves (``has_perm``)."""
 
@@ -66,9 +70,12 @@ def _is_list(request: HttpRequest) -> bool:
 
 
 class JobAdmin(ReadOnlyMixin, admin.ModelAdmin):
-    list_display = ("id", "task_name", "queue", "priority", "state_display", "deliveries_display", "attempts",
-                    "enqueued", "started", "finished", "run_time")
-    list_filter = (("state", StateFilter), QueueFilter, PriorityFilter, ClusterFilter, GroupFilter, WorkflowFilter)
+    # Facts that belong together share a column (id and task name; queue and priority; when it
+    # started, finished and how long it ran), so the list fits beside the sidebar and the filters.
+    list_display = ("id_and_task", "queue_and_priority", "state_display", "deliveries_display", "attempts",
+                    "enqueued", "ran")
+    list_filter = (("state", StateFilter), ExecutionFilter, QueueFilter, PriorityFilter, ClusterFilter, GroupFilter,
+                   WorkflowFilter)
     ordering = ("-id",)
     show_full_result_count = False  # one COUNT(*) of the whole table per page is enough
     paginator = CappedPaginator  # a COUNT(*) of millions of rows takes seconds
@@ -96,6 +103,9 @@ class JobAdmin(ReadOnlyMixin, admin.ModelAdmin):
     def get_queryset(self, request):
         queryset = super().get_queryset(request)
         return queryset.defer(*HEAVY) if _is_list(request) else queryset
+
+    def get_changelist(self, request, **kwargs):
+        return JobChangeList
 
     def get_object(self, request, object_id, from_field=None):
         job = super().get_object(request, object_id, from_field)
@@ -133,8 +143,27 @@ class JobAdmin(ReadOnlyMixin, admin.ModelAdmin):
         return self.has_model_perm(request, "delete")
 
     # -- columns ------------------------------------------------------------------------------
+    @admin.display(description=_("id / task name"), ordering="id")
+    def id_and_task(self, job: Job):  # the list's link to the job's page
+        return format_html("<span class='taskmq-id'>{}</span><span class='taskmq-quiet'>{}</span>", job.pk,
+                           shortened(job.task_name, TASK_SHOWN))
+
+    @admin.display(description=_("queue / priority"), ordering="queue")
+    def queue_and_priority(self, job: Job):
+        return format_html("{}<span class='taskmq-quiet'>{} {}</span>", job.queue, _("priority"), job.priority)
+
+    @admin.display(description=_("started / finished / run time"), ordering="started_at")
+    def ran(self, job: Job):
+        if job.started_at is None and job.finished_at is None:
+            return "-"
+        return format_html("{}<span class='taskmq-quiet'>{}</span><span class='taskmq-quiet'>{}</span>",
+                           short_time(job.started_at), short_time(job.finished_at), self.run_time(job))
+
     @admin.display(description=_("state"), ordering="state")
     def state_display(self, job: Job):
+        if job.state == State.RUNNING and getattr(job, "executing", True) is False:
+            holder = getattr(job, "holder", None) or job.lease_owner or "?"
+            return reserved_badge(holder)
         return state_badge(job.state)
 
     @admin.display(description=_("progress"))
@@ -152,14 +181,6 @@ class JobAdmin(ReadOnlyMixin, admin.ModelAdmin):
     @admin.display(description=_("enqueued"), ordering="id")
     def enqueued(self, job: Job):
         return short_time(job.enqueued_at)
-
-    @admin.display(description=_("started"), ordering="started_at")
-    def started(self, job: Job):
-        return short_time(job.started_at)
-
-    @admin.display(description=_("finished"), ordering="finished_at")
-    def finished(self, job: Job):
-        return short_time(job.finished_at)
 
     @admin.display(description=_("run time"))
     def run_time(self, job: Job) -> str:
@@ -291,6 +312,24 @@ class JobAdmin(ReadOnlyMixin, admin.ModelAdmin):
     def changelist_view(self, request, extra_context=None):
         extra_context = {**(extra_context or {}), "dashboard_url": reverse("admin:django_taskmq_dashboard")}
         return super().changelist_view(request, extra_context)
+
+
+class JobChangeList(ChangeList):
+    """The job list, whose RUNNING rows of the page learn whether a worker executes them (the
+    clusters' heartbeats) and which cluster holds them: two small queries a page, none per row and
+    none in the counts."""
+
+    def get_results(self, request):
+        super().get_results(request)
+        held = [job for job in self.result_list if job.state == State.RUNNING]
+        if not held:
+            return
+        started = executing_now(self.queryset.db)
+        owners = {job.lease_owner for job in held if job.lease_owner}
+        names = dict(Cluster.objects.using(self.queryset.db).filter(pk__in=owners).values_list("pk", "name"))
+        for job in held:
+            job.executing = job.pk in started
+            job.holder = names.get(job.lease_owner or "", job.lease_owner or "")
 
 
 def _single_queue(queryset: QuerySet) -> str:

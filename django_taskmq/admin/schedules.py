@@ -26,10 +26,11 @@ from ..models import Job, Schedule
 from ..scheduler import stored_arguments
 from ..policy import cron as cron_policy
 from . import confirm
-from .display import state_badge
+from .display import FitsTheWindow, shortened, state_badge
 from .forms import ScheduleForm
 
 NEXT_RUNS = 5
+NAME_SHOWN = 48  # characters of a schedule's name and function in the list (the whole on hover)
 
 
 def next_runs(schedule: Schedule, count: int = NEXT_RUNS) -> list:
@@ -54,10 +55,10 @@ def next_runs(schedule: Schedule, count: int = NEXT_RUNS) -> list:
     return runs
 
 
-class ScheduleAdmin(admin.ModelAdmin):
+class ScheduleAdmin(FitsTheWindow, admin.ModelAdmin):
     form = ScheduleForm
-    list_display = ("name", "func", "schedule_type", "every", "repeats", "next_run", "queue", "priority",
-                    "status", "last_job_link")
+    # Facts that belong together share a column, so the list fits beside the sidebar and the filters.
+    list_display = ("name_and_func", "when", "next_run", "queue_and_priority", "status", "last_job_link")
     list_filter = ("schedule_type", "paused", "queue")
     search_fields = ("name", "func")
     actions = ["pause", "resume"]
@@ -90,6 +91,22 @@ class ScheduleAdmin(admin.ModelAdmin):
         ]
 
     # -- columns ------------------------------------------------------------------------------
+    @admin.display(description=_("name / function"), ordering="name")
+    def name_and_func(self, schedule: Schedule):
+        return format_html("{}<span class='taskmq-quiet'>{}</span>", shortened(schedule.name, NAME_SHOWN),
+                           shortened(schedule.func, NAME_SHOWN))
+
+    @admin.display(description=_("type / every / repeats"), ordering="schedule_type")
+    def when(self, schedule: Schedule):
+        repeats = _("for ever") if schedule.repeats < 0 else schedule.repeats
+        return format_html("{}<span class='taskmq-quiet'>{}</span><span class='taskmq-quiet'>{} {}</span>",
+                           schedule.get_schedule_type_display(), self.every(schedule), _("repeats"), repeats)
+
+    @admin.display(description=_("queue / priority"), ordering="queue")
+    def queue_and_priority(self, schedule: Schedule):
+        return format_html("{}<span class='taskmq-quiet'>{} {}</span>", schedule.queue or "-", _("priority"),
+                           schedule.priority)
+
     @admin.display(description=_("every"))
     def every(self, schedule: Schedule) -> str:
         if schedule.schedule_type == Schedule.CRON:
@@ -112,7 +129,7 @@ class ScheduleAdmin(admin.ModelAdmin):
         url = reverse("admin:django_taskmq_job_change", args=[schedule.last_job])
         if state is None:
             return format_html("{} (deleted)", schedule.last_job)
-        return format_html("<a href='{}'>{}</a> {}", url, schedule.last_job, state_badge(state))
+        return format_html("<a class='taskmq-id' href='{}'>{}</a> {}", url, schedule.last_job, state_badge(state))
 
     @admin.display(description=_("next runs"))
     def upcoming(self, schedule: Schedule):

@@ -190,6 +190,11 @@ class Broker(abc.ABC):
         """Record many successes at once; return the reservations whose lease was lost."""
 
     @abc.abstractmethod
+    def count_outcomes(self, counts: Mapping[tuple[datetime.datetime, str], tuple[int, int]]) -> None:
+        """Add to the throughput rollup (see :mod:`~django_taskmq.policy.throughput`): per (slot
+        start, queue), ``(succeeded, failed)``. Called in the transaction that records the outcomes."""
+
+    @abc.abstractmethod
     def settle(self, reservation: Reservation, *, requeue: bool = True, delay: float = 0, error: str = "",
                traceback: str = "", started_at: datetime.datetime | None = None) -> JobState | None:
         """Record a failed execution and return the job's new state.

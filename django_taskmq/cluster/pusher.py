@@ -179,7 +179,7 @@ class Pusher:
             try:
                 tasks.append(Ticket.verified(reservation, settings.name))
             except BadPackage as exc:
-                logger.error("job %s: %s; dead-lettered, not executed", reservation.job_id, exc,
+                logger.error("job %s: %s (dead-lettered, not executed)", reservation.job_id, exc,
                              extra=joblog.fields(reservation, None))
                 try:
                     with broker.bookkeeping():

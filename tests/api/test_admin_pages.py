@@ -184,7 +184,7 @@ def test_a_confirmation_page_keeps_select_all_across_pages(admin_client, broker)
 
 def test_dead_letter_list_columns_filters_and_search(admin_client, broker):
     dead = dead_job(queue="emails")
-    page = text(admin_client.get(LETTERS))
+    page = text(admin_client.get(LETTERS)).replace("<wbr>", "")  # (line breaks allowed inside names)
     for column in ("job", "task", "queue", "reason", "last error", "deliveries", "failed at", "replays"):
         assert f">{column.capitalize()}<" in page or column in page.lower(), column
     assert "TaskFailed: kaput" in page and "waiting" in page
@@ -233,6 +233,23 @@ def test_replay_into_another_queue_and_priority(admin_client, broker):
     assert entry.change_message == "Replayed into queue emails at priority 7"
 
 
+def test_a_dead_letter_s_page_replays_it_into_another_queue(admin_client, broker):
+    letter = DeadLetter.objects.get(job_id=dead_job(queue="a"))
+    other = DeadLetter.objects.get(job_id=dead_job(queue="a"))
+    page = text(admin_client.get(f"{LETTERS}{letter.pk}/change/"))
+    assert f'href="{LETTERS}{letter.pk}/replay/" id="taskmq-replay"' in page
+    confirmation = admin_client.get(f"{LETTERS}{letter.pk}/replay/")
+    assert "Yes, replay" in text(confirmation) and [o.pk for o in confirmation.context["objects"]] == [letter.pk]
+    response = admin_client.post(f"{LETTERS}{letter.pk}/replay/", {"post": "yes", "target_queue": "b",
+                                                                    "target_priority": "7"}, follow=True)
+    assert response.redirect_chain[-1][0] == f"{LETTERS}{letter.pk}/change/"
+    assert "1 job replayed." in messages_of(response)
+    assert Job.objects.filter(pk=letter.job_id).values_list("state", "queue", "priority").get() == (
+        State.QUEUED, "b", 7)
+    assert Job.objects.get(pk=other.job_id).state == State.DEAD  # the other letter stays
+    assert 'id="taskmq-replay"' not in text(admin_client.get(f"{LETTERS}{letter.pk}/change/"))  # replayed now
+
+
 def test_replay_refuses_a_priority_out_of_range(admin_client, broker):
     letter = DeadLetter.objects.get(job_id=dead_job())
     response = admin_client.post(LETTERS, {"action": "replay", "_selected_action": [letter.pk], "post": "yes",
@@ -243,9 +260,16 @@ def test_replay_refuses_a_priority_out_of_range(admin_client, broker):
 
 def test_replay_all_in_a_queue(admin_client, broker):
     a1, a2, b1 = dead_job(queue="a"), dead_job(queue="a"), dead_job(queue="b")
+    chooser = admin_client.get(f"{LETTERS}replay-all/")  # two queues have letters: which one?
+    assert "Yes, replay all" not in text(chooser)
+    assert f'href="{LETTERS}replay-all/?queue=a">a</a> (2 waiting)' in text(chooser)
+    assert f'href="{LETTERS}replay-all/?queue=b">b</a> (1 waiting)' in text(chooser)
     page = admin_client.get(f"{LETTERS}replay-all/?queue=a")
     assert page.status_code == 200 and "Yes, replay all" in text(page)
+    assert {o.job_id for o in page.context["objects"]} == {a1, a2} and page.context["total"] == 2  # a's alone
     assert Job.objects.get(pk=a1).state == State.DEAD
+    admin_client.post(f"{LETTERS}replay-all/?queue=a", {"queue": "b", "post": "yes"})  # not the queue listed
+    assert Job.objects.get(pk=b1).state == State.DEAD
     response = admin_client.post(f"{LETTERS}replay-all/?queue=a", {"queue": "a", "post": "yes"}, follow=True)
     assert "2 jobs of queue a replayed." in messages_of(response)
     assert [Job.objects.get(pk=i).state for i in (a1, a2, b1)] == [State.QUEUED, State.QUEUED, State.DEAD]
@@ -344,8 +368,10 @@ def test_dashboard_shows_queues_clusters_and_throughput(admin_client, broker):
     assert sum(ok for _, ok, _f in throughput.per_minute) == 1
 
 
-def test_dashboard_is_linked_from_the_app_index_and_reads_little(admin_client, broker):
-    assert DASHBOARD in text(admin_client.get("/admin/django_taskmq/"))
+def test_dashboard_is_linked_from_the_admin_index_and_the_app_index_and_reads_little(admin_client, broker):
+    for index in ("/admin/", "/admin/django_taskmq/"):
+        assert re.search(rf'<tr class="model-dashboard[^"]*">\s*<th scope="row" id="django_taskmq-dashboard">\s*'
+                         rf'<a href="{DASHBOARD}"', text(admin_client.get(index))), index
     with CaptureQueriesContext(connection) as queries:
         admin_client.get(DASHBOARD)
     job_reads = [q["sql"] for q in queries if "django_taskmq_job" in q["sql"]]

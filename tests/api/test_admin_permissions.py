@@ -111,6 +111,8 @@ def test_view_only_cannot_reach_the_action_pages_of_their_own(client, rows):
     login(client, "view")
     assert client.get(f"{LETTERS}replay-all/").status_code == 403
     assert client.post(f"{LETTERS}replay-all/", {"queue": "default", "post": "yes"}).status_code == 403
+    assert client.post(f"{LETTERS}{rows['letter']}/replay/", {"post": "yes"}).status_code == 403
+    assert 'id="taskmq-replay"' not in client.get(f"{LETTERS}{rows['letter']}/change/").content.decode()
     assert client.get(f"{SCHEDULES}{rows['schedule']}/pause/").status_code == 403
     assert client.post(f"{SCHEDULES}{rows['schedule']}/pause/", {"post": "yes"}).status_code == 403
     assert client.get(f"{SCHEDULES}add/").status_code == 403
@@ -120,6 +122,7 @@ def test_view_only_cannot_reach_the_action_pages_of_their_own(client, rows):
 def test_the_allowed_profiles_reach_them(client, rows):
     login(client, "delete")
     assert client.get(f"{LETTERS}replay-all/").status_code == 200
+    assert client.get(f"{LETTERS}{rows['letter']}/replay/").status_code == 200
     client.logout()
     login(client, "change")
     assert client.get(f"{SCHEDULES}{rows['schedule']}/pause/").status_code == 200

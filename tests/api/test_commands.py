@@ -41,7 +41,7 @@ def test_qdead_replay_all_and_refused_flag_combinations(broker):
     kill(broker, "a")
     with pytest.raises(CommandError, match="--all takes only -Q"):
         run("qdead", "replay", "--all", "--to-queue", "b")
-    with pytest.raises(CommandError, match="give dead letter ids or --all"):
+    with pytest.raises(CommandError, match="give dead letter ids, job ids or --all"):
         run("qdead", "replay")
     with pytest.raises(CommandError, match="unknown queue"):
         run("qdead", "replay", str(DeadLetter.objects.first().pk), "--to-queue", "nope")
@@ -49,11 +49,28 @@ def test_qdead_replay_all_and_refused_flag_combinations(broker):
     assert Job.objects.filter(state=State.QUEUED).count() == 2
 
 
-def test_qinfo_shows_the_broker_counts(broker):
+def test_qdead_replay_takes_a_job_id_as_well_as_a_dead_letter_id(broker):
+    """The list shows job ids most prominently: replay takes them too (the job's pending letter)."""
+    a, b = kill(broker, "a"), kill(broker, "a")
+    letter = DeadLetter.objects.get(job_id=b)
+    listed = run("qdead", "list").splitlines()
+    assert listed[0].split()[:3] == ["letter", "queue", "job"]
+    assert f"replayed {a}" in run("qdead", "replay", a, "--priority", "3")
+    assert f"replayed {b}" in run("qdead", "replay", str(letter.pk))
+    assert set(Job.objects.filter(pk__in=[a, b]).values_list("state", flat=True)) == {State.QUEUED}
+    with pytest.raises(CommandError, match=f"job {a} has no dead letter waiting"):
+        run("qdead", "replay", a)
+    with pytest.raises(CommandError, match="neither a dead letter id"):
+        run("qdead", "replay", "0661d2")
+
+
+def test_qinfo_shows_the_counts_per_queue(broker):
     async_task("tests.tasks.noop", queue="a", priority=5)
     kill(broker, "b")
     out = run("qinfo")
     assert "clusters alive: 0" in out
-    rows = {tuple(line.split()[:2]): line.split()[2:] for line in out.splitlines()[2:]}
-    assert rows[("a", "5")] == ["1", "0", "0", "0"]
-    assert rows[("b", "0")] == ["0", "0", "0", "1"]
+    assert out.splitlines()[1].split() == ["queue", "ready", "delayed", "retrying", "running", "reserved", "dead",
+                                           "ready", "by", "priority"]
+    rows = {line.split()[0]: line.split()[1:] for line in out.splitlines()[2:]}
+    assert rows["a"] == ["1", "0", "0", "0", "0", "0", "5:1"]  # ready, delayed, retrying, running, reserved, dead
+    assert rows["b"] == ["0", "0", "0", "0", "0", "1", "-"]

@@ -8,7 +8,7 @@ from django_taskmq import async_task, enqueue_many
 from django_taskmq.conf import get_settings
 from django_taskmq.envelope import Envelope
 from django_taskmq.models import DeadLetter, Job
-from django_taskmq.signing import sign
+from django_taskmq.signing import BAD_SIGNATURE, sign
 
 from .conftest import job_states
 
@@ -36,7 +36,7 @@ def test_tampered_payload_is_dead_lettered_and_never_executed(cluster):
     for job_id in (tampered, foreign):
         job = Job.objects.get(pk=job_id)
         assert job.state == "DEAD", (job.state, job.error)
-        assert [d.reason for d in DeadLetter.objects.filter(job_id=job_id)] == ["bad signature"]
+        assert [d.reason for d in DeadLetter.objects.filter(job_id=job_id)] == [BAD_SIGNATURE]
     ran = [j for j, _ in cluster.log()]
     assert tampered not in ran and foreign not in ran
     assert sorted(ran) == sorted(good)

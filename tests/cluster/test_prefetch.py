@@ -142,3 +142,39 @@ def test_an_idle_worker_takes_over_what_waits_behind_a_long_task(cluster):
 
     assert {(j.state, j.deliveries) for j in jobs([long_a, long_b, *short]).values()} == {("SUCCEEDED", 1)}
     assert starts(cluster.log()) == dict.fromkeys([long_a, long_b, *short], 1)
+
+
+def test_the_dashboard_counts_as_running_the_jobs_started_and_shows_the_others_reserved(cluster, admin_client):
+    """A busy cluster with prefetch: 2 workers run 2 gated tasks and the cluster holds more. The
+    table says RUNNING for all it holds; the dashboard and the job list say 2 running (the ones the
+    run log says started) and the others reserved, not started."""
+    from django_taskmq import monitoring
+
+    cluster.configure(prefetch=4)
+    gate = cluster.gate("busy")
+    ids = enqueue_many(f"{TASKS}.gated", [(f"g{i}", gate, 600) for i in range(12)])
+    qc = cluster.start("-w", "2", "-n", "busy-cluster")
+
+    def split() -> tuple[int, int]:
+        default = next(q for q in monitoring.queue_stats() if q.name == "default")
+        return default.running, default.reserved
+
+    def settled() -> int:  # how many the cluster holds, once 2 started and every view agrees
+        held = job_states(ids)["RUNNING"]
+        return held if len(starts(cluster.log())) == 2 and held > 2 and split() == (2, held - 2) else 0
+
+    held = cluster.wait_until(settled, lambda: f"2 started, more held; {dict(job_states(ids))}, split {split()}",
+                              alive=[qc])
+    started = set(starts(cluster.log()))
+    page = admin_client.get("/admin/django_taskmq/dashboard/").content.decode()
+    assert '<b id="taskmq-running">2</b>' in page and f'<b id="taskmq-reserved">{held - 2}</b>' in page
+    reserved = admin_client.get("/admin/django_taskmq/job/", {"execution": "reserved"})
+    listed = {job.pk for job in reserved.context["cl"].result_list}
+    assert len(listed) == held - 2 and not listed & started
+    assert reserved.content.decode().count("reserved by busy-cluster, not started") == held - 2
+    running = admin_client.get("/admin/django_taskmq/job/", {"execution": "executing"})
+    assert {job.pk for job in running.context["cl"].result_list} == started
+    cluster.open(gate)
+    cluster.wait_final(ids, alive=[qc])
+    stop(qc)
+    assert job_states(ids) == {"SUCCEEDED": 12}

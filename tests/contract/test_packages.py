@@ -17,7 +17,7 @@ import pytest
 from django_taskmq import ConfigError
 from django_taskmq.envelope import Envelope
 from django_taskmq.policy.states import JobState
-from django_taskmq.signing import sign
+from django_taskmq.signing import BAD_SIGNATURE, sign
 from tests.contract import helpers
 from tests.contract.helpers import forged, garbage, job, letters, put, run
 from tests.tasks import read_run_log
@@ -54,7 +54,7 @@ def test_tampered_payload_is_never_executed_and_dead_lettered_as_bad_signature(b
 
     run(broker, job_id)
 
-    assert reason_of(broker, job_id) == "bad signature"
+    assert reason_of(broker, job_id) == BAD_SIGNATURE
     assert read_run_log(run_log) == []
 
 
@@ -64,7 +64,7 @@ def test_package_signed_with_another_key_is_not_unpickled(broker):
 
     run(broker, job_id)
 
-    assert reason_of(broker, job_id) == "bad signature"
+    assert reason_of(broker, job_id) == BAD_SIGNATURE
     assert helpers.UNPICKLED == []
 
 
@@ -73,7 +73,7 @@ def test_package_signed_for_another_cluster_name_fails_verification(reconfigure)
     job_id = put(reconfigure(name="other-cluster"))
     broker = reconfigure(name="tests")
     run(broker, job_id)
-    assert reason_of(broker, job_id) == "bad signature"
+    assert reason_of(broker, job_id) == BAD_SIGNATURE
 
 
 def test_validly_signed_garbage_is_dead_lettered_as_cannot_unpickle(broker):
@@ -115,12 +115,23 @@ def test_secret_key_rotation_keeps_queued_packages_valid(broker, settings):
 
 
 def test_secret_key_change_without_fallback_invalidates_queued_packages(broker, settings):
-    """Changing SECRET_KEY without keeping the old one as a fallback: the package fails to verify."""
+    """Changing SECRET_KEY without keeping the old one as a fallback: the package fails to verify,
+    and the reason names both causes and the fix, which works: the old key among the fallbacks,
+    then replaying every dead letter."""
+    old = settings.SECRET_KEY
     job_id = put(broker, 2, 3, func="tests.tasks.add")
     settings.SECRET_KEY = "a-brand-new-secret-key-for-the-rotation-test"
     settings.SECRET_KEY_FALLBACKS = []
     run(broker, job_id)
-    assert reason_of(broker, job_id) == "bad signature"
+    reason = reason_of(broker, job_id)
+    assert reason == BAD_SIGNATURE
+    for words in ("another SECRET_KEY or TASKMQ['name']", "SECRET_KEY_FALLBACKS", "qdead replay --all"):
+        assert words in reason, words
+
+    settings.SECRET_KEY_FALLBACKS = [old]
+    assert broker.replay_all() == 1
+    run(broker, job_id)
+    assert (job(broker, job_id).state, job(broker, job_id).result) == (JobState.SUCCEEDED, 5)
 
 
 def test_compressed_packages_are_smaller_and_round_trip(orm_broker, taskmq_settings):

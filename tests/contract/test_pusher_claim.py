@@ -14,6 +14,7 @@ from __future__ import annotations
 from django_taskmq.cluster.messages import Ticket, Want
 from django_taskmq.cluster.pusher import Pusher
 from django_taskmq.policy.states import JobState
+from django_taskmq.signing import BAD_SIGNATURE
 from tests.contract import helpers
 from tests.contract.helpers import forged, garbage, job, letters, put, signed, states
 
@@ -55,7 +56,7 @@ def test_bad_packages_are_dead_lettered_and_the_good_ones_of_the_claim_go_throug
         first: JobState.RUNNING, last: JobState.RUNNING, bad_key: JobState.DEAD, not_a_pickle: JobState.DEAD}
     reasons = {x.job_id: x.reason for x in letters(broker)}
     assert reasons.keys() == {bad_key, not_a_pickle}
-    assert reasons[bad_key] == "bad signature"
+    assert reasons[bad_key] == BAD_SIGNATURE
     assert reasons[not_a_pickle].startswith("cannot unpickle")
     assert job(broker, bad_key).attempt == 0  # it never ran
     assert helpers.UNPICKLED == []  # the forged pickle was never loaded

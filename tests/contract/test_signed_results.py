@@ -23,7 +23,7 @@ from django_taskmq.api import run_sync
 from django_taskmq.conf import get_settings
 from django_taskmq.exceptions import UnreadableResult
 from django_taskmq.models import Job, State
-from django_taskmq.signing import result_salt
+from django_taskmq.signing import BAD_RESULT_SIGNATURE, result_salt
 from tests.tasks import read_run_log
 
 pytestmark = pytest.mark.django_db
@@ -74,7 +74,7 @@ def test_forged_result_is_never_unpickled_by_any_reader(orm_broker, run_log, set
         result(job_id)
     job = fetch(job_id)  # loading the row reads no pickle
     assert job.state == State.SUCCEEDED
-    assert job.result_error == "unreadable result: bad signature"
+    assert job.result_error == f"unreadable result: {BAD_RESULT_SIGNATURE}"
     with pytest.raises(UnreadableResult):
         result_group("g")
     assert read_run_log(run_log) == []

@@ -30,6 +30,7 @@ from ...exceptions import ConfigError, LeaseLost
 from ...models import (Chore, Cluster, DeadLetter, IdempotencyKey, Job, QueuePause, Schedule,
                       State, UniqueKey, Workflow, WorkflowStep)
 from ...policy import attempts, pick
+from ...policy import throughput as throughput_policy
 from ...policy.priority import validate_priority
 from ...policy.states import HAS_DELIVERIES_LEFT_SQL, JobState, used_up
 from ...policy.unique import REPLACEABLE, Unique
@@ -41,9 +42,9 @@ from ..base import Ack, Broker, Reservation
 from ..clock import Clock, FromNow, Skew
 from .dialect import Dialect, dialect_for
 from .flow import FlowGate
-from .sql import (ACK, BURY, CANCEL, CHORE, DEAD_LETTER, EXPIRE, FAIL, FINISHED, GIVE, JOB, JOB_LABEL, KEYS, QSTATE,
-                  READY_SQL, RECLAIM, REPLAY, RESERVE, RETRY, RUNNING, STOPPED, UNIQUE_KEYS, chunks, finished_in,
-                  literal, marks)
+from .sql import (ACK, BURY, CANCEL, CHORE, DEAD_LETTER, EXPIRE, FAIL, FINISHED, GIVE, JOB, JOB_LABEL, KEYS, OUTCOMES,
+                  QSTATE, READY_SQL, RECLAIM, REPLAY, RESERVE, RETRY, RUNNING, STOPPED, UNIQUE_KEYS, chunks,
+                  finished_in, literal, marks)
 from .flow import status as flow_status
 from . import workflows
 
@@ -83,6 +84,7 @@ class OrmBroker(Broker):
         self.settings = settings
         self.alias = alias
         self._last_reclaim = 0.0
+        self._rollup_slot: datetime.datetime | None = None  # the newest slot this broker added to
         # (connection, names, converters, fields, quoted columns) for inserts
         self._plan: tuple[Any, list[str], list, list, str, dict[str, Any]] | None = None
         self._flow: FlowGate | None = None
@@ -709,6 +711,19 @@ class OrmBroker(Broker):
         if not acks or self._ack_rows(acks) == len(acks):
             return []
         return self._lost_among([a.reservation for a in acks])
+
+    def count_outcomes(self, counts: Mapping[tuple[datetime.datetime, str], tuple[int, int]]) -> None:
+        if not counts:
+            return
+        adapt = self.connection.ops.adapt_datetimefield_value
+        with self.connection.cursor() as cursor:
+            self.dialect.add_counts(cursor, [(adapt(at), queue, ok, failed) for (at, queue), (ok, failed)
+                                             in counts.items()])
+            # Slots older than the rollup keeps go when a new slot starts (once per slot, per process).
+            newest = max(at for at, _queue in counts)
+            if newest != self._rollup_slot:
+                self._rollup_slot = newest
+                cursor.execute(f"DELETE FROM {OUTCOMES} WHERE at < %s", [adapt(newest - throughput_policy.KEPT)])
 
     def _ack_rows(self, acks: Sequence[Ack]) -> int:
         """Mark acknowledged rows SUCCEEDED in one transaction; return how many were still held."""

@@ -1,10 +1,11 @@
-from django.core.management.base import BaseCommand, CommandError
+from django.core.management.base import CommandError
 
 from django_taskmq.brokers import get_broker
 from django_taskmq.conf import get_settings
+from django_taskmq.management.operator_command import OperatorCommand
 
 
-class Command(BaseCommand):
+class Command(OperatorCommand):
     help = ("Cancel jobs by id: a waiting job ends CANCELLED at once; a running one, on any host, is asked "
             "to stop and interrupted after TASKMQ['cancel_grace'] seconds (see django_taskmq.cancel).")
 

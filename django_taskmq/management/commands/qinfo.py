@@ -1,17 +1,20 @@
-"""``manage.py qinfo``: the clusters alive, the broker's counts per queue and priority and the
-workflows by state; ``--json`` prints the same, and the dashboard's numbers, as one JSON object for
-scripts."""
+"""``manage.py qinfo``: the clusters alive, per queue the ready jobs (by priority), delayed, retrying,
+running (executing on a worker) and reserved (held by a cluster, not started) jobs and dead letters
+waiting, and the workflows by state; ``--json`` prints the same, the broker's counts per queue and
+priority (``stats``, whose ``reserved`` counts every RUNNING job, started or not) and the
+dashboard's numbers, as one JSON object for scripts."""
 
 import json
 
-from django.core.management.base import BaseCommand
 
 from django_taskmq import monitoring
 from django_taskmq.brokers import get_broker
+from django_taskmq.management.operator_command import OperatorCommand
 
 
-class Command(BaseCommand):
-    help = "Show running clusters (their heartbeats) and the broker's counts per queue and priority."
+class Command(OperatorCommand):
+    help = ("Show the clusters alive (their heartbeats), per queue the ready, delayed, retrying, running and "
+            "reserved jobs and the dead letters waiting, and the workflows by state.")
 
     def add_arguments(self, parser):
         parser.add_argument("--json", action="store_true",
@@ -27,6 +30,7 @@ class Command(BaseCommand):
             self.stdout.write(json.dumps(data, indent=2, sort_keys=False))
             return
         clusters = monitoring.clusters_alive(with_task_names=False)
+        queues = monitoring.queue_stats(clusters=clusters)
         self.stdout.write(f"clusters alive: {len(clusters)}")
         for c in clusters:
             counts = ", ".join(f"{k} {v}" for k, v in c.counts.items()
@@ -34,10 +38,13 @@ class Command(BaseCommand):
             skew = "" if c.clock_skew is None else f" clock_skew={c.clock_skew:+.3f}s"
             self.stdout.write(f"  {c.name} {c.host}:{c.pid} {c.state} workers={c.workers} queues={','.join(c.queues)}"
                               f"{skew} {counts}")
-        self.stdout.write(f"{'queue':<16}{'priority':>9}{'ready':>8}{'delayed':>9}{'reserved':>10}{'dead':>7}")
-        for row in get_broker().stats():
-            self.stdout.write(f"{row['queue']:<16}{row['priority']:>9}{row['ready']:>8}{row['delayed']:>9}"
-                              f"{row['reserved']:>10}{row['dead']:>7}")
+        self.stdout.write(f"{'queue':<16}{'ready':>7}{'delayed':>9}{'retrying':>10}{'running':>9}{'reserved':>10}"
+                          f"{'dead':>6}  ready by priority")
+        for q in queues:
+            bands = " ".join(f"{p}:{n}" for p, n in q.ready.items()) or "-"
+            self.stdout.write(f"{q.name:<16}{q.ready_total:>7}{q.delayed:>9}{q.retrying:>10}{q.running:>9}"
+                              f"{q.reserved:>10}{q.dead_letters:>6}  {bands}")
+        self.stdout.write("running: executing on a worker; reserved: held by a cluster (prefetched), not started")
         paused = sorted(get_broker().paused_queues())
         if paused:
             self.stdout.write(f"paused queues (no cluster claims from them): {', '.join(paused)}")

@@ -16,19 +16,20 @@ import time
 import tty
 from collections.abc import Iterator
 
-from django.core.management.base import BaseCommand, CommandError
+from django.core.management.base import CommandError
 from django.utils import timezone
 from rich.console import Console
 from rich.live import Live
 
 from django_taskmq import monitoring, terminal
 from django_taskmq.brokers import get_broker
+from django_taskmq.management.operator_command import OperatorCommand
 
 THROUGHPUT_EVERY = 10.0  # seconds between reads of the throughput
 COUNTED = [s.value for s in terminal.FINISHED]
 
 
-class Command(BaseCommand):
+class Command(OperatorCommand):
     help = "Watch the clusters, their workers, the queues and the throughput live (q or Ctrl-C quits)."
 
     def add_arguments(self, parser):
@@ -46,10 +47,12 @@ class Command(BaseCommand):
         if options["once"]:
             # The stream under Django's OutputWrapper, which would add a newline to each of rich's writes.
             out = getattr(self.stdout, "_out", self.stdout)
-            console = Console(file=out, width=int(os.environ.get("COLUMNS", 140)), highlight=False)
+            console = Console(file=out, width=int(os.environ.get("COLUMNS", terminal.WIDTH)), highlight=False)
+            self.width = console.width
             console.print(self.frame(hint=""))
             return
         console = Console(highlight=False)
+        self.width = console.width
         # Ctrl-C must quit even when this process was started with SIGINT ignored (a child of a
         # non-interactive shell's background job inherits that): Python then installs no handler.
         signal.signal(signal.SIGINT, signal.default_int_handler)
@@ -59,6 +62,7 @@ class Command(BaseCommand):
                 while True:
                     if pressed(interval) == "q":
                         break
+                    self.width = console.width  # the terminal may have been resized
                     live.update(self.frame(), refresh=True)
         except KeyboardInterrupt:
             pass
@@ -70,11 +74,13 @@ class Command(BaseCommand):
             self.throughput = monitoring.throughput()
             self.throughput_at, self.throughput_read_at = now, timezone.localtime()
         taken = monitoring.database_now()
+        clusters = monitoring.clusters_alive(now=taken)
         snap = monitoring.Snapshot(taken_at=timezone.localtime(taken),
-                                   queues=monitoring.queue_stats(now=taken.timestamp()),
-                                   clusters=monitoring.clusters_alive(now=taken), throughput=self.throughput)
+                                   queues=monitoring.queue_stats(now=taken.timestamp(), clusters=clusters),
+                                   clusters=clusters, throughput=self.throughput)
         counts = monitoring.jobs_by_queue_and_state(states=COUNTED)
-        return terminal.frame(snap, counts, self.where, self.throughput_read_at, hint=hint)
+        return terminal.frame(snap, counts, self.where, self.throughput_read_at, hint=hint,
+                              width=getattr(self, "width", terminal.WIDTH))
 
 
 @contextlib.contextmanager

@@ -2,18 +2,19 @@
 than their ``TASKMQ['retention']`` (with their dead letters) and successes beyond ``save_limit``;
 ``--dry-run`` counts them instead."""
 
-from django.core.management.base import BaseCommand, CommandError
+from django.core.management.base import CommandError
 
 from django_taskmq.brokers import get_broker
 from django_taskmq.conf import get_settings
 from django_taskmq.exceptions import ConfigError
+from django_taskmq.management.operator_command import OperatorCommand
 from django_taskmq.models import Job, State
 from django_taskmq.policy import retention as retention_policy
 
 BATCH = 500  # jobs deleted per transaction
 
 
-class Command(BaseCommand):
+class Command(OperatorCommand):
     help = ("Delete finished jobs older than TASKMQ['retention'] (with their dead letters) and successes beyond "
             "save_limit, in small batches; --dry-run counts them.")
 
