@@ -44,6 +44,15 @@ def signal_cancel(process: Process) -> None:
             pass  # it died: the guard sees it
 
 
+def terminate(process: Process) -> None:
+    """Ask ``process`` to end (SIGTERM) if it lives; do not wait."""
+    if process.is_alive() and process.pid is not None:
+        try:
+            os.kill(process.pid, signal.SIGTERM)
+        except ProcessLookupError:
+            pass
+
+
 def kill(process: Process) -> None:
     """Kill ``process`` (SIGKILL) if it lives, and reap it."""
     if process.is_alive() and process.pid is not None:

@@ -8,6 +8,11 @@ that have not started; the worker slots (:mod:`.slots`) hold what each worker ru
 shared with it; the dispatch rules (:mod:`.dispatch`) decide who gets which task; the upkeep
 (:mod:`.upkeep`) renews leases, ticks the scheduler, publishes the heartbeat and runs ``ANALYZE`` on
 timers. What the processes say to each other is in :mod:`.messages`.
+
+The guard loop runs no database statement: whatever must reach the database (renewals, the
+heartbeat, give-backs, yields, the look for cancellation requests) is posted to the upkeep's
+threads (:mod:`.chores`) and what comes back is acted on in a later turn, so a locked table or a
+silent server never keeps a task past its timeout or a known cancel from being carried out.
 """
 
 from __future__ import annotations
@@ -32,8 +37,8 @@ from ..brokers.base import Broker
 from ..conf import Settings
 from ..exceptions import JobCancelled, TaskMQError, TaskTimeout, WorkerDied
 from ..policy import lease
-from . import dispatch, monitor, outage, processes, pusher
-from .buffer import Buffer
+from . import dispatch, monitor, outage, processes, pusher, ticker
+from .buffer import Buffer, Waiting
 from .feeder import Feeder
 from .messages import (END_OF_RESULTS, IDLE, READY, RECORDED, RETIRING, STOP, SUCCEEDED, TIMED_OUT, UNSTARTED, Batch, Stop,
                        Ticket, cancel_frame, cancel_request_frame, dump_outcome, read_outcome_frame,
@@ -124,6 +129,7 @@ class Sentinel:
         self.pusher: Process = NOT_STARTED
         self.pusher_pipe: Connection | None = None  # the sentinel's end of the pusher's pipe
         self.monitor: Process = NOT_STARTED
+        self.ticker: Process = NOT_STARTED  # the scheduler process (not in a burst)
         self.results: ResultQueue | None = None  # to the monitor
         self.outbox: list[bytes] = []  # pickled outcomes for the monitor, sent once per turn
         self.want_pending = False
@@ -156,6 +162,7 @@ class Sentinel:
         gave_up = False
         try:
             self.spawn_all()  # inside: a fork that fails half-way must not leave the others behind
+            self.upkeep.start()
             self.state = ClusterState.RUNNING
             logger.info("cluster %s started: %d workers%s, queues %s", self.owner, self.workers,
                         f" x {self.threads} threads" if self.threads > 1 else "", ", ".join(self.queues))
@@ -179,7 +186,8 @@ class Sentinel:
         finally:
             if self.signals >= 2 or gave_up:
                 self.kill_all()
-            published = not gave_up and self.upkeep.publish(final=True)
+            published = not gave_up and self.upkeep.publish_final(STOP_MARGIN)
+            self.upkeep.close(timeout=1.0)
         if self.signals >= 2 or gave_up:
             return 1
         # A burst that could not record its end (the database went away) did not surely finish.
@@ -189,11 +197,11 @@ class Sentinel:
         self.signals += 1
 
     def spawn_all(self) -> None:
-        """Spawn the pusher, the workers and the monitor (:meth:`start` does).
+        """Spawn the pusher, the workers, the monitor and the scheduler process (:meth:`start` does).
 
         The pusher first, asked for work at once: its connection and first claim overlap the
         workers' forks, and a job queued before the start runs that much sooner. The monitor, which
-        only records, last.
+        only records, and the scheduler process (not in a burst) last.
         """
         connections.close_all()  # a forked child must not share the parent's database socket
         self._spawn_pusher()
@@ -202,6 +210,12 @@ class Sentinel:
         for index in range(self.workers):  # one by one: each closes the pipes of those before it
             self.slots.append(self._spawn_worker(index))
         self._spawn_monitor()
+        if not self.burst:
+            self._spawn_ticker()
+
+    def _spawn_ticker(self) -> None:
+        connections.close_all()
+        self.ticker = self._spawn(ticker.run, (self.settings,), "taskmq-scheduler")
 
     def _spawn_worker(self, index: int) -> Slot:
         connections.close_all()
@@ -244,6 +258,9 @@ class Sentinel:
         handles: list[Connection | int] = [] if pusher_pipe is None else [pusher_pipe]
         handles += [s.pipe for s in self.slots if s.running or s.retiring or not s.ready]
         handles += [s.process.sentinel for s in self.slots] + [self.pusher.sentinel, self.monitor.sentinel]
+        if self.ticker is not NOT_STARTED:
+            handles.append(self.ticker.sentinel)
+        handles += self.upkeep.wakes  # a chore's answer (cancellations found, ...)
         # Outcomes the result pipe could not take yet: wake when it can (the monitor caught up).
         writable = self.results.writer if self.results is not None and self.results.pending else None
         # Idle, nothing can time out: sleep longer (pipes and process deaths still wake the wait).
@@ -258,6 +275,8 @@ class Sentinel:
                 slot = next((s for s in self.slots if s.pipe is handle), None)
                 if slot is not None:
                     self._from_worker(slot)
+        self._check_cancels()  # (posted: the answer comes in this turn's settle or a later one's)
+        self.upkeep.settle()
         now = time.monotonic()
         if now >= self._next_guard:
             self._next_guard = now + self.settings.guard_interval
@@ -265,7 +284,6 @@ class Sentinel:
         self._steal()
         self._mind_leases()
         self._dispatch()
-        self._check_cancels()
         self._flush()
         self._ask_pusher()
         self.upkeep.run()
@@ -294,10 +312,27 @@ class Sentinel:
             return
         self.want_pending = False
         self.drained = batch.drained
-        self.counts["yields"] += self.buffer.add(batch.tasks)
+        self._yield(self.buffer.add(batch.tasks))
         if batch.paused:  # reserved here, not started: back to the queue, uncounted, until it resumes
-            self.upkeep.attempt(f"returning the waiting tasks of paused queue(s) {', '.join(sorted(batch.paused))}",
-                                lambda: self.buffer.give_back_queues(batch.paused))
+            paused = self.buffer.take_queues(batch.paused)
+            if paused:
+                self.upkeep.later(f"returning the waiting tasks of paused queue(s) {', '.join(sorted(batch.paused))}",
+                                  lambda: self._give_back(paused))
+
+    def _yield(self, leaving: list[Waiting]) -> None:
+        """Hand the buffer's overflow back to the broker, in the bookkeeping thread (see :mod:`.buffer`)."""
+        if leaving:
+            self.upkeep.books.post(f"yield of {len(leaving)} task(s)", lambda: self.buffer.yield_back(leaving),
+                                   self._yielded)
+
+    def _yielded(self, result: tuple[int, list[Waiting]] | None) -> None:
+        yielded, kept = result if result is not None else (0, [])
+        self.counts["yields"] += yielded
+        if self.state is RUNNING:
+            self._yield(self.buffer.keep(kept))
+        elif kept:  # the stop gave back what waited meanwhile: these go back too
+            reservations = [w.task.reservation for w in kept]
+            self.upkeep.later(f"returning {len(kept)} unstarted reservation(s)", lambda: self._give_back(reservations))
 
     def _from_worker(self, slot: Slot) -> None:
         """Read what the worker of ``slot`` sent: every frame waiting in its pipe."""
@@ -356,8 +391,9 @@ class Sentinel:
         if self.state is RUNNING:
             self.buffer.put_back(tickets)
         else:
-            self.upkeep.attempt(f"returning {len(tickets)} unstarted task(s) of a stopped worker",
-                                lambda: self._give_back([t.reservation for t in tickets]))
+            reservations = [t.reservation for t in tickets]
+            self.upkeep.later(f"returning {len(tickets)} unstarted task(s) of a stopped worker",
+                              lambda: self._give_back(reservations))
         return len(tickets)
 
     def _take_back_unstarted(self, slot: Slot) -> int:
@@ -389,6 +425,10 @@ class Sentinel:
             self.counts["reincarnations"] += 1
             connections.close_all()
             self._spawn_monitor()
+        if self.ticker is not NOT_STARTED and not self.ticker.is_alive() and self.state is RUNNING:
+            logger.error("scheduler process died (exit code %s): reincarnating", self.ticker.exitcode)
+            self.counts["reincarnations"] += 1
+            self._spawn_ticker()
 
     def _enforce_timeout(self, slot: Slot, now: float) -> None:
         """One thread: kill (and replace) the worker when the task it runs is past its timeout."""
@@ -485,14 +525,18 @@ class Sentinel:
         """Every :data:`CANCEL_CHECK_EVERY` seconds while the cluster holds tasks, ask the broker which
         of them were cancelled (:func:`django_taskmq.cancel`), and stop those."""
         now = time.monotonic()
-        if now < self._next_cancel_check or not self._holding():
+        if now < self._next_cancel_check or not self._holding() or self.upkeep.books.pending("cancel check"):
             return
         self._next_cancel_check = now + CANCEL_CHECK_EVERY
         held = self._held()
         found: list[str] = []
-        if self.upkeep.attempt("cancel check", lambda: found.extend(self.broker.cancel_requested(held))):
+
+        def carry_out(worked: bool) -> None:  # in a later turn: what ended meanwhile is passed over
             for job_id in found:
-                self._cancel(job_id, now)
+                self._cancel(job_id, time.monotonic())
+
+        self.upkeep.books.post("cancel check", lambda: self.upkeep.attempt(
+            "cancel check", lambda: found.extend(self.broker.cancel_requested(held))), carry_out, kind="cancel check")
 
     def _cancel(self, job_id: str, now: float) -> None:
         """Stop the task of ``job_id``, whose cancellation was requested.
@@ -553,10 +597,11 @@ class Sentinel:
             if self.paused:
                 self.paused = False
                 if self.leases_lost and self.buffer:
-                    waiting = len(self.buffer)
+                    reservations = self.buffer.take_all()
                     logger.warning("cluster %s: giving back %d unstarted task(s) whose leases may have run out "
-                                   "while the database was away", self.owner, waiting)
-                    self.upkeep.attempt(f"giving back {waiting} unstarted task(s)", self.buffer.give_back)
+                                   "while the database was away", self.owner, len(reservations))
+                    self.upkeep.later(f"giving back {len(reservations)} unstarted task(s)",
+                                      lambda: self._give_back(reservations))
                 self.leases_lost = False
             return
         self.leases_lost = self.leases_lost or standing == lease.MAY_BE_LOST
@@ -651,7 +696,9 @@ class Sentinel:
         logger.info("cluster %s stopping%s", self.owner,
                     "" if timeout is None else f": running tasks have {timeout:g}s to finish")
         self.upkeep.publish()
-        # 1. The pusher reserves nothing more; a batch it sends meanwhile joins the waiting list.
+        # 1. The pusher reserves nothing more; a batch it sends meanwhile joins the waiting list. The
+        # scheduler process ends once its tick under way is over.
+        processes.terminate(self.ticker)
         if self.pusher_pipe is not None:
             try:
                 self.pusher_pipe.send(Stop())
@@ -661,6 +708,7 @@ class Sentinel:
                 # Woken by its last batch or by its exit, whichever comes first.
                 if self.pusher_pipe in wait([self.pusher_pipe, self.pusher.sentinel], timeout=0.05):
                     self._from_pusher()
+                self.upkeep.settle()
                 self.upkeep.give_up_if_away()
             if self.pusher.is_alive():
                 logger.error("cluster %s: the pusher did not stop in time; killing it", self.owner)
@@ -672,9 +720,9 @@ class Sentinel:
             for slot in list(self.slots):
                 self._revoke(slot)
         if self.buffer:
-            self.upkeep.attempt(
-                f"returning {len(self.buffer)} unstarted reservation(s) (their leases bring them back)",
-                self.buffer.give_back)
+            reservations = self.buffer.take_all()
+            self.upkeep.later(f"returning {len(reservations)} unstarted reservation(s) (their leases bring them back)",
+                              lambda: self._give_back(reservations))
         # 3. Poison pills: idle workers get one now, busy ones after their last task.
         for slot in self.slots:
             slot.retiring = True
@@ -685,10 +733,12 @@ class Sentinel:
         while self.slots and self.signals < 2:
             handles: list[Connection | int] = [s.pipe for s in self.slots]
             handles += [s.process.sentinel for s in self.slots]
+            handles += self.upkeep.wakes
             for handle in wait(handles, timeout=self.settings.guard_interval):
                 finished = next((s for s in self.slots if s.pipe is handle), None)
                 if finished is not None:
                     self._from_worker(finished)
+            self.upkeep.settle()
             self._guard()
             self._check_cancels()
             if _past(deadline):
@@ -709,9 +759,22 @@ class Sentinel:
                 self.results.drain(timeout=0.1)  # the monitor reads on: the rest fits in time
             else:
                 self.monitor.join(timeout=0.1)
+            self.upkeep.settle()
             self.upkeep.stopping()
+        self._end_ticker(deadline)
         self.state = ClusterState.STOPPED
         logger.info("cluster %s stopped", self.owner)
+
+    def _end_ticker(self, deadline: float | None) -> None:
+        """Wait for the scheduler process to finish its tick (it was asked to end), at most until
+        ``deadline`` plus :data:`STOP_MARGIN`; then kill it (a tick commits all it did or nothing)."""
+        while self.ticker.is_alive() and self.signals < 2 and not _past(deadline, STOP_MARGIN):
+            self.ticker.join(timeout=0.1)
+            if deadline is None and self.ticker.is_alive():
+                deadline = time.monotonic()  # no stop_timeout: it still gets the margin
+        if self.ticker.is_alive():
+            logger.error("cluster %s: the scheduler process did not end in time; killing it", self.owner)
+            processes.kill(self.ticker)
 
     def _halt_running(self) -> None:
         """``stop_timeout`` is over: interrupt what still runs and put it back in the queue uncounted.
@@ -755,20 +818,22 @@ class Sentinel:
                            ticket.reservation.job_id, timeout)
         self.counts["interrupted"] += len(tickets)
         reservations = [t.reservation for t in tickets]
-        self.upkeep.attempt(f"returning {len(tickets)} interrupted task(s) (their leases bring them back)",
-                            lambda: self._give_back(reservations, INTERRUPTED_BY_STOP.format(timeout)))
+        self.upkeep.later(f"returning {len(tickets)} interrupted task(s) (their leases bring them back)",
+                          lambda: self._give_back(reservations, INTERRUPTED_BY_STOP.format(timeout)))
 
     def _give_back(self, reservations: list, interrupted_by: str | None = None) -> int:
         """Return reservations to the broker (unstarted, or interrupted saying why): the cluster's
-        own bookkeeping (see :meth:`Broker.bookkeeping`)."""
+        own bookkeeping (see :meth:`Broker.bookkeeping`), in the bookkeeping thread."""
         with self.broker.bookkeeping():
             if interrupted_by is None:
-                return self.broker.defer_many(reservations)
+                returned = self.broker.defer_many(reservations)
+                logger.info("returned %d unstarted reservation(s) to the broker", returned)
+                return returned
             return self.broker.return_interrupted(reservations, interrupted_by)
 
     def kill_all(self) -> None:
         """Kill every child at once (the hard stop: what they held comes back with its lease)."""
-        for process in [self.pusher, self.monitor, *(s.process for s in self.slots)]:
+        for process in [self.pusher, self.monitor, self.ticker, *(s.process for s in self.slots)]:
             processes.kill(process)
         if self.results is not None:
             # The monitor is gone: outcomes still pending for it are dropped (their leases bring

@@ -89,7 +89,7 @@ def test_sigkill_of_the_whole_cluster_loses_no_job(cluster):
     cluster.wait_until(lambda: sum(1 for _, t in cluster.log() if t.startswith("end:")) >= 20,
                        "the first cluster to finish 20 jobs", alive=[first])
     tree = first.tree()
-    assert len(tree) == 1 + 2 + 2, f"sentinel, pusher, monitor and 2 workers expected: {tree}"
+    assert len(tree) == 1 + 3 + 2, f"sentinel, pusher, monitor, scheduler process and 2 workers expected: {tree}"
     first.kill_all()
     assert not any(is_alive(p) for p in tree), "a process of the killed cluster survived"
     # A statement the killed cluster sent just before (an ack and its commit) still ends on a
@@ -200,16 +200,17 @@ def started_at(pid: int) -> int:
 
 
 def test_a_killed_pusher_and_monitor_are_replaced_and_work_goes_on(cluster):
-    """SIGKILL of the pusher and the monitor of an idle cluster (the sentinel spawns the pusher
-    first, then the workers, then the monitor): new ones are spawned, the workers are left alone,
-    and the jobs enqueued afterwards each run once."""
+    """SIGKILL of the pusher, the monitor and the scheduler process of an idle cluster (the
+    sentinel spawns the pusher first, then the workers, then the monitor and the scheduler
+    process): new ones are spawned, the workers are left alone, and the jobs enqueued afterwards
+    each run once."""
     qc = cluster.start("-w", "2")
     children = sorted(cluster.wait_pool(qc, 2), key=lambda pid: (started_at(pid), pid))
-    helpers, workers = [children[0], children[-1]], children[1:-1]
+    helpers, workers = [children[0], *children[-2:]], children[1:-2]
     for pid in helpers:
         os.kill(pid, signal.SIGKILL)
-    cluster.wait_until(lambda: len(qc.children()) == 4 and not set(helpers) & set(qc.children()),
-                       lambda: f"4 children, none of {helpers}; now {qc.children()}", alive=[qc])
+    cluster.wait_until(lambda: len(qc.children()) == 5 and not set(helpers) & set(qc.children()),
+                       lambda: f"5 children, none of {helpers}; now {qc.children()}", alive=[qc])
     assert set(workers) <= set(qc.children())
     ids = enqueue_many(f"{TASKS}.slow", [(f"a{i}", 0) for i in range(50)])
     cluster.wait_final(ids, alive=[qc])
@@ -218,4 +219,4 @@ def test_a_killed_pusher_and_monitor_are_replaced_and_work_goes_on(cluster):
 
     assert job_states(ids) == {"SUCCEEDED": 50}
     assert collections.Counter(j for j, tag in cluster.log() if tag.startswith("start:")) == dict.fromkeys(ids, 1)
-    assert "pusher died" in output and "monitor died" in output
+    assert "pusher died" in output and "monitor died" in output and "scheduler process died" in output

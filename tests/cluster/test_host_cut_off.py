@@ -208,7 +208,7 @@ def test_a_host_cut_off_longer_than_the_lease(cluster, namespace, tmp_path):
     noticed = [line for line in lines if timed_out in line]
     assert any(f"{reconnecting}: reconnecting" in line for line in noticed), noticed
     assert "Traceback" not in cut_off.output(tail=10**7)
-    assert sum(1 for pid in cut_off.children() if pid) == 4, "its workers, pusher and monitor live on"
+    assert sum(1 for pid in cut_off.children() if pid) == 5, "its workers, pusher, monitor and scheduler live on"
 
     # The sentinel's own first query of the cut must time out too before it knows (a query still
     # waiting when the link comes back just succeeds); from then on it starts nothing it holds.
