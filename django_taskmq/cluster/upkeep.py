@@ -4,6 +4,8 @@
   ``lease / 3`` seconds;
 * the heartbeat (the cluster's row), every :data:`HEARTBEAT_EVERY` seconds, with this host's clock
   skew against the database's, measured by each heartbeat (the first is written at start-up);
+* with each heartbeat, the reservations of clusters that died on this host (their pid is gone)
+  given back at once (:meth:`Upkeep.release_dead_neighbours`), instead of a whole lease later;
 * in a burst, the check whether all is done, and giving up after :data:`BURST_GIVE_UP` seconds
   without the database;
 * whatever else the sentinel must tell the database (:meth:`Upkeep.later`: give-backs, yields,
@@ -32,13 +34,16 @@ from typing import Any, NamedTuple
 from ..brokers.base import Broker
 from ..conf import Settings
 from ..policy.lease import renew_interval, standing
-from . import outage
+from . import outage, processes
 from .chores import Chores
 from .skew import SkewWatch
 
 logger = logging.getLogger(__name__)
 
 HEARTBEAT_EVERY = 2.0
+#: Seconds a cluster of this host whose pid is gone must have been silent (no heartbeat) before
+#: what it held is taken back: two heartbeats and a second.
+DEAD_NEIGHBOUR_SILENT = 2 * HEARTBEAT_EVERY + 1.0
 # The heartbeat waits this long after start-up: the first turns of a new sentinel hand out the
 # work that was waiting for it.
 FIRST_CHORES_AFTER = 0.25
@@ -86,6 +91,7 @@ class Upkeep:
         self.failures = outage.FailureLog("sentinel", logger,
                                           meanwhile="running tasks go on, their leases are renewed when it answers")
         self.books = Chores("taskmq-bookkeeping")
+        self._released: set[str] = set()  # dead clusters of this host whose leases were expired
         self._burst_over = False  # a burst check found nothing unfinished, and the cluster stayed idle since
         self._idle_spell = 0  # counts the cluster's idle spells: a check's answer holds only for its own
 
@@ -184,6 +190,28 @@ class Upkeep:
             logger.warning("cluster %s: thread %s still waits on %s; left to end with the process",
                            self.owner, self.books.name, self.books.describe())
 
+    def release_dead_neighbours(self) -> int:
+        """Make the leases of clusters that died on this host run out now (in the bookkeeping
+        thread); return how many jobs come back.
+
+        A heartbeat row of this host, not stopped, silent for :data:`DEAD_NEIGHBOUR_SILENT` seconds,
+        whose pid is gone, is a cluster that was killed (SIGKILL, a crash, a reboot): nothing renews
+        what it held, and its work would wait for its leases to run out. The pusher's next sweep of
+        expired leases (within a second) takes it back, its delivery counted. The silence guards
+        against a live cluster on another host (or in another pid namespace) with the same host
+        name: it beats every :data:`HEARTBEAT_EVERY` seconds."""
+        dead = [owner for owner, pid in self.broker.silent_clusters(self.host, DEAD_NEIGHBOUR_SILENT)
+                if owner != self.owner and owner not in self._released and processes.pid_gone(pid)]
+        if not dead:
+            return 0
+        with self.broker.bookkeeping():  # the cluster's own commit (see Broker.bookkeeping)
+            count = self.broker.expire_leases(dead)
+        self._released.update(dead)
+        if count:
+            logger.warning("cluster %s: %d job(s) held by %s, dead on this host (pid gone), come back now",
+                           self.owner, count, ", ".join(dead))
+        return count
+
     def _write_heartbeat(self, report: Report, final: bool) -> None:
         if not final:
             self.skew.measure()
@@ -196,6 +224,8 @@ class Upkeep:
                         **self.skew.counts()},
                 started_at=datetime.datetime.fromtimestamp(self.started, tz=datetime.UTC),
             )
+        if not final:
+            self.release_dead_neighbours()
 
     # -- a burst ------------------------------------------------------------------------------
     def burst_done(self, idle: bool) -> bool:

@@ -220,3 +220,34 @@ def test_a_killed_pusher_and_monitor_are_replaced_and_work_goes_on(cluster):
     assert job_states(ids) == {"SUCCEEDED": 50}
     assert collections.Counter(j for j, tag in cluster.log() if tag.startswith("start:")) == dict.fromkeys(ids, 1)
     assert "pusher died" in output and "monitor died" in output and "scheduler process died" in output
+
+
+def test_a_cluster_killed_whole_comes_back_at_once_on_its_host(cluster):
+    """SIGKILL of a cluster's whole process group while two jobs run, then a new cluster on the
+    same host: the dead cluster's heartbeat row names this host and a pid that is gone, so the new
+    one gives its reservations back at once (not a lease later); each job runs again once."""
+    gate = cluster.gate("rerun")
+    ids = [async_task(f"{TASKS}.gated", f"held{i}", gate) for i in range(2)]
+    first = cluster.start("-w", "2")
+    cluster.wait_until(lambda: sum(1 for _, t in cluster.log() if t.startswith("start:held")) == 2,
+                       "both jobs to start", alive=[first])
+    cluster.wait_until(lambda: Cluster.objects.filter(pid=first.pid).exists(), "its first heartbeat", alive=[first])
+    tree = first.tree()
+    first.kill_all()
+    assert not any(is_alive(p) for p in tree)
+    held = jobs(ids)
+    assert {job.state for job in held.values()} == {"RUNNING"}
+    leases_end = min(job.lease_until for job in held.values())
+    cluster.open(gate)  # the second runs end at once
+
+    second = cluster.start("-w", "2")
+    cluster.wait_final(ids, alive=[second])
+
+    after = jobs(ids)
+    assert {job.state for job in after.values()} == {"SUCCEEDED"}
+    assert {job.deliveries for job in after.values()} == {2}, "the killed run counts as a delivery"
+    # Taken back before the dead cluster's leases ran out: they did not wait for them.
+    assert max(job.finished_at.timestamp() for job in after.values()) < leases_end, second.output()
+    assert starts(cluster.log()) == dict.fromkeys(ids, 2), cluster.log()
+    assert "dead on this host (pid gone), come back now" in second.output()
+    stop(cluster, second)
