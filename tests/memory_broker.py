@@ -688,9 +688,11 @@ class MemoryBroker(Broker):
     def publish_heartbeat(self, cluster_id: str, **fields: Any) -> None:
         self.heartbeats[cluster_id] = {**self.heartbeats.get(cluster_id, {}), **fields, "beat_at": time.time()}
 
-    def silent_clusters(self, host: str, seconds: float) -> list[tuple[str, int]]:
+    def silent_clusters(self, host: str | None, longer_than: float, shorter_than: float) -> list[tuple[str, int]]:
+        now = time.time()
         return [(cid, row["pid"]) for cid, row in self.heartbeats.items()
-                if row.get("host") == host and row.get("state") != "stopped" and row["beat_at"] < time.time() - seconds]
+                if host in (None, row.get("host")) and row.get("state") != "stopped"
+                and now - shorter_than < row["beat_at"] < now - longer_than]
 
     def expire_leases(self, owners: Sequence[str]) -> int:
         now = time.time()

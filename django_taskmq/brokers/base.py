@@ -368,9 +368,10 @@ class Broker(abc.ABC):
         is set to the broker's time of the write."""
 
     @abc.abstractmethod
-    def silent_clusters(self, host: str, seconds: float) -> list[tuple[str, int]]:
-        """Return ``(cluster id, pid)`` of each heartbeat row of ``host`` whose state is not
-        ``stopped`` and whose last beat is more than ``seconds`` old by the broker's clock."""
+    def silent_clusters(self, host: str | None, longer_than: float, shorter_than: float) -> list[tuple[str, int]]:
+        """Return ``(cluster id, pid)`` of each heartbeat row (of ``host``; None: of any host) whose
+        state is not ``stopped`` and whose last beat is more than ``longer_than`` and less than
+        ``shorter_than`` seconds old by the broker's clock."""
 
     @abc.abstractmethod
     def expire_leases(self, owners: Sequence[str]) -> int:

@@ -402,6 +402,8 @@ class Sentinel:
 
     def _guard(self) -> None:
         now = time.monotonic()
+        if self.upkeep.silent_for() > self.upkeep.halt_after:
+            self._halt_if_cut_off()
         for slot in list(self.slots):
             if not slot.process.is_alive():
                 while slot.running and readable(slot.pipe):
@@ -429,6 +431,33 @@ class Sentinel:
             logger.error("scheduler process died (exit code %s): reincarnating", self.ticker.exitcode)
             self.counts["reincarnations"] += 1
             self._spawn_ticker()
+
+    def _halt_if_cut_off(self) -> None:
+        """No heartbeat written for ``halt_after`` seconds (a third of the lease): stop every task
+        that runs here, before other clusters may take it back (``dead_after``, 5 s later; see
+        :meth:`.upkeep.Upkeep.release_dead`), so a cluster merely cut off from the database never
+        runs a job at the same time as another one. Its workers are killed and replaced; each job
+        goes back to the queue once the database answers (a fenced write: only what is still this
+        cluster's), its delivery not counted. Nothing new starts meanwhile (see :meth:`_mind_leases`)."""
+        busy = [slot for slot in self.slots if slot.running]
+        if not busy:
+            return
+        tickets = []
+        for slot in busy:
+            processes.kill(slot.process)
+            self._take_back_unstarted(slot)
+            tickets += [running.ticket for running in slot.running.values()]
+            slot.running.clear()
+            self._replace_worker(slot, crashed=False)
+        self.counts["interrupted"] += len(tickets)
+        silent = self.upkeep.silent_for()
+        logger.error("cluster %s: no heartbeat written for %.0f s: stopped its %d running task(s) before other "
+                     "clusters may take them over (after %.0f s); they go back to the queue when the database "
+                     "answers", self.owner, silent, len(tickets), self.upkeep.dead_after)
+        reservations = [t.reservation for t in tickets]
+        why = f"interrupted: the cluster wrote no heartbeat for {silent:.0f} s (cut off from the database?)"
+        self.upkeep.later(f"returning {len(tickets)} task(s) stopped while cut off",
+                          lambda: self._give_back(reservations, why))
 
     def _enforce_timeout(self, slot: Slot, now: float) -> None:
         """One thread: kill (and replace) the worker when the task it runs is past its timeout."""
@@ -608,9 +637,10 @@ class Sentinel:
         if self.paused:
             return
         self.paused = True
-        logger.warning("cluster %s: leases not renewed for %.0f s: starting no waiting task and claiming nothing "
-                       "until the database answers; running tasks go on", self.owner,
-                       time.monotonic() - self.upkeep.renewed_at)
+        logger.warning("cluster %s: leases not renewed for %.0f s (no heartbeat for %.0f s): starting no waiting "
+                       "task and claiming nothing until the database answers; running tasks are stopped %.0f s after "
+                       "the last heartbeat", self.owner, time.monotonic() - self.upkeep.renewed_at,
+                       self.upkeep.silent_for(), self.upkeep.halt_after)
         if self.rules.prefetch:
             for slot in list(self.slots):
                 self._revoke(slot)

@@ -4,8 +4,9 @@
   ``lease / 3`` seconds;
 * the heartbeat (the cluster's row), every :data:`HEARTBEAT_EVERY` seconds, with this host's clock
   skew against the database's, measured by each heartbeat (the first is written at start-up);
-* with each heartbeat, the reservations of clusters that died on this host (their pid is gone)
-  given back at once (:meth:`Upkeep.release_dead_neighbours`), instead of a whole lease later;
+* with each heartbeat, the running jobs of dead clusters taken back (:meth:`Upkeep.release_dead`):
+  of this host's clusters whose pid is gone, at once; of any cluster silent for
+  :func:`~django_taskmq.policy.lease.dead_after` seconds, then; instead of a whole lease later;
 * in a burst, the check whether all is done, and giving up after :data:`BURST_GIVE_UP` seconds
   without the database;
 * whatever else the sentinel must tell the database (:meth:`Upkeep.later`: give-backs, yields,
@@ -33,7 +34,7 @@ from typing import Any, NamedTuple
 
 from ..brokers.base import Broker
 from ..conf import Settings
-from ..policy.lease import renew_interval, standing
+from ..policy.lease import IN_DOUBT, MAY_BE_LOST, dead_after, halt_after, held_for, renew_interval, standing
 from . import outage, processes
 from .chores import Chores
 from .skew import SkewWatch
@@ -87,11 +88,14 @@ class Upkeep:
         self._next = {"renew": 0.0, "heartbeat": later, "burst": 0.0}
         # Monotonic time before the last lease renewal that worked (or that had nothing to renew).
         self.renewed_at = time.monotonic()
+        # ... and before the last heartbeat written (the start: none is due before the first).
+        self.beat_at = time.monotonic()
+        self.halt_after = halt_after(settings.lease)
+        self.dead_after = dead_after(settings.lease, HEARTBEAT_EVERY)
         # While the database is away: one line per component every few seconds, not a traceback a try.
         self.failures = outage.FailureLog("sentinel", logger,
                                           meanwhile="running tasks go on, their leases are renewed when it answers")
         self.books = Chores("taskmq-bookkeeping")
-        self._released: set[str] = set()  # dead clusters of this host whose leases were expired
         self._burst_over = False  # a burst check found nothing unfinished, and the cluster stayed idle since
         self._idle_spell = 0  # counts the cluster's idle spells: a check's answer holds only for its own
 
@@ -162,14 +166,30 @@ class Upkeep:
         """What the cluster can say of the leases it holds (:func:`~django_taskmq.policy.lease.standing`)."""
         # A renewal that has not come back (a locked table, a silent server) counts as failing.
         failing = self.failures.failing or self.books.pending("renew")
-        return standing(time.monotonic() - self.renewed_at, self.settings.lease, failing)
+        now = time.monotonic()
+        found = standing(now - self.renewed_at, self.settings.lease, failing)
+        # Silent for dead_after, the others take what it runs (or ran) back: as if the leases were out.
+        silent = now - self.beat_at
+        if silent > self.dead_after:
+            return MAY_BE_LOST
+        return IN_DOUBT if silent > self.halt_after and found != MAY_BE_LOST else found
+
+    def silent_for(self) -> float:
+        """Seconds since the last heartbeat written was sent (past :attr:`halt_after`, the sentinel
+        stops what it runs: see :meth:`Sentinel._halt_if_cut_off`)."""
+        return time.monotonic() - self.beat_at
 
     def publish(self) -> None:
         """Post the heartbeat, what the sentinel reports now (unless the last one is still being written)."""
         if not self.books.pending("heartbeat"):
             report = self.report()
-            self.books.post("heartbeat", lambda: self.attempt("heartbeat", lambda: self._write_heartbeat(report, False)),
-                            kind="heartbeat")
+            self.books.post("heartbeat", lambda: self.attempt("heartbeat", lambda: self._beat(report)), kind="heartbeat")
+
+    def _beat(self, report: Report) -> None:
+        sent = time.monotonic()
+        self._write_heartbeat(report, False)
+        self.beat_at = max(self.beat_at, sent)
+        self.release_dead()
 
     def publish_final(self, timeout: float) -> bool:
         """Write the last heartbeat (state ``stopped``) after what was posted before, waiting up to
@@ -190,26 +210,33 @@ class Upkeep:
             logger.warning("cluster %s: thread %s still waits on %s; left to end with the process",
                            self.owner, self.books.name, self.books.describe())
 
-    def release_dead_neighbours(self) -> int:
-        """Make the leases of clusters that died on this host run out now (in the bookkeeping
-        thread); return how many jobs come back.
+    def release_dead(self) -> int:
+        """Make the leases of dead clusters run out now (in the bookkeeping thread, after each
+        heartbeat); return how many jobs come back. The pusher's next sweep of expired leases
+        (within a second) takes them back, each delivery counted, instead of a whole lease later.
 
-        A heartbeat row of this host, not stopped, silent for :data:`DEAD_NEIGHBOUR_SILENT` seconds,
-        whose pid is gone, is a cluster that was killed (SIGKILL, a crash, a reboot): nothing renews
-        what it held, and its work would wait for its leases to run out. The pusher's next sweep of
-        expired leases (within a second) takes it back, its delivery counted. The silence guards
-        against a live cluster on another host (or in another pid namespace) with the same host
-        name: it beats every :data:`HEARTBEAT_EVERY` seconds."""
-        dead = [owner for owner, pid in self.broker.silent_clusters(self.host, DEAD_NEIGHBOUR_SILENT)
-                if owner != self.owner and owner not in self._released and processes.pid_gone(pid)]
+        * A cluster of this host silent for :data:`DEAD_NEIGHBOUR_SILENT` seconds whose pid is gone
+          was killed (SIGKILL, a crash): its successor takes its work back at once. The silence
+          guards against a live cluster on another host (or in another pid namespace) with the
+          same host name: it beats every :data:`HEARTBEAT_EVERY` seconds.
+        * Any cluster silent for ``dead_after`` seconds (a third of the lease and 5 s) is dead or
+          cut off; cut off, it stopped what it ran ``halt_after`` seconds after its last heartbeat
+          (see :meth:`Sentinel._halt_if_cut_off`), so no job runs twice at once.
+
+        A cluster silent for longer than its leases can last is passed over: nothing of it is left.
+        """
+        longest = held_for(self.settings.lease, HEARTBEAT_EVERY)
+        here = self.broker.silent_clusters(self.host, DEAD_NEIGHBOUR_SILENT, longest)
+        dead = {owner for owner, pid in here if processes.pid_gone(pid)}
+        dead.update(owner for owner, _ in self.broker.silent_clusters(None, self.dead_after, longest))
+        dead.discard(self.owner)
         if not dead:
             return 0
         with self.broker.bookkeeping():  # the cluster's own commit (see Broker.bookkeeping)
-            count = self.broker.expire_leases(dead)
-        self._released.update(dead)
+            count = self.broker.expire_leases(sorted(dead))
         if count:
-            logger.warning("cluster %s: %d job(s) held by %s, dead on this host (pid gone), come back now",
-                           self.owner, count, ", ".join(dead))
+            logger.warning("cluster %s: %d job(s) held by dead cluster(s) %s (gone from this host, or silent for "
+                           "%.0f s) come back now", self.owner, count, ", ".join(sorted(dead)), self.dead_after)
         return count
 
     def _write_heartbeat(self, report: Report, final: bool) -> None:
@@ -224,8 +251,7 @@ class Upkeep:
                         **self.skew.counts()},
                 started_at=datetime.datetime.fromtimestamp(self.started, tz=datetime.UTC),
             )
-        if not final:
-            self.release_dead_neighbours()
+
 
     # -- a burst ------------------------------------------------------------------------------
     def burst_done(self, idle: bool) -> bool:

@@ -249,5 +249,5 @@ def test_a_cluster_killed_whole_comes_back_at_once_on_its_host(cluster):
     # Taken back before the dead cluster's leases ran out: they did not wait for them.
     assert max(job.finished_at.timestamp() for job in after.values()) < leases_end, second.output()
     assert starts(cluster.log()) == dict.fromkeys(ids, 2), cluster.log()
-    assert "dead on this host (pid gone), come back now" in second.output()
+    assert f"held by dead cluster(s) {Cluster.objects.get(pid=first.pid).id} (gone from this host" in second.output()
     stop(cluster, second)

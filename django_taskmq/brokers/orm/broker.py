@@ -1275,10 +1275,14 @@ class OrmBroker(Broker):
         beat = RawSQL(*self.clock.stamp(self.connection), output_field=Cluster._meta.get_field("beat_at"))
         Cluster.objects.using(self.alias).update_or_create(id=cluster_id, defaults={**fields, "beat_at": beat})
 
-    def silent_clusters(self, host: str, seconds: float) -> list[tuple[str, int]]:
-        before = RawSQL(*self.clock.stamp(self.connection, -seconds), output_field=Cluster._meta.get_field("beat_at"))
-        return list(Cluster.objects.using(self.alias).filter(host=host, beat_at__lt=before).exclude(state="stopped")
-                    .values_list("id", "pid"))
+    def silent_clusters(self, host: str | None, longer_than: float, shorter_than: float) -> list[tuple[str, int]]:
+        field = Cluster._meta.get_field("beat_at")
+        before = RawSQL(*self.clock.stamp(self.connection, -longer_than), output_field=field)
+        after = RawSQL(*self.clock.stamp(self.connection, -shorter_than), output_field=field)
+        rows = Cluster.objects.using(self.alias).filter(beat_at__lt=before, beat_at__gt=after).exclude(state="stopped")
+        if host is not None:
+            rows = rows.filter(host=host)
+        return list(rows.values_list("id", "pid"))
 
     def expire_leases(self, owners: Sequence[str]) -> int:
         """See :meth:`Broker.expire_leases`: the lease ends at the clock's time now (the sweep takes
