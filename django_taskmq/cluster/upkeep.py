@@ -90,7 +90,7 @@ class Upkeep:
         self.renewed_at = time.monotonic()
         # ... and before the last heartbeat written (the start: none is due before the first).
         self.beat_at = time.monotonic()
-        self.halt_after = halt_after(settings.lease)
+        self.halt_after = halt_after(settings.lease, HEARTBEAT_EVERY)
         self.dead_after = dead_after(settings.lease, HEARTBEAT_EVERY)
         # While the database is away: one line per component every few seconds, not a traceback a try.
         self.failures = outage.FailureLog("sentinel", logger,

@@ -44,7 +44,10 @@ DEFAULT_PORT = {"postgresql": 5432, "mysql": 3306}
 # MySQL driver: "Lost connection to server during query"), and how it reads that error.
 NOTICED = {"postgresql": ("Connection timed out", "the connection failed or was lost"),
            "mysql": ("(2013, ", "the connection was lost")}
-LEASE = 8  # seconds: the cut lasts longer (until the other cluster has finished the jobs)
+# Seconds: the cut lasts longer (until the other cluster has finished the jobs). Long enough that
+# the cut-off cluster stops what it runs (10 s after its last heartbeat) before its leases run out
+# (at least 20 s after the cut), the rescuer taking them back after 15 s of silence.
+LEASE = 30
 
 
 def cannot(reason: str) -> None:

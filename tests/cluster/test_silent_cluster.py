@@ -137,5 +137,7 @@ def test_a_silent_cluster_stops_its_tasks_before_another_takes_them(cluster, tmp
 def test_the_bounds_are_well_under_the_lease():
     """The documented figures (docs/architecture.rst): with the default 60 s lease a silent cluster
     stops its tasks after 20 s and the others take them back after 25 s."""
-    assert (halt_after(60), dead_after(60, 2.0)) == (20.0, 25.0)
-    assert halt_after(LEASE) < dead_after(LEASE, 2.0) < LEASE
+    assert (halt_after(60, 2.0), dead_after(60, 2.0)) == (20.0, 25.0)
+    assert halt_after(LEASE, 2.0) < dead_after(LEASE, 2.0) < LEASE
+    # A short lease: a heartbeat that is merely slow (more than one interval late) stops nothing.
+    assert (halt_after(4, 2.0), dead_after(4, 2.0)) == (6.0, 11.0)
