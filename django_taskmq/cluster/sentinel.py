@@ -6,13 +6,14 @@ reincarnates dead processes, orchestrates the stop procedure, and turns SIGTERM/
 Its parts, each in its own module: the dispatch buffer (:mod:`.buffer`) holds the reserved tasks
 that have not started; the worker slots (:mod:`.slots`) hold what each worker runs and the memory
 shared with it; the dispatch rules (:mod:`.dispatch`) decide who gets which task; the upkeep
-(:mod:`.upkeep`) renews leases, ticks the scheduler, publishes the heartbeat and runs ``ANALYZE`` on
-timers. What the processes say to each other is in :mod:`.messages`.
+(:mod:`.upkeep`) renews leases, publishes the heartbeat and takes back the work of dead clusters on
+timers; the scheduler process (:mod:`.ticker`) ticks the scheduler and runs ``ANALYZE``. What the
+processes say to each other is in :mod:`.messages`.
 
 The guard loop runs no database statement: whatever must reach the database (renewals, the
 heartbeat, give-backs, yields, the look for cancellation requests) is posted to the upkeep's
-threads (:mod:`.chores`) and what comes back is acted on in a later turn, so a locked table or a
-silent server never keeps a task past its timeout or a known cancel from being carried out.
+bookkeeping thread (:mod:`.chores`) and what comes back is acted on in a later turn, so a locked
+table or a silent server never keeps a task past its timeout or a known cancel from being carried out.
 """
 
 from __future__ import annotations
@@ -444,8 +445,8 @@ class Sentinel:
             return
         tickets = []
         for slot in busy:
+            self._take_back_unstarted(slot)  # (prefetch: they wait here, not started: see _mind_leases)
             processes.kill(slot.process)
-            self._take_back_unstarted(slot)
             tickets += [running.ticket for running in slot.running.values()]
             slot.running.clear()
             self._replace_worker(slot, crashed=False)
