@@ -18,6 +18,7 @@ table or a silent server never keeps a task past its timeout or a known cancel f
 
 from __future__ import annotations
 
+import collections
 import logging
 import multiprocessing
 import os
@@ -63,6 +64,9 @@ STOP_MARGIN = 3.0
 #: Seconds between two looks for cancellation requests of the jobs the cluster holds (one primary-key
 #: read, only while it holds some): a cancelled job learns of it within about this.
 CANCEL_CHECK_EVERY = 1.0
+#: The least time a monitor may take no turn while outcomes wait for it before it is treated as
+#: wedged (a third of the lease, see Sentinel.wedged_after, unless that is shorter).
+WEDGED_FLOOR = 2.0
 #: The error of a job the stop procedure interrupted and put back.
 INTERRUPTED_BY_STOP = "interrupted by shutdown (stop_timeout {}s); back in the queue, not counted"
 
@@ -132,6 +136,17 @@ class Sentinel:
         self.monitor: Process = NOT_STARTED
         self.ticker: Process = NOT_STARTED  # the scheduler process (not in a burst)
         self.results: ResultQueue | None = None  # to the monitor
+        # The monitor's [turns, outcomes done] (shared memory, see monitor.run), and what was sent to
+        # it and is not done yet (sent again to its successor if it dies or wedges).
+        self.monitor_progress: Any = None
+        self.unrecorded: collections.deque[bytes] = collections.deque()
+        self._monitor_turns = 0  # its turns at the last look ...
+        self._monitor_seen = 0.0  # ... and when they last changed (monotonic)
+        self._monitor_done = 0  # the outcomes it had done at the last look
+        self.monitor_stalled = False  # it took no turn for half the wedged bound: start nothing meanwhile
+        # A third of the lease: an outcome reaches the sentinel with at least two thirds of its lease
+        # left (renewals every third), so the next monitor still has a third to record it in.
+        self.wedged_after = max(settings.lease / 3, WEDGED_FLOOR)
         self.outbox: list[bytes] = []  # pickled outcomes for the monitor, sent once per turn
         self.want_pending = False
         self.drained = False
@@ -240,8 +255,14 @@ class Sentinel:
         if self.results is not None:
             self.results.close()
         self.results = results = ResultPipe()
-        self.monitor = self._spawn(monitor.run, (results, self.settings), "taskmq-monitor")
+        self.monitor_progress = progress = self.ctx.RawArray("Q", 2)
+        self.monitor = self._spawn(monitor.run, (results, self.settings, progress), "taskmq-monitor")
         results.close_reader()
+        self._monitor_turns = self._monitor_done = 0
+        self._monitor_seen = time.monotonic()
+        self.monitor_stalled = False
+        if self.unrecorded:  # what its predecessor had not done: recorded once (a repeat is fenced)
+            results.put(list(self.unrecorded))
 
     def _spawn_pusher(self) -> None:
         connections.close_all()
@@ -295,6 +316,8 @@ class Sentinel:
         if self.results is None:
             return
         if self.outbox:
+            if self.monitor_progress is not None:
+                self.unrecorded.extend(self.outbox)
             if not self._holding():
                 self.outbox.append(IDLE)  # nothing else is coming: the monitor need not gather
             self.results.put(self.outbox)
@@ -422,8 +445,10 @@ class Sentinel:
             logger.error("pusher died (exit code %s): reincarnating", self.pusher.exitcode)
             self.counts["reincarnations"] += 1
             self._spawn_pusher()
+        if self.monitor_progress is not None:
+            self._watch_monitor(now)
         if not self.monitor.is_alive() and self.state is RUNNING:
-            # Outcomes still in the old queue are lost with it; their leases bring the jobs back.
+            # What it had not done yet goes to the new one (see _spawn_monitor).
             logger.error("monitor died (exit code %s): reincarnating", self.monitor.exitcode)
             self.counts["reincarnations"] += 1
             connections.close_all()
@@ -432,6 +457,41 @@ class Sentinel:
             logger.error("scheduler process died (exit code %s): reincarnating", self.ticker.exitcode)
             self.counts["reincarnations"] += 1
             self._spawn_ticker()
+
+    def _watch_monitor(self, now: float) -> None:
+        """Forget what the monitor has done; replace a monitor that has taken no turn for
+        :attr:`wedged_after` seconds while outcomes wait for it (a statement that hangs, a stopped
+        process), after asking it for a dump of its threads' stacks (SIGUSR1, to the log). From half
+        that time on, no waiting task starts (see :meth:`_dispatch`): its outcome could not be recorded."""
+        turns, done = self.monitor_progress[0], self.monitor_progress[1]
+        for _ in range(done - self._monitor_done):
+            if self.unrecorded:
+                self.unrecorded.popleft()
+        self._monitor_done = done
+        if turns != self._monitor_turns or not self.unrecorded:
+            self._monitor_turns, self._monitor_seen = turns, now
+            if self.monitor_stalled:
+                self.monitor_stalled = False
+                logger.warning("cluster %s: the monitor goes on: starting work again", self.owner)
+            return
+        stalled = now - self._monitor_seen
+        if stalled > self.wedged_after / 2 and not self.monitor_stalled:
+            self.monitor_stalled = True
+            logger.warning("cluster %s: the monitor (pid %s) has taken no turn for %.0f s while %d outcome(s) wait: "
+                           "starting no waiting task until it goes on (replaced after %.0f s)", self.owner,
+                           self.monitor.pid, stalled, len(self.unrecorded), self.wedged_after)
+        if stalled <= self.wedged_after or self.state is not RUNNING or not self.monitor.is_alive():
+            return
+        logger.error("cluster %s: the monitor (pid %s) is wedged: no turn for %.0f s while %d outcome(s) wait; "
+                     "its threads' stacks follow (SIGUSR1) unless it is stopped; replacing it, the new one records "
+                     "those outcomes", self.owner, self.monitor.pid, stalled, len(self.unrecorded))
+        if self.monitor.pid is not None:
+            os.kill(self.monitor.pid, signal.SIGUSR1)
+            time.sleep(0.2)  # (once per wedge) the dump is written before the kill
+        processes.kill(self.monitor)
+        self.counts["reincarnations"] += 1
+        connections.close_all()
+        self._spawn_monitor()
 
     def _halt_if_cut_off(self) -> None:
         """No heartbeat written for ``halt_after`` seconds (a third of the lease): stop every task
@@ -649,7 +709,7 @@ class Sentinel:
     def _dispatch(self) -> None:
         """Feed the workers with room (see :meth:`.feeder.Feeder.feed`); nothing while the leases
         are in doubt (see :meth:`_mind_leases`)."""
-        if self.buffer and not self.paused:
+        if self.buffer and not self.paused and not self.monitor_stalled:
             self.feeder.feed(self.slots)
 
     def _steal(self) -> None:

@@ -251,3 +251,27 @@ def test_a_cluster_killed_whole_comes_back_at_once_on_its_host(cluster):
     assert starts(cluster.log()) == dict.fromkeys(ids, 2), cluster.log()
     assert f"held by dead cluster(s) {Cluster.objects.get(pid=first.pid).id} (gone from this host" in second.output()
     stop(cluster, second)
+
+
+def test_a_wedged_monitor_is_noticed_and_replaced_and_every_job_recorded_once(cluster):
+    """A monitor that takes no turn while outcomes wait for it (stopped: SIGSTOP, as one waiting for
+    ever on a connection would be): after a sixth of the lease the cluster starts no waiting task,
+    after a third it replaces the monitor, and the new one records what the old one held; every job
+    runs once and is recorded once."""
+    cluster.configure(lease=12)  # no new starts after 2 s without a turn, replaced after 4 s
+    qc = cluster.start("-w", "2")
+    children = sorted(cluster.wait_pool(qc, 2), key=lambda pid: (started_at(pid), pid))
+    monitor = children[-2]  # pusher, workers, monitor, scheduler process
+    os.kill(monitor, signal.SIGSTOP)
+    ids = enqueue_many(f"{TASKS}.slow", [(f"w{i}", 0.05) for i in range(30)])
+    cluster.wait_until(lambda: f"the monitor (pid {monitor}) is wedged" in qc.output(),
+                       lambda: f"the cluster to notice the wedged monitor:\n{qc.output()}", alive=[qc])
+    cluster.wait_final(ids, alive=[qc])
+
+    assert job_states(ids) == {"SUCCEEDED": 30}
+    assert starts(cluster.log()) == dict.fromkeys(ids, 1), "a job ran twice"
+    assert {job.deliveries for job in jobs(ids).values()} == {1}
+    output = qc.output()
+    assert output.index(f"the monitor (pid {monitor}) has taken no turn for") < output.index("is wedged")
+    assert not is_alive(monitor)
+    stop(cluster, qc)
