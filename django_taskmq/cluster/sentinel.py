@@ -512,9 +512,10 @@ class Sentinel:
             self._replace_worker(slot, crashed=False)
         self.counts["interrupted"] += len(tickets)
         silent = self.upkeep.silent_for()
-        logger.error("cluster %s: no heartbeat written for %.0f s: stopped its %d running task(s) before other "
-                     "clusters may take them over (after %.0f s); they go back to the queue when the database "
-                     "answers", self.owner, silent, len(tickets), self.upkeep.dead_after)
+        logger.error("cluster %s: no heartbeat written for %.0f s (the bookkeeping thread: %s): stopped its %d "
+                     "running task(s) before other clusters may take them over (after %.0f s); they go back to the "
+                     "queue when the database answers", self.owner, silent, self.upkeep.books.describe(), len(tickets),
+                     self.upkeep.dead_after)
         reservations = [t.reservation for t in tickets]
         why = f"interrupted: the cluster wrote no heartbeat for {silent:.0f} s (cut off from the database?)"
         self.upkeep.later(f"returning {len(tickets)} task(s) stopped while cut off",

@@ -229,7 +229,7 @@ def test_a_host_cut_off_longer_than_the_lease(cluster, namespace, tmp_path):
 
     # Without a heartbeat for halt_after it stopped what it ran and starts nothing it holds.
     output = cut_off.output(tail=10**7)
-    assert f"stopped its {len(started_before)} running task(s) before other clusters may take them over" in output
+    assert f"): stopped its {len(started_before)} running task(s) before other clusters may take them over" in output
     assert "leases not renewed" in output
     namespace.mend()
     hold.touch()

@@ -117,7 +117,7 @@ def test_a_silent_cluster_stops_its_tasks_before_another_takes_them(cluster, tmp
         # Taken back before the silent cluster's leases ran out: the rescuer did not wait for them.
         assert max(job.finished_at.timestamp() for job in jobs(ids).values()) < leases_end, cluster.outputs()
         output = silent.output(tail=10**7)
-        assert "stopped its 2 running task(s) before other clusters may take them over" in output, output
+        assert "): stopped its 2 running task(s) before other clusters may take them over" in output, output
         assert "held by dead cluster(s)" in rescuer.output(), rescuer.output()
 
         relay.resume()
