@@ -51,9 +51,10 @@ class FailureLog:
     unless ``logger`` is enabled for DEBUG; any other error with it, once: it is likely a bug). Then
     at most one line every ``every`` seconds, with the number of failures since the previous line.
     The first success after failures logs one line with their count and how long they lasted.
-    An outage that begins less than ``every`` seconds after the previous line (a reconnect storm:
-    sessions ended twice a second) logs nothing, nor does its end: the first success once the rate
-    allows says how many outages and failures there were since.
+    An outage that begins less than ``every`` seconds after the previous line, for the same reason
+    as the last outage told (a reconnect storm: sessions ended twice a second), logs nothing, nor
+    does its end: the first success once the rate allows says how many outages and failures there
+    were since. An outage for another reason (the server, back, is read-only) is told at once.
 
     Each method returns the line it logged (None when it logged nothing). The clock is a parameter so
     the rate can be checked without waiting.
@@ -77,6 +78,7 @@ class FailureLog:
         self._storm_since: float | None = None  # ... when the first of them began
         self._storm_until = 0.0  # ... when the last of them ended
         self._announced = False  # the current outage's first failure was logged
+        self._told_reason = ""  # why the last outage told began
         self._database = False  # whether a database error was among the failures
 
     @property
@@ -98,14 +100,16 @@ class FailureLog:
         if self.since is None:
             self.since = now
             self._unlogged = 0
-            self._announced = now - self._logged_at >= self.every
+            # A lost connection, a server that is no longer the primary or is shutting down: say so.
+            reason = disconnect(exc)
+            why = reason or cause(exc)
+            self._announced = now - self._logged_at >= self.every or why != self._told_reason
             if not self._announced:  # a storm: told by a later line
                 self._unlogged = 1
                 return None
+            self._told_reason = why
             self._logged_at = now
             self._last_logged = self.last
-            # A lost connection, a server that is no longer the primary or is shutting down: say so.
-            reason = disconnect(exc)
             retry = f"{reason}: reconnecting" if reason else "retrying"
             meanwhile = f"; {self.meanwhile}" if self.meanwhile else ""
             line = f"{self.component}: {self.last}; {retry}{meanwhile} (logging at most every {self.every:g} s)"
