@@ -250,8 +250,9 @@ class Sentinel:
         return processes.fork(self.ctx, target, args, name, foreign)
 
     def _spawn_monitor(self) -> None:
-        """Spawn the monitor with a new result pipe (what the old one still held is lost with the
-        old monitor: its jobs' leases bring them back)."""
+        """Spawn the monitor with a new result pipe, and send it what the old one had not done
+        (:attr:`unrecorded`: a repeat of what it committed just before it died is refused by the
+        lease token)."""
         if self.results is not None:
             self.results.close()
         self.results = results = ResultPipe()
