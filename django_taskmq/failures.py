@@ -51,6 +51,10 @@ class FailureLog:
     unless ``logger`` is enabled for DEBUG; any other error with it, once: it is likely a bug). Then
     at most one line every ``every`` seconds, with the number of failures since the previous line.
     The first success after failures logs one line with their count and how long they lasted.
+    An outage that begins less than ``every`` seconds after the previous line, for the same reason
+    as the last outage told (a reconnect storm: sessions ended twice a second), logs nothing, nor
+    does its end: the first success once the rate allows says how many outages and failures there
+    were since. An outage for another reason (the server, back, is read-only) is told at once.
 
     Each method returns the line it logged (None when it logged nothing). The clock is a parameter so
     the rate can be checked without waiting.
@@ -68,7 +72,13 @@ class FailureLog:
         self.last: str = ""  # what failed last, and why
         self._last_logged = ""  # the ``last`` of the previous line
         self._unlogged = 0  # failures since the last line
-        self._logged_at = 0.0
+        self._logged_at = -float("inf")  # clock time of the last line, of any kind
+        self._storm_outages = 0  # outages since the last line that ended without a line of their own
+        self._storm_failures = 0  # ... their failures
+        self._storm_since: float | None = None  # ... when the first of them began
+        self._storm_until = 0.0  # ... when the last of them ended
+        self._announced = False  # the current outage's first failure was logged
+        self._told_reason = ""  # why the last outage told began
         self._database = False  # whether a database error was among the failures
 
     @property
@@ -88,11 +98,18 @@ class FailureLog:
         self._database = self._database or database
         self.last = f"{what}: {cause(exc)}"
         if self.since is None:
-            self.since = self._logged_at = now
+            self.since = now
             self._unlogged = 0
-            self._last_logged = self.last
             # A lost connection, a server that is no longer the primary or is shutting down: say so.
             reason = disconnect(exc)
+            why = reason or cause(exc)
+            self._announced = now - self._logged_at >= self.every or why != self._told_reason
+            if not self._announced:  # a storm: told by a later line
+                self._unlogged = 1
+                return None
+            self._told_reason = why
+            self._logged_at = now
+            self._last_logged = self.last
             retry = f"{reason}: reconnecting" if reason else "retrying"
             meanwhile = f"; {self.meanwhile}" if self.meanwhile else ""
             line = f"{self.component}: {self.last}; {retry}{meanwhile} (logging at most every {self.every:g} s)"
@@ -103,8 +120,9 @@ class FailureLog:
         if now - self._logged_at < self.every:
             return None
         last = "the same error" if self.last == self._last_logged else self.last
+        storm = f", after {self._storm_outages} short outage(s)" if self._storm_outages else ""
         line = (f"{self.component}: still failing, {self._unlogged} failure(s) in the last "
-                f"{now - self._logged_at:.0f} s ({self.failures} in {now - self.since:.0f} s); last: {last}")
+                f"{now - self._logged_at:.0f} s ({self.failures} in {now - self.since:.0f} s{storm}); last: {last}")
         self._last_logged = self.last
         self._logged_at = now
         self._unlogged = 0
@@ -112,15 +130,33 @@ class FailureLog:
         return line
 
     def succeeded(self) -> str | None:
-        """Note a successful attempt; after failures, log that the component works again."""
-        if self.since is None:
+        """Note a successful attempt; after failures, log that the component works again (at the
+        rate: after a storm, at the first success once the rate allows, for all its outages)."""
+        if self.since is None and not self._storm_outages:
+            return None
+        now = self.clock()
+        if self.since is not None:  # this outage ends
+            self._storm_outages += 1
+            self._storm_failures += self.failures
+            self._storm_since = self.since if self._storm_since is None else self._storm_since
+            self._storm_until = now
+            self.failures = 0
+            self.since = None
+            self._unlogged = 0
+            if self._announced:  # its first failure was told: its end is, at once
+                self._announced = False
+            elif now - self._logged_at < self.every:
+                return None
+        elif now - self._logged_at < self.every:
             return None
         what = "database is back" if self._database else "working again"
-        line = (f"{self.component}: {what} after {self.failures} failure(s) in "
-                f"{self.clock() - self.since:.0f} s")
-        self.failures = 0
-        self.since = None
-        self._unlogged = 0
+        outages = f"{self._storm_outages} outage(s), " if self._storm_outages > 1 else ""
+        assert self._storm_since is not None
+        line = (f"{self.component}: {what} after {outages}{self._storm_failures} failure(s) in "
+                f"{self._storm_until - self._storm_since:.0f} s")
+        self._storm_outages = self._storm_failures = 0
+        self._storm_since = None
         self._database = False
+        self._logged_at = now
         self.logger.warning("%s", line)
         return line

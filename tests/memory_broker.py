@@ -695,6 +695,21 @@ class MemoryBroker(Broker):
     def publish_heartbeat(self, cluster_id: str, **fields: Any) -> None:
         self.heartbeats[cluster_id] = {**self.heartbeats.get(cluster_id, {}), **fields, "beat_at": time.time()}
 
+    def silent_clusters(self, host: str | None, longer_than: float, shorter_than: float) -> list[tuple[str, int]]:
+        now = time.time()
+        return [(cid, row["pid"]) for cid, row in self.heartbeats.items()
+                if host in (None, row.get("host")) and row.get("state") != "stopped"
+                and now - shorter_than < row["beat_at"] < now - longer_than]
+
+    def expire_leases(self, owners: Sequence[str]) -> int:
+        now = time.time()
+        expired = 0
+        for job in self._jobs.values():
+            if job.state == JobState.RUNNING and job.lease_owner in owners and (job.lease_until or 0) > now:
+                job.lease_until = now
+                expired += 1
+        return expired
+
     def now(self) -> float:
         return time.time()  # one process: its host's clock
 

@@ -374,6 +374,18 @@ class Broker(abc.ABC):
         is set to the broker's time of the write."""
 
     @abc.abstractmethod
+    def silent_clusters(self, host: str | None, longer_than: float, shorter_than: float) -> list[tuple[str, int]]:
+        """Return ``(cluster id, pid)`` of each heartbeat row (of ``host``; None: of any host) whose
+        state is not ``stopped`` and whose last beat is more than ``longer_than`` and less than
+        ``shorter_than`` seconds old by the broker's clock."""
+
+    @abc.abstractmethod
+    def expire_leases(self, owners: Sequence[str]) -> int:
+        """Make the leases ``owners`` (clusters known to be dead) hold on running jobs run out now,
+        so the next sweep of expired leases takes those jobs back (their deliveries count, as after
+        any lease that ran out); return how many."""
+
+    @abc.abstractmethod
     def now(self) -> float:
         """Return the broker's time now, epoch seconds: the database's on a server engine (a query:
         for schedules, monitoring and checks, not for every job)."""

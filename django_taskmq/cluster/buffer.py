@@ -4,28 +4,30 @@ Reserved work waits here, in a list ordered by priority (higher first) then arri
 operating-system queue, so the cluster can:
 
 * place urgent tasks ahead of the waiting ones as they arrive (:meth:`Buffer.add`);
-* hand the least urgent back to the broker when the list holds more than its limit (a *yield*);
-  a task that has yielded ``max_yields`` times keeps its place, so nothing starves;
+* hand the least urgent back to the broker when the list holds more than its limit (a *yield*:
+  :meth:`Buffer.add` returns the overflow, :meth:`Buffer.yield_back` hands it to the broker and
+  :meth:`Buffer.keep` takes back what could not yield); a task that has yielded ``max_yields``
+  times keeps its place, so nothing starves;
 * give the most urgent tasks to the workers with room (:meth:`Buffer.take`), and take back what
   could not be sent or came back unstarted (:meth:`Buffer.put_back`);
 * tell what to ask the pusher for (:meth:`Buffer.want`);
-* give every waiting task back, unstarted, on a graceful stop (:meth:`Buffer.give_back`).
+* take every waiting task out (:meth:`Buffer.take_all`), or those of paused queues
+  (:meth:`Buffer.take_queues`), for the sentinel to give back unstarted.
 
-It talks to the broker only (``yield_reservation``, ``defer_many``); it knows nothing of processes.
+Only :meth:`Buffer.yield_back` talks to the broker (``yield_reservation``): the sentinel runs it in
+its bookkeeping thread (:mod:`.chores`), never in its guard loop, on tasks already out of the list.
+It knows nothing of processes.
 """
 
 from __future__ import annotations
 
 import bisect
 import itertools
-import logging
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
-from ..brokers.base import Broker
+from ..brokers.base import Broker, Reservation
 from .messages import Ticket, Want
-
-logger = logging.getLogger(__name__)
 
 
 @dataclass(order=True)
@@ -34,13 +36,14 @@ class Waiting:
 
     sort_key: tuple[int, int]
     task: Ticket = field(compare=False)
+    stays: bool = field(default=False, compare=False)  # it could not yield: the overflow is another's
 
 
 class Buffer:
     """At most ``limit`` waiting tasks (more only while they cannot yield) for ``workers`` workers.
 
-    ``failed(what, exc)`` is told about a broker call that raised (the sentinel logs it and
-    reconnects next time); the buffer carries on as if the call had not happened.
+    ``failed(what, exc)`` is told about a yield that raised (the sentinel logs it and reconnects
+    next time); the task keeps its place as if the call had not happened.
     """
 
     def __init__(self, broker: Broker, limit: int, workers: int,
@@ -59,18 +62,35 @@ class Buffer:
         """Insert ``task`` behind the waiting tasks of its priority and ahead of the lower ones."""
         bisect.insort(self.waiting, Waiting((-task.reservation.priority, next(self._arrivals)), task))
 
-    def add(self, tasks: Iterable[Ticket]) -> int:
-        """Take a batch from the pusher (in pick order); return how many waiting tasks yielded."""
+    def add(self, tasks: Iterable[Ticket]) -> list[Waiting]:
+        """Take a batch from the pusher (in pick order); return the overflow to yield, out of the list."""
         for task in tasks:
             self._place(task)
-        return self._yield_overflow() if len(self.waiting) > self.limit else 0
+        return self.overflow() if len(self.waiting) > self.limit else []
 
-    def _yield_overflow(self) -> int:
-        """Hand the least urgent unstarted tasks back so the urgent ones fit the limit."""
+    def overflow(self) -> list[Waiting]:
+        """Remove and return the least urgent tasks beyond the limit, passing over those that could
+        not yield (they keep their place and do not count: the next least urgent goes instead)."""
+        excess = len(self.waiting) - self.limit
+        if excess > 0:  # what could not yield is beyond the limit (rare: it costs a pass)
+            excess -= sum(1 for w in self.waiting if w.stays)
+        if excess <= 0:
+            return []
+        leaving: list[Waiting] = []
+        for i in range(len(self.waiting) - 1, -1, -1):
+            if len(leaving) == excess:
+                break
+            if not self.waiting[i].stays:
+                leaving.append(self.waiting.pop(i))
+        return leaving
+
+    def yield_back(self, leaving: list[Waiting]) -> tuple[int, list[Waiting]]:
+        """Hand ``leaving`` (from :meth:`add` or :meth:`overflow`) back to the broker; return how
+        many yielded and the ones that did not (yielded ``max_yields`` times, or the call failed),
+        for :meth:`keep`. The one method that talks to the broker: it reads no state of the list."""
         yielded = 0
         kept = []
-        while len(self.waiting) > self.limit:
-            item = self.waiting.pop()
+        for item in leaving:
             try:
                 given_back = self.broker.yield_reservation(item.task.reservation)
             except Exception as exc:
@@ -78,11 +98,16 @@ class Buffer:
                 given_back = False
             if given_back:
                 yielded += 1
-            else:  # yielded max_yields times already: it keeps its place so nothing starves
+            else:
                 kept.append(item)
+        return yielded, kept
+
+    def keep(self, kept: list[Waiting]) -> list[Waiting]:
+        """Put back what could not yield, in its place for good; return the next overflow to yield."""
         for item in kept:
+            item.stays = True
             bisect.insort(self.waiting, item)
-        return yielded
+        return self.overflow()
 
     def take(self, count: int) -> list[Ticket]:
         """Remove and return the ``count`` most urgent waiting tasks (fewer when fewer wait)."""
@@ -126,24 +151,16 @@ class Buffer:
         """The job ids of the waiting tasks."""
         return [w.task.reservation.job_id for w in self.waiting]
 
-    def give_back_queues(self, queues: frozenset[str]) -> int:
-        """Return the waiting tasks of ``queues`` (paused) to the broker unstarted, uncounted; return
-        how many the broker took. They leave the list even when the broker raises (their leases
-        bring them back)."""
+    def take_queues(self, queues: frozenset[str]) -> list[Reservation]:
+        """Remove the waiting tasks of ``queues`` (paused); return their reservations, to give back."""
         leaving = [w for w in self.waiting if w.task.reservation.queue in queues]
-        if not leaving:
-            return 0
-        self.waiting = [w for w in self.waiting if w.task.reservation.queue not in queues]
-        with self.broker.bookkeeping():
-            return self.broker.defer_many([w.task.reservation for w in leaving])
+        if leaving:
+            self.waiting = [w for w in self.waiting if w.task.reservation.queue not in queues]
+        return [w.task.reservation for w in leaving]
 
-    def give_back(self) -> int:
-        """Return every waiting task to the broker unstarted, their deliveries not counted; return
-        how many the broker took. The list is empty afterwards, even when the broker raises (the
-        leases of what it did not take bring those tasks back)."""
+    def take_all(self) -> list[Reservation]:
+        """Remove every waiting task; return their reservations, to give back (the leases of what the
+        broker does not take bring those tasks back)."""
         reservations = [w.task.reservation for w in self.waiting]
         self.waiting.clear()
-        with self.broker.bookkeeping():
-            returned = self.broker.defer_many(reservations)
-        logger.info("returned %d unstarted reservation(s) to the broker", returned)
-        return returned
+        return reservations

@@ -6,13 +6,14 @@ and can be driven without a process.
 
 from __future__ import annotations
 
+import faulthandler
 import logging
 import os
 import queue as queue_module
 import signal
 import socket
 import time
-from collections.abc import Generator
+from collections.abc import Generator, MutableSequence
 from typing import Any, Protocol
 
 from .. import execution as ex
@@ -64,11 +65,16 @@ class Results(Protocol):
     def get(self, block: bool = True, timeout: float | None = None) -> Any: ...
 
 
-def run(results: ResultPipe, settings: Settings) -> None:
-    """Record outcomes from ``results`` until the end mark arrives; prune old successes on the side."""
+def run(results: ResultPipe, settings: Settings, progress: MutableSequence[int] | None = None) -> None:
+    """Record outcomes from ``results`` until the end mark arrives; prune old successes on the side.
+
+    ``progress`` (memory shared with the sentinel): ``[turns, outcomes done]``, so the sentinel can
+    tell a monitor that waits for ever (see ``Sentinel._watch_monitor``); SIGUSR1 dumps the stack of
+    every thread to stderr (the log) when it asks where the monitor waits."""
     results.close_writer()  # the sentinel's end: only its own copy may keep the pipe open
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    faulthandler.register(signal.SIGUSR1, all_threads=True)
     from ..brokers import get_broker
     from ..signals import post_spawn
 
@@ -79,7 +85,7 @@ def run(results: ResultPipe, settings: Settings) -> None:
 
         serve(settings.health_port)
     post_spawn.send(sender=run, proc_name="monitor")
-    Monitor(results, broker, settings).serve()
+    Monitor(results, broker, settings, progress).serve()
     from .. import reporting
 
     reporting.close()  # the reports of timeouts and crashes still waiting (see reporting.lost)
@@ -99,8 +105,11 @@ def warm_up(broker: Broker) -> None:
 class Monitor:
     """Takes the outcomes the sentinel puts on ``results`` and records them with ``broker``."""
 
-    def __init__(self, results: Results, broker: Broker, settings: Settings) -> None:
+    def __init__(self, results: Results, broker: Broker, settings: Settings,
+                 progress: MutableSequence[int] | None = None) -> None:
         self.results = results
+        # [turns, outcomes recorded or given up]: the sentinel watches both (see run)
+        self.progress: MutableSequence[int] = [0, 0] if progress is None else progress
         self.broker = broker
         self.settings = settings
         # While the database is away: one line every few seconds with a count, not a traceback a try.
@@ -118,11 +127,13 @@ class Monitor:
     def serve(self) -> None:
         """Gather and record until the end mark arrives (or the sentinel is gone); prune every second."""
         while not self.stopping:
+            self.progress[0] += 1
             if os.getppid() != self.parent:  # the sentinel was killed: its leases bring the work back
                 return
             batch = self.gather(wait=min(max(self.prune_at - time.monotonic(), 0.0), 1.0))
             if batch:
                 self.record(batch)
+                self.progress[1] += len(batch)
             self.prune_if_due()
         self.end_round()
         self.retention_log.flush()  # a round's deletions after the last line are not left untold
@@ -170,6 +181,7 @@ class Monitor:
         started = time.monotonic()
         deadline = started + self.settings.lease / 2
         while True:
+            self.progress[0] += 1
             try:
                 recorder.record(batch, self.broker, self.settings, outside_transaction=True,
                                 bookkeeping=True)

@@ -44,6 +44,33 @@ def signal_cancel(process: Process) -> None:
             pass  # it died: the guard sees it
 
 
+def pid_gone(pid: int) -> bool:
+    """Whether no process ``pid`` lives on this host (none, or a zombie waiting to be reaped)."""
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            # "pid (comm) state ...": comm may hold spaces and parentheses
+            return stat.read().rsplit(")", 1)[1].split()[0] in ("Z", "X")
+    except FileNotFoundError:
+        return True
+    except OSError:  # no /proc here: ask the kernel whether the pid exists
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return True
+        except PermissionError:
+            pass
+        return False
+
+
+def terminate(process: Process) -> None:
+    """Ask ``process`` to end (SIGTERM) if it lives; do not wait."""
+    if process.is_alive() and process.pid is not None:
+        try:
+            os.kill(process.pid, signal.SIGTERM)
+        except ProcessLookupError:
+            pass
+
+
 def kill(process: Process) -> None:
     """Kill ``process`` (SIGKILL) if it lives, and reap it."""
     if process.is_alive() and process.pid is not None:

@@ -6,12 +6,19 @@ reincarnates dead processes, orchestrates the stop procedure, and turns SIGTERM/
 Its parts, each in its own module: the dispatch buffer (:mod:`.buffer`) holds the reserved tasks
 that have not started; the worker slots (:mod:`.slots`) hold what each worker runs and the memory
 shared with it; the dispatch rules (:mod:`.dispatch`) decide who gets which task; the upkeep
-(:mod:`.upkeep`) renews leases, ticks the scheduler, publishes the heartbeat and runs ``ANALYZE`` on
-timers. What the processes say to each other is in :mod:`.messages`.
+(:mod:`.upkeep`) renews leases, publishes the heartbeat and takes back the work of dead clusters on
+timers; the scheduler process (:mod:`.ticker`) ticks the scheduler and runs ``ANALYZE``. What the
+processes say to each other is in :mod:`.messages`.
+
+The guard loop runs no database statement: whatever must reach the database (renewals, the
+heartbeat, give-backs, yields, the look for cancellation requests) is posted to the upkeep's
+bookkeeping thread (:mod:`.chores`) and what comes back is acted on in a later turn, so a locked
+table or a silent server never keeps a task past its timeout or a known cancel from being carried out.
 """
 
 from __future__ import annotations
 
+import collections
 import logging
 import multiprocessing
 import os
@@ -32,8 +39,8 @@ from ..conf import Settings
 from ..exceptions import JobCancelled, TaskMQError, TaskTimeout, WorkerDied
 from ..ids import cluster_id
 from ..policy import lease
-from . import dispatch, monitor, outage, processes, pusher
-from .buffer import Buffer
+from . import dispatch, monitor, outage, processes, pusher, ticker
+from .buffer import Buffer, Waiting
 from .feeder import Feeder
 from .messages import (END_OF_RESULTS, IDLE, READY, RECORDED, RETIRING, STOP, SUCCEEDED, TIMED_OUT, UNSTARTED, Batch, Stop,
                        Ticket, cancel_frame, cancel_request_frame, dump_outcome, read_outcome_frame,
@@ -57,6 +64,9 @@ STOP_MARGIN = 3.0
 #: Seconds between two looks for cancellation requests of the jobs the cluster holds (one primary-key
 #: read, only while it holds some): a cancelled job learns of it within about this.
 CANCEL_CHECK_EVERY = 1.0
+#: The least time a monitor may take no turn while outcomes wait for it before it is treated as
+#: wedged (a third of the lease, see Sentinel.wedged_after, unless that is shorter).
+WEDGED_FLOOR = 2.0
 #: The error of a job the stop procedure interrupted and put back.
 INTERRUPTED_BY_STOP = "interrupted by shutdown (stop_timeout {}s); back in the queue, not counted"
 #: The error of a job a hard stop (a second stop request) killed and put back.
@@ -131,7 +141,19 @@ class Sentinel:
         self.pusher: Process = NOT_STARTED
         self.pusher_pipe: Connection | None = None  # the sentinel's end of the pusher's pipe
         self.monitor: Process = NOT_STARTED
+        self.ticker: Process = NOT_STARTED  # the scheduler process (not in a burst)
         self.results: ResultQueue | None = None  # to the monitor
+        # The monitor's [turns, outcomes done] (shared memory, see monitor.run), and what was sent to
+        # it and is not done yet (sent again to its successor if it dies or wedges).
+        self.monitor_progress: Any = None
+        self.unrecorded: collections.deque[bytes] = collections.deque()
+        self._monitor_turns = 0  # its turns at the last look ...
+        self._monitor_seen = 0.0  # ... and when they last changed (monotonic)
+        self._monitor_done = 0  # the outcomes it had done at the last look
+        self.monitor_stalled = False  # it took no turn for half the wedged bound: start nothing meanwhile
+        # A third of the lease: an outcome reaches the sentinel with at least two thirds of its lease
+        # left (renewals every third), so the next monitor still has a third to record it in.
+        self.wedged_after = max(settings.lease / 3, WEDGED_FLOOR)
         self.outbox: list[bytes] = []  # pickled outcomes for the monitor, sent once per turn
         self.want_pending = False
         self.drained = False
@@ -166,6 +188,7 @@ class Sentinel:
         gave_up: DatabaseAway | None = None
         try:
             self.spawn_all()  # inside: a fork that fails half-way must not leave the others behind
+            self.upkeep.start()
             self.state = ClusterState.RUNNING
             logger.info("cluster %s started (%s): %d workers%s, queues %s, database %s%s", self.name, self.owner,
                         self.workers, f" x {self.threads} threads" if self.threads > 1 else "",
@@ -195,7 +218,8 @@ class Sentinel:
                 self._hard_stop(str(gave_up), give_back=False)
             elif self.signals >= 2:
                 self._hard_stop(f"cluster {self.name}: hard stop ({self.stop_reason})")
-            published = gave_up is None and self.upkeep.publish(final=True)
+            published = gave_up is None and self.upkeep.publish_final(STOP_MARGIN)
+            self.upkeep.close(timeout=1.0)
         if self.signals >= 2 or gave_up is not None:
             return 1
         # A burst that could not record its end (the database went away) did not surely finish.
@@ -221,11 +245,11 @@ class Sentinel:
         return ", ".join(f"{self.counts[k]} {k}" for k in OUTCOMES)
 
     def spawn_all(self) -> None:
-        """Spawn the pusher, the workers and the monitor (:meth:`start` does).
+        """Spawn the pusher, the workers, the monitor and the scheduler process (:meth:`start` does).
 
         The pusher first, asked for work at once: its connection and first claim overlap the
         workers' forks, and a job queued before the start runs that much sooner. The monitor, which
-        only records, last.
+        only records, and the scheduler process (not in a burst) last.
         """
         connections.close_all()  # a forked child must not share the parent's database socket
         self._spawn_pusher()
@@ -234,6 +258,12 @@ class Sentinel:
         for index in range(self.workers):  # one by one: each closes the pipes of those before it
             self.slots.append(self._spawn_worker(index))
         self._spawn_monitor()
+        if not self.burst:
+            self._spawn_ticker()
+
+    def _spawn_ticker(self) -> None:
+        connections.close_all()
+        self.ticker = self._spawn(ticker.run, (self.settings,), "taskmq-scheduler")
 
     def _spawn_worker(self, index: int) -> Slot:
         connections.close_all()
@@ -252,13 +282,20 @@ class Sentinel:
         return processes.fork(self.ctx, target, args, name, foreign)
 
     def _spawn_monitor(self) -> None:
-        """Spawn the monitor with a new result pipe (what the old one still held is lost with the
-        old monitor: its jobs' leases bring them back)."""
+        """Spawn the monitor with a new result pipe, and send it what the old one had not done
+        (:attr:`unrecorded`: a repeat of what it committed just before it died is refused by the
+        lease token)."""
         if self.results is not None:
             self.results.close()
         self.results = results = ResultPipe()
-        self.monitor = self._spawn(monitor.run, (results, self.settings), "taskmq-monitor")
+        self.monitor_progress = progress = self.ctx.RawArray("Q", 2)
+        self.monitor = self._spawn(monitor.run, (results, self.settings, progress), "taskmq-monitor")
         results.close_reader()
+        self._monitor_turns = self._monitor_done = 0
+        self._monitor_seen = time.monotonic()
+        self.monitor_stalled = False
+        if self.unrecorded:  # what its predecessor had not done: recorded once (a repeat is fenced)
+            results.put(list(self.unrecorded))
 
     def _spawn_pusher(self) -> None:
         connections.close_all()
@@ -276,6 +313,9 @@ class Sentinel:
         handles: list[Connection | int] = [] if pusher_pipe is None else [pusher_pipe]
         handles += [s.pipe for s in self.slots if s.running or s.retiring or not s.ready]
         handles += [s.process.sentinel for s in self.slots] + [self.pusher.sentinel, self.monitor.sentinel]
+        if self.ticker is not NOT_STARTED:
+            handles.append(self.ticker.sentinel)
+        handles += self.upkeep.wakes  # a chore's answer (cancellations found, ...)
         # Outcomes the result pipe could not take yet: wake when it can (the monitor caught up).
         writable = self.results.writer if self.results is not None and self.results.pending else None
         # Idle, nothing can time out: sleep longer (pipes and process deaths still wake the wait).
@@ -290,6 +330,8 @@ class Sentinel:
                 slot = next((s for s in self.slots if s.pipe is handle), None)
                 if slot is not None:
                     self._from_worker(slot)
+        self._check_cancels()  # (posted: the answer comes in this turn's settle or a later one's)
+        self.upkeep.settle()
         now = time.monotonic()
         if now >= self._next_guard:
             self._next_guard = now + self.settings.guard_interval
@@ -297,7 +339,6 @@ class Sentinel:
         self._steal()
         self._mind_leases()
         self._dispatch()
-        self._check_cancels()
         self._flush()
         self._ask_pusher()
         self.upkeep.run()
@@ -308,6 +349,8 @@ class Sentinel:
         if self.results is None:
             return
         if self.outbox:
+            if self.monitor_progress is not None:
+                self.unrecorded.extend(self.outbox)
             if not self._holding():
                 self.outbox.append(IDLE)  # nothing else is coming: the monitor need not gather
             self.results.put(self.outbox)
@@ -326,10 +369,27 @@ class Sentinel:
             return
         self.want_pending = False
         self.drained = batch.drained
-        self.counts["yields"] += self.buffer.add(batch.tasks)
+        self._yield(self.buffer.add(batch.tasks))
         if batch.paused:  # reserved here, not started: back to the queue, uncounted, until it resumes
-            self.upkeep.attempt(f"returning the waiting tasks of paused queue(s) {', '.join(sorted(batch.paused))}",
-                                lambda: self.buffer.give_back_queues(batch.paused))
+            paused = self.buffer.take_queues(batch.paused)
+            if paused:
+                self.upkeep.later(f"returning the waiting tasks of paused queue(s) {', '.join(sorted(batch.paused))}",
+                                  lambda: self._give_back(paused))
+
+    def _yield(self, leaving: list[Waiting]) -> None:
+        """Hand the buffer's overflow back to the broker, in the bookkeeping thread (see :mod:`.buffer`)."""
+        if leaving:
+            self.upkeep.books.post(f"yield of {len(leaving)} task(s)", lambda: self.buffer.yield_back(leaving),
+                                   self._yielded)
+
+    def _yielded(self, result: tuple[int, list[Waiting]] | None) -> None:
+        yielded, kept = result if result is not None else (0, [])
+        self.counts["yields"] += yielded
+        if self.state is RUNNING:
+            self._yield(self.buffer.keep(kept))
+        elif kept:  # the stop gave back what waited meanwhile: these go back too
+            reservations = [w.task.reservation for w in kept]
+            self.upkeep.later(f"returning {len(kept)} unstarted reservation(s)", lambda: self._give_back(reservations))
 
     def _from_worker(self, slot: Slot) -> None:
         """Read what the worker of ``slot`` sent: every frame waiting in its pipe."""
@@ -387,9 +447,10 @@ class Sentinel:
             return 0
         if self.state is RUNNING:
             self.buffer.put_back(tickets)
-        elif self.upkeep.attempt(f"returning {len(tickets)} unstarted task(s) of a stopped worker",
-                                 lambda: self._give_back([t.reservation for t in tickets])):
-            self.given_back["unstarted"] += len(tickets)
+        else:
+            reservations = [t.reservation for t in tickets]
+            self.upkeep.later(f"returning {len(tickets)} unstarted task(s) of a stopped worker",
+                              lambda: self._give_back(reservations), self._counted("unstarted", len(tickets)))
         return len(tickets)
 
     def _take_back_unstarted(self, slot: Slot) -> int:
@@ -398,6 +459,8 @@ class Sentinel:
 
     def _guard(self) -> None:
         now = time.monotonic()
+        if self.upkeep.silent_for() > self.upkeep.halt_after:
+            self._halt_if_cut_off()
         for slot in list(self.slots):
             if not slot.process.is_alive():
                 while slot.running and readable(slot.pipe):
@@ -415,12 +478,81 @@ class Sentinel:
             logger.error("pusher died (exit code %s): reincarnating", self.pusher.exitcode)
             self.counts["reincarnations"] += 1
             self._spawn_pusher()
+        if self.monitor_progress is not None:
+            self._watch_monitor(now)
         if not self.monitor.is_alive() and self.state is RUNNING:
-            # Outcomes still in the old queue are lost with it; their leases bring the jobs back.
+            # What it had not done yet goes to the new one (see _spawn_monitor).
             logger.error("monitor died (exit code %s): reincarnating", self.monitor.exitcode)
             self.counts["reincarnations"] += 1
             connections.close_all()
             self._spawn_monitor()
+        if self.ticker is not NOT_STARTED and not self.ticker.is_alive() and self.state is RUNNING:
+            logger.error("scheduler process died (exit code %s): reincarnating", self.ticker.exitcode)
+            self.counts["reincarnations"] += 1
+            self._spawn_ticker()
+
+    def _watch_monitor(self, now: float) -> None:
+        """Forget what the monitor has done; replace a monitor that has taken no turn for
+        :attr:`wedged_after` seconds while outcomes wait for it (a statement that hangs, a stopped
+        process), after asking it for a dump of its threads' stacks (SIGUSR1, to the log). From half
+        that time on, no waiting task starts (see :meth:`_dispatch`): its outcome could not be recorded."""
+        turns, done = self.monitor_progress[0], self.monitor_progress[1]
+        for _ in range(done - self._monitor_done):
+            if self.unrecorded:
+                self.unrecorded.popleft()
+        self._monitor_done = done
+        if turns != self._monitor_turns or not self.unrecorded:
+            self._monitor_turns, self._monitor_seen = turns, now
+            if self.monitor_stalled:
+                self.monitor_stalled = False
+                logger.warning("cluster %s: the monitor goes on: starting work again", self.owner)
+            return
+        stalled = now - self._monitor_seen
+        if stalled > self.wedged_after / 2 and not self.monitor_stalled:
+            self.monitor_stalled = True
+            logger.warning("cluster %s: the monitor (pid %s) has taken no turn for %.0f s while %d outcome(s) wait: "
+                           "starting no waiting task until it goes on (replaced after %.0f s)", self.owner,
+                           self.monitor.pid, stalled, len(self.unrecorded), self.wedged_after)
+        if stalled <= self.wedged_after or self.state is not RUNNING or not self.monitor.is_alive():
+            return
+        logger.error("cluster %s: the monitor (pid %s) is wedged: no turn for %.0f s while %d outcome(s) wait; "
+                     "its threads' stacks follow (SIGUSR1) unless it is stopped; replacing it, the new one records "
+                     "those outcomes", self.owner, self.monitor.pid, stalled, len(self.unrecorded))
+        if self.monitor.pid is not None:
+            os.kill(self.monitor.pid, signal.SIGUSR1)
+            time.sleep(0.2)  # (once per wedge) the dump is written before the kill
+        processes.kill(self.monitor)
+        self.counts["reincarnations"] += 1
+        connections.close_all()
+        self._spawn_monitor()
+
+    def _halt_if_cut_off(self) -> None:
+        """No heartbeat written for ``halt_after`` seconds (a third of the lease): stop every task
+        that runs here, before other clusters may take it back (``dead_after``, 5 s later; see
+        :meth:`.upkeep.Upkeep.release_dead`), so a cluster merely cut off from the database never
+        runs a job at the same time as another one. Its workers are killed and replaced; each job
+        goes back to the queue once the database answers (a fenced write: only what is still this
+        cluster's), its delivery not counted. Nothing new starts meanwhile (see :meth:`_mind_leases`)."""
+        busy = [slot for slot in self.slots if slot.running]
+        if not busy:
+            return
+        tickets = []
+        for slot in busy:
+            self._take_back_unstarted(slot)  # (prefetch: they wait here, not started: see _mind_leases)
+            processes.kill(slot.process)
+            tickets += [running.ticket for running in slot.running.values()]
+            slot.running.clear()
+            self._replace_worker(slot, crashed=False)
+        self.counts["interrupted"] += len(tickets)
+        silent = self.upkeep.silent_for()
+        logger.error("cluster %s: no heartbeat written for %.0f s (the bookkeeping thread: %s): stopped its %d "
+                     "running task(s) before other clusters may take them over (after %.0f s); they go back to the "
+                     "queue when the database answers", self.owner, silent, self.upkeep.books.describe(), len(tickets),
+                     self.upkeep.dead_after)
+        reservations = [t.reservation for t in tickets]
+        why = f"interrupted: the cluster wrote no heartbeat for {silent:.0f} s (cut off from the database?)"
+        self.upkeep.later(f"returning {len(tickets)} task(s) stopped while cut off",
+                          lambda: self._give_back(reservations, why))
 
     def _enforce_timeout(self, slot: Slot, now: float) -> None:
         """One thread: kill (and replace) the worker when the task it runs is past its timeout."""
@@ -517,14 +649,18 @@ class Sentinel:
         """Every :data:`CANCEL_CHECK_EVERY` seconds while the cluster holds tasks, ask the broker which
         of them were cancelled (:func:`django_taskmq.cancel`), and stop those."""
         now = time.monotonic()
-        if now < self._next_cancel_check or not self._holding():
+        if now < self._next_cancel_check or not self._holding() or self.upkeep.books.pending("cancel check"):
             return
         self._next_cancel_check = now + CANCEL_CHECK_EVERY
         held = self._held()
         found: list[str] = []
-        if self.upkeep.attempt("cancel check", lambda: found.extend(self.broker.cancel_requested(held))):
+
+        def carry_out(worked: bool) -> None:  # in a later turn: what ended meanwhile is passed over
             for job_id in found:
-                self._cancel(job_id, now)
+                self._cancel(job_id, time.monotonic())
+
+        self.upkeep.books.post("cancel check", lambda: self.upkeep.attempt(
+            "cancel check", lambda: found.extend(self.broker.cancel_requested(held))), carry_out, kind="cancel check")
 
     def _cancel(self, job_id: str, now: float) -> None:
         """Stop the task of ``job_id``, whose cancellation was requested.
@@ -585,19 +721,21 @@ class Sentinel:
             if self.paused:
                 self.paused = False
                 if self.leases_lost and self.buffer:
-                    waiting = len(self.buffer)
+                    reservations = self.buffer.take_all()
                     logger.warning("cluster %s: giving back %d unstarted task(s) whose leases may have run out "
-                                   "while the database was away", self.owner, waiting)
-                    self.upkeep.attempt(f"giving back {waiting} unstarted task(s)", self.buffer.give_back)
+                                   "while the database was away", self.owner, len(reservations))
+                    self.upkeep.later(f"giving back {len(reservations)} unstarted task(s)",
+                                      lambda: self._give_back(reservations))
                 self.leases_lost = False
             return
         self.leases_lost = self.leases_lost or standing == lease.MAY_BE_LOST
         if self.paused:
             return
         self.paused = True
-        logger.warning("cluster %s: leases not renewed for %.0f s: starting no waiting task and claiming nothing "
-                       "until the database answers; running tasks go on", self.owner,
-                       time.monotonic() - self.upkeep.renewed_at)
+        logger.warning("cluster %s: leases not renewed for %.0f s (no heartbeat for %.0f s): starting no waiting "
+                       "task and claiming nothing until the database answers; running tasks are stopped %.0f s after "
+                       "the last heartbeat", self.owner, time.monotonic() - self.upkeep.renewed_at,
+                       self.upkeep.silent_for(), self.upkeep.halt_after)
         if self.rules.prefetch:
             for slot in list(self.slots):
                 self._revoke(slot)
@@ -605,7 +743,7 @@ class Sentinel:
     def _dispatch(self) -> None:
         """Feed the workers with room (see :meth:`.feeder.Feeder.feed`); nothing while the leases
         are in doubt (see :meth:`_mind_leases`)."""
-        if self.buffer and not self.paused:
+        if self.buffer and not self.paused and not self.monitor_stalled:
             self.feeder.feed(self.slots)
 
     def _steal(self) -> None:
@@ -683,7 +821,9 @@ class Sentinel:
         logger.info("cluster %s stopping (%s)%s", self.name, self.stop_reason or "asked to",
                     "" if timeout is None else f": running tasks have {timeout:g}s to finish")
         self.upkeep.publish()
-        # 1. The pusher reserves nothing more; a batch it sends meanwhile joins the waiting list.
+        # 1. The pusher reserves nothing more; a batch it sends meanwhile joins the waiting list. The
+        # scheduler process ends once its tick under way is over.
+        processes.terminate(self.ticker)
         if self.pusher_pipe is not None:
             try:
                 self.pusher_pipe.send(Stop())
@@ -693,6 +833,7 @@ class Sentinel:
                 # Woken by its last batch or by its exit, whichever comes first.
                 if self.pusher_pipe in wait([self.pusher_pipe, self.pusher.sentinel], timeout=0.05):
                     self._from_pusher()
+                self.upkeep.settle()
                 self.upkeep.give_up_if_away()
             if self.pusher.is_alive():
                 logger.error("cluster %s: the pusher did not stop in time; killing it", self.name)
@@ -704,10 +845,9 @@ class Sentinel:
             for slot in list(self.slots):
                 self._revoke(slot)
         if self.buffer:
-            waiting = len(self.buffer)
-            if self.upkeep.attempt(f"returning {waiting} unstarted reservation(s) (their leases bring them back)",
-                                   self.buffer.give_back):
-                self.given_back["unstarted"] += waiting
+            reservations = self.buffer.take_all()
+            self.upkeep.later(f"returning {len(reservations)} unstarted reservation(s) (their leases bring them back)",
+                              lambda: self._give_back(reservations), self._counted("unstarted", len(reservations)))
         # 3. Poison pills: idle workers get one now, busy ones after their last task.
         for slot in self.slots:
             slot.retiring = True
@@ -718,10 +858,12 @@ class Sentinel:
         while self.slots and self.signals < 2:
             handles: list[Connection | int] = [s.pipe for s in self.slots]
             handles += [s.process.sentinel for s in self.slots]
+            handles += self.upkeep.wakes
             for handle in wait(handles, timeout=self.settings.guard_interval):
                 finished = next((s for s in self.slots if s.pipe is handle), None)
                 if finished is not None:
                     self._from_worker(finished)
+            self.upkeep.settle()
             self._guard()
             self._check_cancels()
             if _past(deadline):
@@ -744,10 +886,20 @@ class Sentinel:
                 self.results.drain(timeout=0.1)  # the monitor reads on: the rest fits in time
             else:
                 self.monitor.join(timeout=0.1)
+            self.upkeep.settle()
             self.upkeep.stopping()
+        self._end_ticker(deadline)
+        self.upkeep.finish(STOP_MARGIN)  # the give-backs posted above, so that the line counts them
         self.state = ClusterState.STOPPED
         logger.info("cluster %s stopped: %s; gave back %d unstarted and %d interrupted task(s), uncounted",
                     self.name, self._tally(), self.given_back["unstarted"], self.given_back["interrupted"])
+
+    def _counted(self, kind: str, count: int) -> Callable[[bool], None]:
+        """The ``then`` of a give-back posted to the bookkeeping thread: count it once it worked."""
+        def then(worked: bool) -> None:
+            if worked:
+                self.given_back[kind] += count
+        return then
 
     def _hard_stop(self, headline: str, give_back: bool = True) -> None:
         """A second stop request, or a burst that gave up on the database: kill every process now,
@@ -777,13 +929,30 @@ class Sentinel:
         level = logging.WARNING if give_back else logging.ERROR
         if not held:
             logger.log(level, "%s: processes killed; no task was running or waiting", headline)
-        elif give_back and self.upkeep.attempt(f"returning {len(held)} task(s) of a hard stop", returned):
+            return
+        told: list[bool] = []
+        if give_back:
+            # In the bookkeeping thread like every statement, waited for at most STOP_MARGIN.
+            self.upkeep.later(f"returning {len(held)} task(s) of a hard stop", returned, told.append)
+            self.upkeep.finish(STOP_MARGIN)
+        if told and told[0]:
             logger.log(level, "%s: processes killed; %d running task(s) interrupted and %d unstarted given back "
                        "to the queue, uncounted", headline, counts["running"], counts["unstarted"])
         else:
             logger.log(level, "%s: processes killed; %d running and %d unstarted task(s) not given back: their "
                        "leases bring them back within %gs, a delivery counted", headline, len(running),
                        len(unstarted), self.settings.lease)
+
+    def _end_ticker(self, deadline: float | None) -> None:
+        """Wait for the scheduler process to finish its tick (it was asked to end), at most until
+        ``deadline`` plus :data:`STOP_MARGIN`; then kill it (a tick commits all it did or nothing)."""
+        while self.ticker.is_alive() and self.signals < 2 and not _past(deadline, STOP_MARGIN):
+            self.ticker.join(timeout=0.1)
+            if deadline is None and self.ticker.is_alive():
+                deadline = time.monotonic()  # no stop_timeout: it still gets the margin
+        if self.ticker.is_alive():
+            logger.error("cluster %s: the scheduler process did not end in time; killing it", self.owner)
+            processes.kill(self.ticker)
 
     def _halt_running(self) -> None:
         """``stop_timeout`` is over: interrupt what still runs and put it back in the queue uncounted.
@@ -827,21 +996,23 @@ class Sentinel:
                            ticket.reservation.job_id, timeout)
         self.counts["interrupted"] += len(tickets)
         reservations = [t.reservation for t in tickets]
-        if self.upkeep.attempt(f"returning {len(tickets)} interrupted task(s) (their leases bring them back)",
-                               lambda: self._give_back(reservations, INTERRUPTED_BY_STOP.format(timeout))):
-            self.given_back["interrupted"] += len(tickets)
+        self.upkeep.later(f"returning {len(tickets)} interrupted task(s) (their leases bring them back)",
+                          lambda: self._give_back(reservations, INTERRUPTED_BY_STOP.format(timeout)),
+                          self._counted("interrupted", len(tickets)))
 
     def _give_back(self, reservations: list, interrupted_by: str | None = None) -> int:
         """Return reservations to the broker (unstarted, or interrupted saying why): the cluster's
-        own bookkeeping (see :meth:`Broker.bookkeeping`)."""
+        own bookkeeping (see :meth:`Broker.bookkeeping`), in the bookkeeping thread."""
         with self.broker.bookkeeping():
             if interrupted_by is None:
-                return self.broker.defer_many(reservations)
+                returned = self.broker.defer_many(reservations)
+                logger.info("returned %d unstarted reservation(s) to the broker", returned)
+                return returned
             return self.broker.return_interrupted(reservations, interrupted_by)
 
     def kill_all(self) -> None:
         """Kill every child at once (the hard stop: what they held comes back with its lease)."""
-        for process in [self.pusher, self.monitor, *(s.process for s in self.slots)]:
+        for process in [self.pusher, self.monitor, self.ticker, *(s.process for s in self.slots)]:
             processes.kill(process)
         if self.results is not None:
             # The monitor is gone: outcomes still pending for it are dropped (their leases bring

@@ -24,3 +24,24 @@ def standing(since_renewal: float, lease: float, failing: bool) -> str:
     if not failing or since_renewal <= lease / 2:
         return HELD
     return IN_DOUBT if since_renewal <= lease else MAY_BE_LOST
+
+
+def halt_after(lease: float, beat_every: float) -> float:
+    """Seconds without a heartbeat written (one every ``beat_every`` s) after which a cluster stops
+    the tasks it runs (and starts nothing): a third of the lease, so it has stopped before the
+    others may take them (:func:`dead_after`), and at least three heartbeats, so a heartbeat that is
+    merely slow stops nothing."""
+    return max(lease / 3.0, 3.0 * beat_every)
+
+
+def dead_after(lease: float, beat_every: float) -> float:
+    """Seconds of heartbeat silence after which the other clusters treat a cluster as dead and take
+    its running jobs back: :func:`halt_after` plus two heartbeats and a second (a cluster cut off
+    has stopped what it ran by then; a heartbeat late by one interval is no silence)."""
+    return halt_after(lease, beat_every) + 2.0 * beat_every + 1.0
+
+
+def held_for(lease: float, beat_every: float) -> float:
+    """Seconds of heartbeat silence after which nothing a cluster leased can still be held: its
+    last renewal came at most a heartbeat after its last beat, and a lease lasts ``lease``."""
+    return lease + 2.0 * beat_every + 1.0

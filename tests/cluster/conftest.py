@@ -239,9 +239,11 @@ class Harness:
                         timeout=timeout, alive=alive)
 
     def wait_pool(self, qc: QCluster, workers: int, timeout: float = 60.0) -> list[int]:
-        """Wait until the sentinel has ``workers`` + 2 live children (workers, pusher, monitor)."""
-        return self.wait_until(lambda: len(qc.children()) == workers + 2 and qc.children(),
-                               lambda: f"{workers} workers + pusher + monitor; children now {qc.children()}",
+        """Wait until the sentinel has ``workers`` + 3 live children (workers, pusher, monitor, scheduler
+        process; a burst has no scheduler process: + 2)."""
+        helpers = 2 if "--burst" in qc.args else 3
+        return self.wait_until(lambda: len(qc.children()) == workers + helpers and qc.children(),
+                               lambda: f"{workers} workers + pusher + monitor (+ scheduler); children now {qc.children()}",
                                timeout=timeout, alive=[qc])
 
 

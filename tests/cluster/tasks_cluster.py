@@ -270,3 +270,18 @@ def notices_cancel(seconds: float) -> str:
         time.sleep(0.02)
     log("end:notices")
     return "noticed"
+
+
+def stubborn(seconds: float) -> str:
+    """Log ``start:stubborn``; run ``seconds`` in short sleeps without looking at a cancellation; log
+    ``interrupted:stubborn`` when the cluster's interruption lands (then let it end the task)."""
+    log(f"start:stubborn {os.getpid()}")
+    deadline = time.monotonic() + seconds
+    try:
+        while time.monotonic() < deadline:
+            time.sleep(0.05)
+    except BaseException as exc:
+        log(f"interrupted:stubborn {type(exc).__name__}")
+        raise
+    log("end:stubborn")
+    return "not interrupted"

@@ -89,7 +89,7 @@ def test_sigkill_of_the_whole_cluster_loses_no_job(cluster):
     cluster.wait_until(lambda: sum(1 for _, t in cluster.log() if t.startswith("end:")) >= 20,
                        "the first cluster to finish 20 jobs", alive=[first])
     tree = first.tree()
-    assert len(tree) == 1 + 2 + 2, f"sentinel, pusher, monitor and 2 workers expected: {tree}"
+    assert len(tree) == 1 + 3 + 2, f"sentinel, pusher, monitor, scheduler process and 2 workers expected: {tree}"
     first.kill_all()
     assert not any(is_alive(p) for p in tree), "a process of the killed cluster survived"
     # A statement the killed cluster sent just before (an ack and its commit) still ends on a
@@ -200,16 +200,17 @@ def started_at(pid: int) -> int:
 
 
 def test_a_killed_pusher_and_monitor_are_replaced_and_work_goes_on(cluster):
-    """SIGKILL of the pusher and the monitor of an idle cluster (the sentinel spawns the pusher
-    first, then the workers, then the monitor): new ones are spawned, the workers are left alone,
-    and the jobs enqueued afterwards each run once."""
+    """SIGKILL of the pusher, the monitor and the scheduler process of an idle cluster (the
+    sentinel spawns the pusher first, then the workers, then the monitor and the scheduler
+    process): new ones are spawned, the workers are left alone, and the jobs enqueued afterwards
+    each run once."""
     qc = cluster.start("-w", "2")
     children = sorted(cluster.wait_pool(qc, 2), key=lambda pid: (started_at(pid), pid))
-    helpers, workers = [children[0], children[-1]], children[1:-1]
+    helpers, workers = [children[0], *children[-2:]], children[1:-2]
     for pid in helpers:
         os.kill(pid, signal.SIGKILL)
-    cluster.wait_until(lambda: len(qc.children()) == 4 and not set(helpers) & set(qc.children()),
-                       lambda: f"4 children, none of {helpers}; now {qc.children()}", alive=[qc])
+    cluster.wait_until(lambda: len(qc.children()) == 5 and not set(helpers) & set(qc.children()),
+                       lambda: f"5 children, none of {helpers}; now {qc.children()}", alive=[qc])
     assert set(workers) <= set(qc.children())
     ids = enqueue_many(f"{TASKS}.slow", [(f"a{i}", 0) for i in range(50)])
     cluster.wait_final(ids, alive=[qc])
@@ -218,4 +219,59 @@ def test_a_killed_pusher_and_monitor_are_replaced_and_work_goes_on(cluster):
 
     assert job_states(ids) == {"SUCCEEDED": 50}
     assert collections.Counter(j for j, tag in cluster.log() if tag.startswith("start:")) == dict.fromkeys(ids, 1)
-    assert "pusher died" in output and "monitor died" in output
+    assert "pusher died" in output and "monitor died" in output and "scheduler process died" in output
+
+
+def test_a_cluster_killed_whole_comes_back_at_once_on_its_host(cluster):
+    """SIGKILL of a cluster's whole process group while two jobs run, then a new cluster on the
+    same host: the dead cluster's heartbeat row names this host and a pid that is gone, so the new
+    one gives its reservations back at once (not a lease later); each job runs again once."""
+    gate = cluster.gate("rerun")
+    ids = [async_task(f"{TASKS}.gated", f"held{i}", gate) for i in range(2)]
+    first = cluster.start("-w", "2")
+    cluster.wait_until(lambda: sum(1 for _, t in cluster.log() if t.startswith("start:held")) == 2,
+                       "both jobs to start", alive=[first])
+    cluster.wait_until(lambda: Cluster.objects.filter(pid=first.pid).exists(), "its first heartbeat", alive=[first])
+    tree = first.tree()
+    first.kill_all()
+    assert not any(is_alive(p) for p in tree)
+    held = jobs(ids)
+    assert {job.state for job in held.values()} == {"RUNNING"}
+    leases_end = min(job.lease_until for job in held.values())
+    cluster.open(gate)  # the second runs end at once
+
+    second = cluster.start("-w", "2")
+    cluster.wait_final(ids, alive=[second])
+
+    after = jobs(ids)
+    assert {job.state for job in after.values()} == {"SUCCEEDED"}
+    assert {job.deliveries for job in after.values()} == {2}, "the killed run counts as a delivery"
+    # Taken back before the dead cluster's leases ran out: they did not wait for them.
+    assert max(job.finished_at.timestamp() for job in after.values()) < leases_end, second.output()
+    assert starts(cluster.log()) == dict.fromkeys(ids, 2), cluster.log()
+    assert f"held by dead cluster(s) {Cluster.objects.get(pid=first.pid).id} (gone from this host" in second.output()
+    stop(cluster, second)
+
+
+def test_a_wedged_monitor_is_noticed_and_replaced_and_every_job_recorded_once(cluster):
+    """A monitor that takes no turn while outcomes wait for it (stopped: SIGSTOP, as one waiting for
+    ever on a connection would be): after a sixth of the lease the cluster starts no waiting task,
+    after a third it replaces the monitor, and the new one records what the old one held; every job
+    runs once and is recorded once."""
+    cluster.configure(lease=12)  # no new starts after 2 s without a turn, replaced after 4 s
+    qc = cluster.start("-w", "2")
+    children = sorted(cluster.wait_pool(qc, 2), key=lambda pid: (started_at(pid), pid))
+    monitor = children[-2]  # pusher, workers, monitor, scheduler process
+    os.kill(monitor, signal.SIGSTOP)
+    ids = enqueue_many(f"{TASKS}.slow", [(f"w{i}", 0.05) for i in range(30)])
+    cluster.wait_until(lambda: f"the monitor (pid {monitor}) is wedged" in qc.output(),
+                       lambda: f"the cluster to notice the wedged monitor:\n{qc.output()}", alive=[qc])
+    cluster.wait_final(ids, alive=[qc])
+
+    assert job_states(ids) == {"SUCCEEDED": 30}
+    assert starts(cluster.log()) == dict.fromkeys(ids, 1), "a job ran twice"
+    assert {job.deliveries for job in jobs(ids).values()} == {1}
+    output = qc.output()
+    assert output.index(f"the monitor (pid {monitor}) has taken no turn for") < output.index("is wedged")
+    assert not is_alive(monitor)
+    stop(cluster, qc)

@@ -37,6 +37,18 @@ def make(limit: int = 50, workers: int = 2, max_yields: int = 100,
     return Buffer(broker, limit, workers, failed=failures), broker, failures
 
 
+def add(buffer: Buffer, tasks) -> int:
+    """Add a batch and yield its overflow as the sentinel does (it runs ``yield_back`` in its
+    bookkeeping thread, ``keep`` in its guard loop); return how many yielded."""
+    yielded = 0
+    leaving = buffer.add(tasks)
+    while leaving:
+        count, kept = buffer.yield_back(leaving)
+        yielded += count
+        leaving = buffer.keep(kept)
+    return yielded
+
+
 def reserve(broker: MemoryBroker, *names: str) -> dict[str, Ticket]:
     """Reserve one job per name (enqueued first unless it exists); a name ends with its priority ("b5", "f-3")."""
     known = broker.jobs(names)
@@ -63,8 +75,8 @@ def delivery(broker: MemoryBroker, name: str) -> tuple[JobState, int, int, bool]
 def test_waiting_tasks_are_ordered_by_priority_then_arrival():
     buffer, broker, _ = make()
     t = reserve(broker, "a0", "b5", "c0", "d9", "e5", "f-3")
-    assert buffer.add([t["a0"], t["b5"], t["c0"]]) == 0
-    assert buffer.add([t["d9"], t["e5"], t["f-3"]]) == 0
+    assert add(buffer, [t["a0"], t["b5"], t["c0"]]) == 0
+    assert add(buffer, [t["d9"], t["e5"], t["f-3"]]) == 0
     assert waiting(buffer) == ["d9", "b5", "e5", "a0", "c0", "f-3"]
     assert len(buffer) == 6
 
@@ -73,8 +85,8 @@ def test_take_removes_the_most_urgent_tasks_first():
     """take(n) returns the head of the list and removes it; nothing waiting: nothing taken."""
     buffer, broker, _ = make()
     t = reserve(broker, "a0", "b5", "c0", "d9")
-    buffer.add([t["a0"], t["b5"]])
-    buffer.add([t["c0"], t["d9"]])
+    add(buffer, [t["a0"], t["b5"]])
+    add(buffer, [t["c0"], t["d9"]])
     assert buffer.most_urgent() == 9
 
     assert [task.reservation.job_id for task in buffer.take(3)] == ["d9", "b5", "a0"]
@@ -87,7 +99,7 @@ def test_a_task_put_back_waits_behind_the_others_of_its_priority():
     """What could not be sent (or came back unstarted) waits again, behind its equals, still held."""
     buffer, broker, _ = make()
     t = reserve(broker, "u9", "a5", "b5", "n0")
-    buffer.add([t["a5"], t["u9"], t["b5"], t["n0"]])
+    add(buffer, [t["a5"], t["u9"], t["b5"], t["n0"]])
 
     taken = buffer.take(2)
     assert [task.reservation.job_id for task in taken] == ["u9", "a5"]
@@ -101,8 +113,8 @@ def test_overflow_yields_the_least_urgent_back_to_the_broker():
     buffer, broker, failures = make(limit=2)
     t = reserve(broker, "a5", "b0", "c9", "d0", "e5")
 
-    assert buffer.add([t["a5"], t["b0"]]) == 0
-    assert buffer.add([t["c9"], t["d0"], t["e5"]]) == 3
+    assert add(buffer, [t["a5"], t["b0"]]) == 0
+    assert add(buffer, [t["c9"], t["d0"], t["e5"]]) == 3
 
     assert waiting(buffer) == ["c9", "a5"]
     assert {n: delivery(broker, n) for n in t} == {
@@ -124,7 +136,7 @@ def test_a_job_at_max_yields_keeps_its_place_and_the_next_least_urgent_goes_inst
     assert broker.yield_reservation(old.reservation) is True  # its one yield
     t = reserve(broker, "old0", "x0", "new5")
 
-    assert buffer.add([t["old0"], t["x0"], t["new5"]]) == 1
+    assert add(buffer, [t["old0"], t["x0"], t["new5"]]) == 1
 
     assert waiting(buffer) == ["new5", "old0"]  # above the limit: old0 cannot yield again
     assert delivery(broker, "old0") == (JobState.RUNNING, 1, 1, True)
@@ -139,7 +151,7 @@ def test_a_failed_yield_keeps_the_task_and_is_reported():
     buffer, broker, failures = make(limit=1, broker_class=Away)
     t = reserve(broker, "a0", "b9")
 
-    assert buffer.add([t["a0"], t["b9"]]) == 0
+    assert add(buffer, [t["a0"], t["b9"]]) == 0
 
     assert waiting(buffer) == ["b9", "a0"]
     assert [(what, type(exc)) for what, exc in failures.calls] == [("yield of job a0", OperationalError)]
@@ -159,16 +171,16 @@ def test_what_to_ask_the_pusher_for(waiting_names, busy, want):
     buffer, broker, _ = make(limit=6, workers=4)
     if waiting_names:
         t = reserve(broker, *waiting_names)
-        buffer.add(t[n] for n in waiting_names)
+        add(buffer, [t[n] for n in waiting_names])
     assert buffer.want(busy) == want
 
 
-def test_give_back_returns_every_waiting_task_without_a_delivery_counted():
+def test_take_all_empties_the_list_and_the_reservations_go_back_without_a_delivery_counted():
     buffer, broker, _ = make()
     t = reserve(broker, "a0", "b5")
-    buffer.add(t.values())
+    add(buffer, t.values())
 
-    assert buffer.give_back() == 2
+    assert broker.defer_many(buffer.take_all()) == 2
 
     assert waiting(buffer) == []
     assert delivery(broker, "a0") == (JobState.QUEUED, 0, 0, False)
@@ -180,8 +192,8 @@ def test_the_waiting_tasks_of_paused_queues_go_back_uncounted():
     broker.enqueue({"id": "x0", "payload": "x", "queue": "a"})
     broker.enqueue({"id": "y0", "payload": "y", "queue": "default"})
     reservations = broker.reserve(["a", "default"], 2, 300, OWNER)
-    buffer.add(Ticket(r, None, r.job_id.encode()) for r in reservations)
-    assert buffer.give_back_queues(frozenset({"a"})) == 1
+    add(buffer, [Ticket(r, None, r.job_id.encode()) for r in reservations])
+    assert broker.defer_many(buffer.take_queues(frozenset({"a"}))) == 1
     assert waiting(buffer) == ["y0"]
     assert delivery(broker, "x0") == (JobState.QUEUED, 0, 0, False)  # back, its delivery given back
-    assert buffer.give_back_queues(frozenset({"a"})) == 0
+    assert buffer.take_queues(frozenset({"a"})) == []

@@ -91,11 +91,30 @@ def test_recovery_is_one_line_with_the_count_and_resets(log, caplog, clock):
     assert log.down_for() == pytest.approx(9.4)
     assert log.succeeded() == "pusher: database is back after 8 failure(s) in 9 s"
     assert not log.failing and log.down_for() == 0.0 and log.failures == 0
-    # Further successes say nothing; the next failure starts a new outage with a full line.
+    # Further successes say nothing; the next failure, once the rate allows, starts a new outage
+    # with a full line.
     assert log.succeeded() is None
-    clock.now += 1
+    clock.now += 5
     assert log.failed("claim", refused()).startswith("pusher: claim: OperationalError")
     assert log.failures == 1
+
+
+def test_a_reconnect_storm_is_summarised_not_logged_per_reconnect(log, caplog, clock):
+    """Sessions ended twice a second for 30 s (pg_terminate_backend): the first outage is told, and
+    its end; the outages after it are not, one by one; the first success once the rate allows says
+    how many there were. At most one line per interval, plus the first outage's end."""
+    for _ in range(60):
+        log.failed("claim", refused())
+        clock.now += 0.25
+        log.succeeded()
+        clock.now += 0.25
+    lines = [r.getMessage() for r in caplog.records]
+    assert lines[0].startswith("pusher: claim: OperationalError") and lines[1].startswith("pusher: database is back")
+    assert len(lines) <= 2 + 30 / 5, lines
+    assert lines[-1] == "pusher: database is back after 10 outage(s), 10 failure(s) in 5 s", lines
+    clock.now += 10  # the storm is over: the next success tells the outages since the last line
+    assert log.succeeded() == "pusher: database is back after 9 outage(s), 9 failure(s) in 4 s"
+    assert log.succeeded() is None and not log.failing
 
 
 def test_successes_without_failures_log_nothing(log, caplog):

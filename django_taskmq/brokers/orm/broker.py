@@ -1292,6 +1292,30 @@ class OrmBroker(Broker):
         beat = RawSQL(*self.clock.stamp(self.connection), output_field=Cluster._meta.get_field("beat_at"))
         Cluster.objects.using(self.alias).update_or_create(id=cluster_id, defaults={**fields, "beat_at": beat})
 
+    def silent_clusters(self, host: str | None, longer_than: float, shorter_than: float) -> list[tuple[str, int]]:
+        field = Cluster._meta.get_field("beat_at")
+        before = RawSQL(*self.clock.stamp(self.connection, -longer_than), output_field=field)
+        after = RawSQL(*self.clock.stamp(self.connection, -shorter_than), output_field=field)
+        rows = Cluster.objects.using(self.alias).filter(beat_at__lt=before, beat_at__gt=after).exclude(state="stopped")
+        if host is not None:
+            rows = rows.filter(host=host)
+        return list(rows.values_list("id", "pid"))
+
+    def expire_leases(self, owners: Sequence[str]) -> int:
+        """See :meth:`Broker.expire_leases`: the lease ends at the clock's time now (the sweep takes
+        what ended before its own now)."""
+        now, now_args = self.clock.at()
+        expired = 0
+        with self.connection.cursor() as cursor:
+            for part in chunks(list(owners)):
+                cursor.execute(
+                    f"UPDATE {JOB} SET lease_until = {now}{self._no_flush_from()} WHERE state = {RUNNING} "
+                    f"AND lease_owner IN ({marks(len(part))}) AND lease_until > {now}",
+                    [*now_args, *part, *now_args],
+                )
+                expired += cursor.rowcount
+        return expired
+
     def due_schedules(self, now: datetime.datetime, limit: int = 100) -> list[Schedule]:
         return list(
             Schedule.objects.using(self.alias).select_for_update(skip_locked=True)
