@@ -32,8 +32,9 @@ TASK_OPTIONS = ("queue", "priority", "retry", "timeout", "max_deliveries", "ack_
 CALL_OPTIONS = (*TASK_OPTIONS, "key", "delay", "eta", "expires_at", "group", "task_name", "sync", "cached", "save",
                 "unique_key", "unique_for", "unique_replace")
 # "chain" is built with Chain, "workflow" (its id) by Workflow; "django_priority" is the Django task's own priority (-100..100),
-# which the django.tasks backend stores in the package so that TaskResult reports it.
-OPTIONS = frozenset({*CALL_OPTIONS, "chain", "django_priority", "workflow"})
+# which the django.tasks backend stores in the package so that TaskResult reports it, as it does
+# "django_run_after" (the task's run_after, ISO 8601: exact, where epoch seconds lose a microsecond).
+OPTIONS = frozenset({*CALL_OPTIONS, "chain", "django_priority", "django_run_after", "workflow"})
 
 
 def func_path(func: Any, what: str = "func") -> str:
@@ -133,6 +134,8 @@ def validate_options(options: dict[str, Any], settings: Settings | None = None) 
         value = out["django_priority"]
         if isinstance(value, bool) or not isinstance(value, int) or not -100 <= value <= 100:
             raise ConfigError(f"django_priority must be an integer in -100..100, got {value!r}")
+    if out.get("django_run_after") is not None and not isinstance(out["django_run_after"], str):
+        raise ConfigError(f"django_run_after must be an ISO 8601 string, got {out['django_run_after']!r}")
     if out.get("key") is not None and (not isinstance(out["key"], str) or not 0 < len(out["key"]) <= 255):
         raise ConfigError(f"key must be a string of 1..255 characters, got {out['key']!r}")
     unique = parse_unique(out.get("unique_key"), out.get("unique_for"), out.get("unique_replace"), ConfigError)
@@ -234,6 +237,7 @@ class JobTemplate:
             "chain": options.get("chain"),
             "workflow": options.get("workflow"),  # the workflow's id: the recorder counts the step's end
             "django_priority": options.get("django_priority"),
+            "django_run_after": options.get("django_run_after"),
             # The recorder caches the result (seconds, or True: no expiry) and, with save=False,
             # stores none in the job; absent by default, so a plain job costs nothing more.
             "cached": (settings.cached if options.get("cached") is None else options["cached"]) or None,
