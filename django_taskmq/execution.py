@@ -54,6 +54,11 @@ class CoroutineWatch(Protocol):
         """In the event loop's thread: the coroutine starts, as ``task`` of ``loop``."""
 
 
+#: Sync mode's list of the exceptions its task raised (None elsewhere): the caller records the
+#: outcome while the exception is current, and re-raises a KeyboardInterrupt, as Django's
+#: ImmediateBackend does.
+raised: contextvars.ContextVar[list[BaseException] | None] = contextvars.ContextVar("taskmq_raised", default=None)
+
 #: The watch of the task the calling thread runs (set by a worker: see cluster.interrupts).
 coroutine_watch: contextvars.ContextVar[CoroutineWatch | None] = \
     contextvars.ContextVar("taskmq_coroutine_watch", default=None)
@@ -142,6 +147,9 @@ def _execute(message: TaskMessage) -> Outcome:
         cancelled = isinstance(exc, asyncio.CancelledError) and cancel_requested()
         if not cancelled:  # held: reported once the outcome has left (reporting.deliver)
             reporting.failed(exc, message.reservation, envelope)
+            kept = raised.get()
+            if kept is not None:
+                kept.append(exc)
         return _outcome(message, CANCELLED if cancelled else FAILURE, started, exc)
     finally:
         joblog.running.reset(running)
@@ -217,7 +225,23 @@ def seal(outcome: Outcome, settings: Any) -> Outcome:
     if outcome.status != SUCCESS or outcome.result is None:
         return outcome
     try:
-        package = seal_result(outcome.result, settings.name, settings.compress, settings.max_result_size)
-    except ValueError as exc:
-        return outcome._replace(status=UNSTORABLE, result=None, error=str(exc), traceback="")
+        value = outcome.result
+        if outcome.envelope is not None and is_django_task(resolve(outcome.envelope.func)):
+            value = _django_json(value)  # Django's contract: a task returns JSON, normalised as Django does
+        package = seal_result(value, settings.name, settings.compress, settings.max_result_size)
+    except (TypeError, ValueError) as exc:
+        # The error names the class of the cause (the pickler's own error, or Django's TypeError:
+        # Unsupported type) and the traceback is the cause's, as a task's own failure would be.
+        cause = exc.__cause__ or exc
+        name = describe(cause).split(":", 1)[0]
+        return outcome._replace(status=UNSTORABLE, result=None, error=clip_head(f"{name}: {_message(exc)}"),
+                                traceback=clip_tail("".join(tb.format_exception(cause))))
     return outcome._replace(result=package)
+
+
+def _django_json(value: Any) -> Any:
+    try:  # Django 6.0+
+        from django.utils.json import normalize_json
+    except ImportError:  # the django-tasks backport
+        from django_tasks.utils import normalize_json
+    return normalize_json(value)

@@ -11,10 +11,12 @@ from .conf import Settings
 from .exceptions import BadPackage
 
 
-def run(job_id: str, broker: Broker, settings: Settings, enqueue: Callable[..., str]) -> None:
+def run(job_id: str, broker: Broker, settings: Settings, enqueue: Callable[..., str], reraise: bool = False) -> None:
     """Reserve ``job_id`` if it is ready, run it here and record its outcome.
 
-    ``enqueue`` queues a chain's next link (``async_task``).
+    ``enqueue`` queues a chain's next link (``async_task``). What the task raised is current while
+    the outcome is recorded; a ``KeyboardInterrupt`` is raised again once it is recorded (as Django's
+    ImmediateBackend lets it through), and with ``reraise`` every exception is (django-q2's sync).
     """
     reservation = broker.reserve_job(job_id, settings.lease, owner="sync")
     if reservation is None:
@@ -24,5 +26,23 @@ def run(job_id: str, broker: Broker, settings: Settings, enqueue: Callable[..., 
     except BadPackage as exc:
         broker.dead_letter_package(reservation, str(exc))
         return
-    recorder.record([execution.seal(execution.execute(message), settings)], broker, settings, enqueue)
-    reporting.deliver()
+    kept: list[BaseException] = []
+    token = execution.raised.set(kept)
+    try:
+        outcome = execution.seal(execution.execute(message), settings)
+    finally:
+        execution.raised.reset(token)
+    try:
+        if not kept:
+            recorder.record([outcome], broker, settings, enqueue)
+            return
+        try:
+            raise kept[0]
+        except BaseException:
+            # Recorded where the exception is current: a receiver of post_execute (Django's
+            # task_finished, which logs with logger.exception) sees it, as in Django's ImmediateBackend.
+            recorder.record([outcome], broker, settings, enqueue)
+            if reraise or isinstance(kept[0], KeyboardInterrupt):
+                raise
+    finally:
+        reporting.deliver()
