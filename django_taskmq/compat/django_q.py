@@ -163,7 +163,15 @@ def async_task(func: Any, *args: Any, **kwargs: Any) -> str:
     settings = get_settings()
     options, rest, fn_kwargs = _split(kwargs)
     ours = _ours(options, rest, settings)
-    return api.async_task(func, *args, q_options=_shadow(fn_kwargs, ours), **fn_kwargs)
+    if ours.get("sync") is not True:
+        return api.async_task(func, *args, q_options=_shadow(fn_kwargs, ours), **fn_kwargs)
+    # As django-q2's sync=True: run here and raise what the task raised. The failure is final (no
+    # cluster is meant to retry it) unless ack_failure says otherwise. (TASKMQ['sync'] runs jobs
+    # inline and records their failures without raising: a test suite's setting, see docs/django_q2.rst.)
+    ours = {"ack_failure": True, **ours, "sync": False}
+    job_id = api.async_task(func, *args, q_options=_shadow(fn_kwargs, ours), **fn_kwargs)
+    api.run_sync(job_id, reraise=True)
+    return job_id
 
 
 def async_chain(chain: list, group: str | None = None, cached: Any = None, sync: Any = None,

@@ -19,6 +19,7 @@ from django.utils import timezone
 
 from django_taskmq.exceptions import ConfigError
 from django_taskmq.models import Job, State
+from tests.tasks import TaskFailed
 
 DOCS = Path(__file__).resolve().parent.parent / "django_q_docs"
 
@@ -139,8 +140,11 @@ def test_synchronous_testing(docs):
     with pytest.raises(ConfigError, match="'my.buggy.code' cannot be imported"):
         async_task('my.buggy.code', sync=True)
 
-    # create a synchronous task
-    task_id = async_task('tests.tasks.fail', 'buggy', sync=True, ack_failure=True)
+    # create a synchronous task: as django-q2's worker does in sync mode, what the task raised is
+    # raised here (django-q2's docs example leaves that out), once its failure is recorded
+    with pytest.raises(TaskFailed, match="buggy"):
+        async_task('tests.tasks.fail', 'buggy', sync=True, ack_failure=True)
+    task_id = Job.objects.get(func='tests.tasks.fail').id
 
     # the task will then be available immediately
     task = fetch(task_id)
@@ -408,3 +412,16 @@ def test_cluster_is_a_queue(docs, taskmq_settings):
     assert Job.objects.get(pk=async_task('math.floor', 1, cluster='tests')).queue == "default"  # TASKMQ['name']
     with pytest.raises(ConfigError, match="cluster 'nowhere' is a queue here"):
         async_task('math.floor', 1, cluster='nowhere')
+
+
+@pytest.mark.django_db
+def test_sync_true_raises_what_the_task_raised_and_the_job_ends_failed():
+    """django-q2's worker re-raises in a sync task; the failure is recorded as final, not left for a cluster."""
+    from django_taskmq.compat.django_q import async_task, fetch
+
+    with pytest.raises(TaskFailed, match="in sync"):
+        async_task("tests.tasks.fail", "in sync", sync=True)
+    job = Job.objects.get()
+    assert (job.state, job.error) == (State.FAILED, "tests.tasks.TaskFailed: in sync")
+    assert fetch(job.id).success is False
+    assert async_task("tests.tasks.add", 2, 3, sync=True) and Job.objects.get(func="tests.tasks.add").result == 5
