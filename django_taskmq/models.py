@@ -357,6 +357,17 @@ class Schedule(models.Model):
         if errors:
             raise ValidationError(errors)
 
+    def save(self, *args: Any, **kwargs: Any) -> None:
+        """Save; a new cron schedule gets its ``next_run`` from its expression, as django-q2's does
+        (one created with :func:`~django_taskmq.schedule` keeps a ``next_run`` given there)."""
+        if self._state.adding and self.schedule_type == self.CRON and self.cron:
+            try:
+                self.next_run = cron_policy.next_after(ScheduleType.CRON, timezone.now(), cron=self.cron,
+                                                       tz=self.zone()) or self.next_run
+            except (ConfigError, ValueError):
+                pass  # a broken expression is the scheduler's to report: it disables the schedule
+        super().save(*args, **kwargs)
+
     class Meta:
         verbose_name = _("schedule")
         verbose_name_plural = _("schedules")

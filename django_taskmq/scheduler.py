@@ -86,13 +86,17 @@ def save_schedule(func: Any, args: Sequence[Any] = (), kwargs: dict[str, Any] | 
     with broker.atomic(write=True):
         if not replace and Schedule.objects.using(settings.database).filter(name=name).exists():
             raise ConfigError(f"a schedule named {name!r} exists already")
-        obj, _ = Schedule.objects.using(settings.database).update_or_create(
+        obj, created = Schedule.objects.using(settings.database).update_or_create(
             name=name,
             defaults=dict(func=path, args=list(args), kwargs=kwargs, schedule_type=kind.value, minutes=minutes,
                           cron=cron, repeats=repeats, next_run=next_run or broker_now(), queue=queue,
                           priority=priority, catch_up=catch_up, hook=hook, intended_date_kwarg=intended_date_kwarg,
                           options=options, tz=tz or ""),
         )
+        if created and kind is cron_policy.ScheduleType.CRON and next_run is not None:
+            # Schedule.save() gave the new row the expression's next run; the caller named its own.
+            Schedule.objects.using(settings.database).filter(pk=obj.pk).update(next_run=next_run)
+            obj.next_run = next_run
     return obj
 
 

@@ -79,3 +79,25 @@ def test_a_paused_schedule_does_not_fire_until_resumed(broker):
     assert tick() == [] and not Job.objects.exists()
     Schedule.objects.filter(name="p").update(paused=False)
     assert len(tick()) == 1
+
+
+def test_a_cron_schedule_created_through_the_orm_gets_its_next_run_from_its_expression(broker):
+    """As django-q2's Schedule.save() does: not the field's default (now), which would fire at once."""
+    before = timezone.now()
+    item = Schedule.objects.create(name="nightly", func="tests.tasks.noop", schedule_type=Schedule.CRON,
+                                   cron="30 3 * * *")
+    item.refresh_from_db()
+    assert item.next_run > before
+    local = timezone.localtime(item.next_run)  # the project's TIME_ZONE, the schedule's without tz
+    assert (local.hour, local.minute, local.second) == (3, 30, 0)
+    assert item.next_run - before <= datetime.timedelta(days=1)
+    assert tick() == []
+    # A next_run given to schedule() is kept; an edit of an existing schedule does not move it.
+    given = timezone.now() + datetime.timedelta(minutes=7)
+    kept = schedule("tests.tasks.noop", name="given", schedule_type=Schedule.CRON, cron="30 3 * * *",
+                    next_run=given)
+    assert kept.next_run == given and Schedule.objects.get(name="given").next_run == given
+    item.cron = "0 4 * * *"
+    item.save()
+    item.refresh_from_db()
+    assert timezone.localtime(item.next_run).hour == 3
