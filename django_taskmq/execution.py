@@ -16,6 +16,7 @@ from typing import Any, NamedTuple, Protocol
 from asgiref.sync import async_to_sync
 
 from . import joblog, reporting
+from .binding import bind, path_signature
 from .brokers.base import Reservation
 from .conf import get_settings
 from .envelope import Envelope
@@ -125,6 +126,14 @@ def _execute(message: TaskMessage) -> Outcome:
         outcome = _outcome(message, REJECT, started, exc)
         reporting.failed(exc, message.reservation, envelope, retried=False)
         return outcome._replace(error=clip_head(f"cannot import {envelope.func}: {outcome.error}"))
+    try:
+        bind(path_signature(envelope.func), envelope.args, envelope.kwargs, envelope.func)
+    except TypeError as exc:
+        # The call does not fit the function (changed since the enqueue, or a row written by
+        # hand): no delivery could run it, so it is not retried.
+        outcome = _outcome(message, REJECT, started, exc)
+        reporting.failed(exc, message.reservation, envelope, retried=False)
+        return outcome
     # current_job() reads it, and so do the task's own log records (joblog.JobFields).
     running = joblog.running.set(message)
     try:

@@ -358,11 +358,13 @@ class Schedule(models.Model):
             raise ValidationError(errors)
 
     def save(self, *args: Any, **kwargs: Any) -> None:
-        """Save; a new cron schedule gets its ``next_run`` from its expression, as django-q2's does
-        (one created with :func:`~django_taskmq.schedule` keeps a ``next_run`` given there)."""
-        if self._state.adding and self.schedule_type == self.CRON and self.cron:
+        """Save; a new cron schedule due now (the field's default) gets its ``next_run`` from its
+        expression instead, as django-q2's does. A later ``next_run`` (the admin's form) is kept,
+        and so is any given to :func:`~django_taskmq.schedule`."""
+        now = timezone.now()
+        if self._state.adding and self.schedule_type == self.CRON and self.cron and self.next_run <= now:
             try:
-                self.next_run = cron_policy.next_after(ScheduleType.CRON, timezone.now(), cron=self.cron,
+                self.next_run = cron_policy.next_after(ScheduleType.CRON, now, cron=self.cron,
                                                        tz=self.zone()) or self.next_run
             except (ConfigError, ValueError):
                 pass  # a broken expression is the scheduler's to report: it disables the schedule

@@ -11,6 +11,7 @@ import math
 import time
 from typing import Any
 
+from .binding import bind, nearest, path_signature
 from .conf import COUNTER_MAX, Settings
 from .envelope import Envelope
 from .exceptions import ConfigError
@@ -35,6 +36,18 @@ CALL_OPTIONS = (*TASK_OPTIONS, "key", "delay", "eta", "expires_at", "group", "ta
 # which the django.tasks backend stores in the package so that TaskResult reports it, as it does
 # "django_run_after" (the task's run_after, ISO 8601: exact, where epoch seconds lose a microsecond).
 OPTIONS = frozenset({*CALL_OPTIONS, "chain", "django_priority", "django_run_after", "workflow"})
+
+
+def check_names(given: Any, known: Any, where: str = "") -> None:
+    """Raise ConfigError naming each name of ``given`` that is not in ``known``, with the nearest known one."""
+    unknown = sorted(set(given) - set(known))
+    if not unknown:
+        return
+    named = []
+    for name in unknown:
+        close = nearest(str(name), known)
+        named.append(f"{name!r} (did you mean {close!r}?)" if close else repr(name))
+    raise ConfigError(f"{where}unknown option(s) {', '.join(named)}; known: {sorted(known)}")
 
 
 def func_path(func: Any, what: str = "func") -> str:
@@ -118,9 +131,7 @@ def validate_options(options: dict[str, Any], settings: Settings | None = None) 
 
     Without ``settings`` the queue name is not checked against ``TASKMQ['queues']``.
     """
-    unknown = set(options) - OPTIONS
-    if unknown:
-        raise ConfigError(f"unknown option(s) {sorted(unknown)}; known: {sorted(OPTIONS)}")
+    check_names(options, OPTIONS)
     out = dict(options)
     if out.get("queue") is not None:
         queue = out["queue"]
@@ -212,7 +223,7 @@ class JobTemplate:
     Validation and option arithmetic happen once here, not once per job (``enqueue_many``).
     """
 
-    def __init__(self, func: Any, options: dict[str, Any], settings: Settings) -> None:
+    def __init__(self, func: Any, options: dict[str, Any], settings: Settings, check_calls: bool = True) -> None:
         if is_task_class(func):
             func = func()  # the class form: its attributes are the defaults
         if is_task(func):
@@ -220,6 +231,8 @@ class JobTemplate:
             if func.name != func.path:
                 options.setdefault("task_name", func.name)
         self.path = func_path(func)
+        #: What each call is bound to (None: not bound; ``check_calls`` False, or nothing to inspect).
+        self.signature = path_signature(self.path) if check_calls else None
         self.options = options = validate_options(options, settings)
         self.settings = settings
         retry: Retry | None = options.get("retry")
@@ -262,9 +275,15 @@ class JobTemplate:
         self.key = options.get("concurrency_key")
         self.key_limit = options.get("concurrency_limit") or 1
 
+    def bind(self, args: Any, kwargs: dict) -> None:
+        """Raise TypeError, as the function would, when it cannot take ``(*args, **kwargs)``: at the
+        call, not in every delivery of a cluster."""
+        bind(self.signature, tuple(args), kwargs, self.path, OPTIONS)
+
     def values(self, args: tuple, kwargs: dict, trace: dict | None = None) -> dict[str, Any]:
         """Return the column values (by attribute name) of a new job for one call; ``trace``: the
         W3C trace context to carry in the signed package (see :mod:`.tracing`)."""
+        self.bind(args, kwargs)
         now = time.time()
         options = {**self.run_options, "trace": trace} if trace else self.run_options
         envelope = Envelope(func=self.path, args=tuple(args), kwargs=dict(kwargs), options=options)
@@ -288,3 +307,4 @@ class JobTemplate:
             # engine); an eta is the caller's absolute time.
             visible_at=self.options.get("eta") or FromNow(self.options.get("delay") or 0),
         )
+

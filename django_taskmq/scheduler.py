@@ -23,6 +23,7 @@ from .brokers.clock import as_datetime
 from .conf import Settings, get_settings
 from .exceptions import ConfigError
 from .models import Schedule
+from .binding import bind, path_signature
 from .options import OPTIONS, check_schedule_options, func_path, validate_options
 from .policy import cron as cron_policy
 
@@ -75,6 +76,9 @@ def save_schedule(func: Any, args: Sequence[Any] = (), kwargs: dict[str, Any] | 
         cron_policy.zone(tz)
     if next_run is not None and timezone.is_naive(next_run):
         raise ConfigError("next_run must be an aware datetime")
+    # Each run's call, bound now (its due time stands in for intended_date_kwarg's value).
+    due = {intended_date_kwarg: ""} if intended_date_kwarg else {}
+    bind(path_signature(path), args, {**kwargs, **due}, path, OPTIONS)
     try:
         json.dumps([list(args), kwargs, options])
     except TypeError as exc:

@@ -40,7 +40,7 @@ except ImportError:  # Django 5.2 with the django-tasks backport
 from ..conf import get_settings
 from ..exceptions import ConfigError
 from ..loading import is_django_task, resolve
-from ..options import TASK_OPTIONS, validate_options
+from ..options import TASK_OPTIONS, check_names, validate_options
 from ..policy import attempts as history
 from ..policy.priority import MAX_PRIORITY
 from ..policy.states import JobState as State
@@ -122,9 +122,7 @@ class TaskMQBackend(BaseTaskBackend):
 
     @staticmethod
     def _check_options(options: dict, where: str) -> dict:
-        unknown = set(options) - set(BACKEND_OPTIONS)
-        if unknown:
-            raise ConfigError(f"{where}: unknown option(s) {sorted(unknown)}; known: {sorted(BACKEND_OPTIONS)}")
+        check_names(options, BACKEND_OPTIONS, f"{where}: ")
         validate_options(options)
         return options
 

@@ -382,8 +382,9 @@ class Importer:
         queue = self._queue(row.get("key"))
         if queue is not None:
             ours["queue"] = queue
-        values = JobTemplate(task["func"], ours, self.settings).values(tuple(task.get("args") or ()),
-                                                                        dict(task.get("kwargs") or {}))
+        # Carried over as queued: a call that does not fit its function is dead-lettered by the worker.
+        template = JobTemplate(task["func"], ours, self.settings, check_calls=False)
+        values = template.values(tuple(task.get("args") or ()), dict(task.get("kwargs") or {}))
         started = task.get("started")
         if isinstance(started, datetime.datetime):
             values["enqueued_at"] = started if timezone.is_aware(started) else timezone.make_aware(started)
