@@ -362,7 +362,9 @@ class Schedule(models.Model):
         expression instead, as django-q2's does. A later ``next_run`` (the admin's form) is kept,
         and so is any given to :func:`~django_taskmq.schedule`."""
         now = timezone.now()
-        if self._state.adding and self.schedule_type == self.CRON and self.cron and self.next_run <= now:
+        due_now = isinstance(self.next_run, datetime.datetime) and timezone.is_aware(self.next_run) \
+            and self.next_run <= now
+        if self._state.adding and self.schedule_type == self.CRON and self.cron and due_now:
             try:
                 self.next_run = cron_policy.next_after(ScheduleType.CRON, now, cron=self.cron,
                                                        tz=self.zone()) or self.next_run

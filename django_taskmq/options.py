@@ -307,4 +307,3 @@ class JobTemplate:
             # engine); an eta is the caller's absolute time.
             visible_at=self.options.get("eta") or FromNow(self.options.get("delay") or 0),
         )
-

@@ -127,7 +127,8 @@ class TaskMQBackend(BaseTaskBackend):
         return options
 
     def check(self, **kwargs: Any) -> list[checks.CheckMessage]:
-        """Django's system check of this backend: its jobs live in django_taskmq's tables, so the app must be installed."""
+        """Django's system check of this backend: its jobs live in django_taskmq's tables, so the app
+        must be installed (``taskmq.E051``)."""
         messages = list(super().check(**kwargs))
         if not apps.is_installed("django_taskmq"):
             messages.append(checks.Error(

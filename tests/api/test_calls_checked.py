@@ -34,7 +34,8 @@ def test_a_missing_argument_raises_at_the_call_and_stores_nothing():
 
 def test_a_misspelled_option_names_the_nearest_one():
     # As a keyword it is the function's, which does not take it: TypeError, saying which option was meant.
-    with pytest.raises(TypeError, match=r"unexpected keyword argument 'timout' \(did you mean the option 'timeout'\?\)"):
+    with pytest.raises(TypeError, match=r"unexpected keyword argument 'timout' "
+                                        r"\(did you mean the option 'timeout'\?\)"):
         async_task("tests.tasks.add", 1, 2, timout=5)
     # Where only options go, it is a ConfigError naming the option and the nearest valid one.
     with pytest.raises(ConfigError, match=r"unknown option\(s\) 'timout' \(did you mean 'timeout'\?\)"):
