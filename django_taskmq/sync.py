@@ -11,8 +11,9 @@ from .conf import Settings
 from .exceptions import BadPackage
 
 
-def run(job_id: str, broker: Broker, settings: Settings, enqueue: Callable[..., str], reraise: bool = False) -> None:
-    """Reserve ``job_id`` if it is ready, run it here and record its outcome.
+def run(job_id: str, broker: Broker, settings: Settings, enqueue: Callable[..., str], reraise: bool = False) -> bool:
+    """Reserve ``job_id`` if it is ready, run it here and record its outcome; return False when it
+    could not be reserved (not ready, expired, no delivery left).
 
     ``enqueue`` queues a chain's next link (``async_task``). What the task raised is current while
     the outcome is recorded; a ``KeyboardInterrupt`` is raised again once it is recorded (as Django's
@@ -20,12 +21,12 @@ def run(job_id: str, broker: Broker, settings: Settings, enqueue: Callable[..., 
     """
     reservation = broker.reserve_job(job_id, settings.lease, owner="sync")
     if reservation is None:
-        return
+        return False
     try:
         message = execution.unpack(reservation, settings.name)
     except BadPackage as exc:
         broker.dead_letter_package(reservation, str(exc))
-        return
+        return True
     kept: list[BaseException] = []
     token = execution.raised.set(kept)
     try:
@@ -35,7 +36,7 @@ def run(job_id: str, broker: Broker, settings: Settings, enqueue: Callable[..., 
     try:
         if not kept:
             recorder.record([outcome], broker, settings, enqueue)
-            return
+            return True
         try:
             raise kept[0]
         except BaseException:
@@ -44,5 +45,6 @@ def run(job_id: str, broker: Broker, settings: Settings, enqueue: Callable[..., 
             recorder.record([outcome], broker, settings, enqueue)
             if reraise or isinstance(kept[0], KeyboardInterrupt):
                 raise
+        return True
     finally:
         reporting.deliver()

@@ -200,9 +200,9 @@ def refute_enqueued(task: Any = None, args: Any = ANY, kwargs: Any = ANY, queue:
     _refute(_jobs(), task, args, kwargs, queue, priority)
 
 
-def _ready(queues: set[str] | None, with_scheduled: bool) -> list[tuple[str, int]]:
-    """(id, deliveries) of the jobs a cluster would run (queued, or retrying: its backoff is not
-    waited for), highest priority first; a job delayed into the future only ``with_scheduled``."""
+def _ready(queues: set[str] | None, with_scheduled: bool) -> list[str]:
+    """The ids of the jobs a cluster would run (queued, or retrying: its backoff is not waited
+    for), highest priority first; a job delayed into the future only ``with_scheduled``."""
     from ..brokers import get_broker
     from ..conf import get_settings
     from ..models import Job, State
@@ -212,7 +212,7 @@ def _ready(queues: set[str] | None, with_scheduled: bool) -> list[tuple[str, int
         rows = rows.filter(queue__in=queues)
     if not with_scheduled:
         rows = rows.exclude(state=State.QUEUED, visible_at__gt=get_broker().now())
-    return list(rows.order_by("-priority", "id").values_list("id", "deliveries"))
+    return list(rows.order_by("-priority", "id").values_list("id", flat=True))
 
 
 def drain(queue: str | Iterable[str] | None = None, with_scheduled: bool = False) -> list[Enqueued]:
@@ -235,18 +235,16 @@ def drain(queue: str | Iterable[str] | None = None, with_scheduled: bool = False
     ran: list[str] = []
     unreservable: set[str] = set()  # ready, but a cluster would not run them either (no deliveries left)
     while True:
-        ready = [(i, d) for i, d in _ready(queues, with_scheduled) if i not in unreservable]
+        ready = [i for i in _ready(queues, with_scheduled) if i not in unreservable]
         if not ready:
             break
         if len(ran) >= MAX_RUNS:
             raise RuntimeError(f"drain() ran {MAX_RUNS} jobs and more are ready: does a task enqueue itself?")
         # One at a time, the first each round: what a job enqueues may come before the others.
-        job_id, deliveries = ready[0]
-        run_sync(job_id)
-        if rows.filter(pk=job_id, deliveries=deliveries).exists():
-            unreservable.add(job_id)
+        if run_sync(ready[0]):
+            ran.append(ready[0])
         else:
-            ran.append(job_id)
+            unreservable.add(ready[0])
     by_id = {j.id: j for j in _read(rows.filter(id__in=set(ran)))}
     return [by_id[job_id] for job_id in ran]
 

@@ -85,3 +85,10 @@ def test_drain_leaves_delayed_jobs_unless_asked(taskmq_jobs):
     assert drain() == []
     (ran,) = drain(with_scheduled=True)
     assert (ran.id, ran.state) == (later, State.SUCCEEDED)
+
+
+def test_a_deferred_job_ran_once_and_waits_for_its_time():
+    deferred = async_task("tests.tasks.defer", 3600)
+    (ran,) = drain()
+    assert (ran.id, ran.state) == (deferred, State.QUEUED)
+    assert drain() == []
