@@ -29,6 +29,7 @@ from django.db import IntegrityError
 from django.utils import timezone
 
 from .. import api, cached_results, scheduler
+from ..binding import nearest
 from ..brokers import get_broker
 from ..chains import Chain as _Chain
 from ..chains import run_links
@@ -101,7 +102,9 @@ def _ours(options: dict[str, Any], rest: dict[str, Any], settings: Settings) -> 
         if key in OPTIONS and key != "chain":
             ours[key] = value  # one of ours (priority, delay, key, ...): passes through
         else:
-            _warn(f"q_options[{key!r}] is not an option here; ignored")
+            close = nearest(str(key), OPTIONS - {"chain"})
+            hint = f" (did you mean {close!r}?)" if close and close != key else ""
+            _warn(f"q_options[{key!r}] is not an option here; ignored{hint}")
     _ignore_broker(options.get("broker"))
     cluster = options.get("cluster")
     if cluster is not None and cluster != settings.name and ours.get("queue") is None:

@@ -425,3 +425,14 @@ def test_sync_true_raises_what_the_task_raised_and_the_job_ends_failed():
     assert (job.state, job.error) == (State.FAILED, "tests.tasks.TaskFailed: in sync")
     assert fetch(job.id).success is False
     assert async_task("tests.tasks.add", 2, 3, sync=True) and Job.objects.get(func="tests.tasks.add").result == 5
+
+
+@pytest.mark.django_db
+def test_an_unknown_q_options_key_warns_with_the_nearest_option():
+    from django_taskmq.compat.django_q import CompatWarning, async_task
+
+    with pytest.warns(CompatWarning, match=r"q_options\['prority'\] is not an option here; ignored "
+                                           r"\(did you mean 'priority'\?\)"):
+        async_task("tests.tasks.add", 1, 2, q_options={"prority": 3})
+    with pytest.warns(CompatWarning, match=r"q_options\['zzz'\] is not an option here; ignored$"):
+        async_task("tests.tasks.add", 1, 2, q_options={"zzz": 3})
