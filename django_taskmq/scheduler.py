@@ -83,6 +83,9 @@ def save_schedule(func: Any, args: Sequence[Any] = (), kwargs: dict[str, Any] | 
         json.dumps([list(args), kwargs, options])
     except TypeError as exc:
         raise ConfigError(f"schedule arguments must be JSON-serialisable: {exc}") from None
+    first = next_run or broker_now()
+    if next_run is None and kind is cron_policy.ScheduleType.CRON:  # the expression's next match, not now
+        first = cron_policy.next_after(kind, first, cron=cron, tz=Schedule(tz=tz or "").zone()) or first
     name = name or f"{path}-{timezone.now().timestamp():.0f}"
     # The write lock first: these read and then write, which on SQLite's default (deferred)
     # transactions fails at once with "database is locked" when another writer got in between.
@@ -93,7 +96,7 @@ def save_schedule(func: Any, args: Sequence[Any] = (), kwargs: dict[str, Any] | 
         obj, created = Schedule.objects.using(settings.database).update_or_create(
             name=name,
             defaults=dict(func=path, args=list(args), kwargs=kwargs, schedule_type=kind.value, minutes=minutes,
-                          cron=cron, repeats=repeats, next_run=next_run or broker_now(), queue=queue,
+                          cron=cron, repeats=repeats, next_run=first, queue=queue,
                           priority=priority, catch_up=catch_up, hook=hook, intended_date_kwarg=intended_date_kwarg,
                           options=options, tz=tz or ""),
         )

@@ -104,3 +104,11 @@ def test_a_cron_schedule_created_through_the_orm_gets_its_next_run_from_its_expr
     item.save()
     item.refresh_from_db()
     assert timezone.localtime(item.next_run).hour == 3
+
+
+def test_schedule_gives_a_cron_schedule_without_next_run_its_expressions_next_match(broker):
+    before = timezone.now()
+    item = schedule("tests.tasks.noop", name="cron", schedule_type=Schedule.CRON, cron="15 4 * * *", tz="UTC")
+    assert item.next_run > before and (item.next_run.hour, item.next_run.minute) == (4, 15)
+    assert Schedule.objects.get(name="cron").next_run == item.next_run
+    assert tick() == []
