@@ -156,9 +156,11 @@ def cancel(job_id: str) -> bool:
         return bool(broker.cancel([job_id]) or broker.request_cancel([job_id]))
 
 
-def run_sync(job_id: str) -> None:
-    """Run a stored job inline, through the same unpack/execute/record path the cluster uses."""
-    sync.run(job_id, get_broker(), get_settings())
+def run_sync(job_id: str, reraise: bool = False) -> bool:
+    """Run a stored job inline, through the same unpack/execute/record path the cluster uses; return
+    False when it was not ready to run. With ``reraise``, raise what the task raised once its
+    outcome is recorded."""
+    return sync.run(job_id, get_broker(), get_settings(), reraise=reraise)
 
 
 def fetch(job_id: str, wait: float = 0, cached: bool = False) -> Job | None:

@@ -12,7 +12,6 @@ queue, cron, interval, time zone and options are valid).
 from __future__ import annotations
 
 import importlib
-import inspect
 from collections.abc import Iterator
 
 from django.apps import apps
@@ -24,7 +23,8 @@ from django.db.migrations.executor import MigrationExecutor
 from .brokers.orm.dialect import dialect_named
 from .conf import Settings, get_settings
 from .exceptions import ConfigError
-from .loading import DECLARED, callable_for, is_task, resolve
+from .binding import bind, path_signature
+from .loading import DECLARED, is_task, resolve
 
 APP = "django_taskmq"
 
@@ -113,8 +113,6 @@ def _schedules(settings: Settings) -> Iterator[str]:
         if item.intended_date_kwarg:
             kwargs[item.intended_date_kwarg] = "2000-01-01T00:00:00+00:00"
         try:
-            inspect.signature(callable_for(item.func)).bind(*item.args, **kwargs)
+            bind(path_signature(item.func), item.args, kwargs, item.func)
         except TypeError as exc:
             yield f"schedule {item.name!r}: its arguments do not fit {item.func}: {exc}"
-        except ValueError:
-            pass  # no signature to check (a builtin): the call will tell

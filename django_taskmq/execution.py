@@ -16,6 +16,7 @@ from typing import Any, NamedTuple, Protocol
 from asgiref.sync import async_to_sync
 
 from . import joblog, reporting
+from .binding import bind, path_signature
 from .brokers.base import Reservation
 from .conf import get_settings
 from .envelope import Envelope
@@ -53,6 +54,11 @@ class CoroutineWatch(Protocol):
     def started(self, loop: asyncio.AbstractEventLoop, task: asyncio.Task) -> None:
         """In the event loop's thread: the coroutine starts, as ``task`` of ``loop``."""
 
+
+#: Sync mode's list of the exceptions its task raised (None elsewhere): the caller records the
+#: outcome while the exception is current, and re-raises a KeyboardInterrupt, as Django's
+#: ImmediateBackend does.
+raised: contextvars.ContextVar[list[BaseException] | None] = contextvars.ContextVar("taskmq_raised", default=None)
 
 #: The watch of the task the calling thread runs (set by a worker: see cluster.interrupts).
 coroutine_watch: contextvars.ContextVar[CoroutineWatch | None] = \
@@ -120,6 +126,14 @@ def _execute(message: TaskMessage) -> Outcome:
         outcome = _outcome(message, REJECT, started, exc)
         reporting.failed(exc, message.reservation, envelope, retried=False)
         return outcome._replace(error=clip_head(f"cannot import {envelope.func}: {outcome.error}"))
+    try:
+        bind(path_signature(envelope.func), envelope.args, envelope.kwargs, envelope.func)
+    except TypeError as exc:
+        # The call does not fit the function (changed since the enqueue, or a row written by
+        # hand): no delivery could run it, so it is not retried.
+        outcome = _outcome(message, REJECT, started, exc)
+        reporting.failed(exc, message.reservation, envelope, retried=False)
+        return outcome
     # current_job() reads it, and so do the task's own log records (joblog.JobFields).
     running = joblog.running.set(message)
     try:
@@ -142,6 +156,9 @@ def _execute(message: TaskMessage) -> Outcome:
         cancelled = isinstance(exc, asyncio.CancelledError) and cancel_requested()
         if not cancelled:  # held: reported once the outcome has left (reporting.deliver)
             reporting.failed(exc, message.reservation, envelope)
+            kept = raised.get()
+            if kept is not None:
+                kept.append(exc)
         return _outcome(message, CANCELLED if cancelled else FAILURE, started, exc)
     finally:
         joblog.running.reset(running)
@@ -219,7 +236,23 @@ def seal(outcome: Outcome, settings: Any) -> Outcome:
         return outcome
     encrypt = outcome.envelope is not None and bool(outcome.envelope.options.get("encrypt"))
     try:
-        package = seal_result(outcome.result, settings.name, settings.compress, settings.max_result_size, encrypt)
-    except ValueError as exc:
-        return outcome._replace(status=UNSTORABLE, result=None, error=str(exc), traceback="")
+        value = outcome.result
+        if outcome.envelope is not None and is_django_task(resolve(outcome.envelope.func)):
+            value = _django_json(value)  # Django's contract: a task returns JSON, normalised as Django does
+        package = seal_result(value, settings.name, settings.compress, settings.max_result_size, encrypt)
+    except (TypeError, ValueError) as exc:
+        # The error names the class of the cause (the pickler's own error, or Django's TypeError:
+        # Unsupported type) and the traceback is the cause's, as a task's own failure would be.
+        cause = exc.__cause__ or exc
+        name = describe(cause).split(":", 1)[0]
+        return outcome._replace(status=UNSTORABLE, result=None, error=clip_head(f"{name}: {_message(exc)}"),
+                                traceback=clip_tail("".join(tb.format_exception(cause))))
     return outcome._replace(result=package)
+
+
+def _django_json(value: Any) -> Any:
+    try:  # Django 6.0+
+        from django.utils.json import normalize_json
+    except ImportError:  # the django-tasks backport
+        from django_tasks.utils import normalize_json
+    return normalize_json(value)

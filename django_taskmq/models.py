@@ -359,6 +359,21 @@ class Schedule(models.Model):
         if errors:
             raise ValidationError(errors)
 
+    def save(self, *args: Any, **kwargs: Any) -> None:
+        """Save; a new cron schedule due now (the field's default) gets its ``next_run`` from its
+        expression instead, as django-q2's does. A later ``next_run`` (the admin's form) is kept,
+        and so is any given to :func:`~django_taskmq.schedule`."""
+        now = timezone.now()
+        due_now = isinstance(self.next_run, datetime.datetime) and timezone.is_aware(self.next_run) \
+            and self.next_run <= now
+        if self._state.adding and self.schedule_type == self.CRON and self.cron and due_now:
+            try:
+                self.next_run = cron_policy.next_after(ScheduleType.CRON, now, cron=self.cron,
+                                                       tz=self.zone()) or self.next_run
+            except (ConfigError, ValueError):
+                pass  # a broken expression is the scheduler's to report: it disables the schedule
+        super().save(*args, **kwargs)
+
     class Meta:
         verbose_name = _("schedule")
         verbose_name_plural = _("schedules")

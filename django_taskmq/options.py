@@ -12,6 +12,7 @@ import math
 import time
 from typing import Any
 
+from .binding import bind, nearest, path_signature
 from .conf import COUNTER_MAX, Settings
 from .envelope import Envelope, seal_arguments
 from .exceptions import ConfigError
@@ -33,8 +34,21 @@ TASK_OPTIONS = ("queue", "priority", "retry", "timeout", "max_deliveries", "ack_
 CALL_OPTIONS = (*TASK_OPTIONS, "key", "delay", "eta", "expires_at", "group", "task_name", "sync", "cached", "save",
                 "unique_key", "unique_for", "unique_replace")
 # "workflow" (its id) is set by Workflow; "django_priority" is the Django task's own priority (-100..100),
-# which the django.tasks backend stores in the package so that TaskResult reports it.
-OPTIONS = frozenset({*CALL_OPTIONS, "django_priority", "workflow"})
+# which the django.tasks backend stores in the package so that TaskResult reports it, as it does
+# "django_run_after" (the task's run_after, ISO 8601: exact, where epoch seconds lose a microsecond).
+OPTIONS = frozenset({*CALL_OPTIONS, "django_priority", "django_run_after", "workflow"})
+
+
+def check_names(given: Any, known: Any, where: str = "") -> None:
+    """Raise ConfigError naming each name of ``given`` that is not in ``known``, with the nearest known one."""
+    unknown = sorted(set(given) - set(known))
+    if not unknown:
+        return
+    named = []
+    for name in unknown:
+        close = nearest(str(name), known)
+        named.append(f"{name!r} (did you mean {close!r}?)" if close else repr(name))
+    raise ConfigError(f"{where}unknown option(s) {', '.join(named)}; known: {sorted(known)}")
 
 
 def func_path(func: Any, what: str = "func") -> str:
@@ -118,9 +132,7 @@ def validate_options(options: dict[str, Any], settings: Settings | None = None) 
 
     Without ``settings`` the queue name is not checked against ``TASKMQ['queues']``.
     """
-    unknown = set(options) - OPTIONS
-    if unknown:
-        raise ConfigError(f"unknown option(s) {sorted(unknown)}; known: {sorted(OPTIONS)}")
+    check_names(options, OPTIONS)
     out = dict(options)
     if out.get("queue") is not None:
         queue = out["queue"]
@@ -134,6 +146,8 @@ def validate_options(options: dict[str, Any], settings: Settings | None = None) 
         value = out["django_priority"]
         if isinstance(value, bool) or not isinstance(value, int) or not -100 <= value <= 100:
             raise ConfigError(f"django_priority must be an integer in -100..100, got {value!r}")
+    if out.get("django_run_after") is not None and not isinstance(out["django_run_after"], str):
+        raise ConfigError(f"django_run_after must be an ISO 8601 string, got {out['django_run_after']!r}")
     if out.get("key") is not None and (not isinstance(out["key"], str) or not 0 < len(out["key"]) <= 255):
         raise ConfigError(f"key must be a string of 1..255 characters, got {out['key']!r}")
     unique = parse_unique(out.get("unique_key"), out.get("unique_for"), out.get("unique_replace"), ConfigError)
@@ -234,7 +248,7 @@ class JobTemplate:
     Validation and option arithmetic happen once here, not once per job (``enqueue_many``).
     """
 
-    def __init__(self, func: Any, options: dict[str, Any], settings: Settings) -> None:
+    def __init__(self, func: Any, options: dict[str, Any], settings: Settings, check_calls: bool = True) -> None:
         if is_task_class(func):
             func = func()  # the class form: its attributes are the defaults
         if is_task(func):
@@ -242,6 +256,8 @@ class JobTemplate:
             if func.name != func.path:
                 options.setdefault("task_name", func.name)
         self.path = func_path(func)
+        #: What each call is bound to (None: not bound; ``check_calls`` False, or nothing to inspect).
+        self.signature = path_signature(self.path) if check_calls else None
         self.options = options = validate_options(options, settings)
         self.settings = settings
         retry: Retry | None = options.get("retry")
@@ -258,6 +274,7 @@ class JobTemplate:
             "on_dead": options.get("on_dead"),
             "workflow": options.get("workflow"),  # the workflow's id: the recorder counts the step's end
             "django_priority": options.get("django_priority"),
+            "django_run_after": options.get("django_run_after"),
             # The recorder caches the result (seconds, or True: no expiry) and, with save=False,
             # stores none in the job; absent by default, so a plain job costs nothing more.
             "cached": (settings.cached if options.get("cached") is None else options["cached"]) or None,
@@ -288,9 +305,15 @@ class JobTemplate:
         # Names are those of keyword arguments: one given by position would be stored in clear.
         self.secret_position = _first_position(self.path, self.encrypt) if isinstance(self.encrypt, tuple) else None
 
+    def bind(self, args: Any, kwargs: dict) -> None:
+        """Raise TypeError, as the function would, when it cannot take ``(*args, **kwargs)``: at the
+        call, not in every delivery of a cluster."""
+        bind(self.signature, tuple(args), kwargs, self.path, OPTIONS)
+
     def values(self, args: tuple, kwargs: dict, trace: dict | None = None) -> dict[str, Any]:
         """Return the column values (by attribute name) of a new job for one call; ``trace``: the
         W3C trace context to carry in the signed package (see :mod:`.tracing`)."""
+        self.bind(args, kwargs)
         now = time.time()
         options = {**self.run_options, "trace": trace} if trace else self.run_options
         envelope = Envelope(func=self.path, args=tuple(args), kwargs=dict(kwargs), options=options)

@@ -25,6 +25,7 @@ from .conf import Settings, get_settings
 from .encryption import SCHEDULE, MissingKey, Sealed, Undecryptable
 from .exceptions import ConfigError
 from .models import Schedule
+from .binding import bind, path_signature
 from .options import OPTIONS, check_schedule_options, func_path, validate_options
 from .policy import cron as cron_policy
 
@@ -79,11 +80,17 @@ def save_schedule(func: Any, args: Sequence[Any] = (), kwargs: dict[str, Any] | 
         cron_policy.zone(tz)
     if next_run is not None and timezone.is_naive(next_run):
         raise ConfigError("next_run must be an aware datetime")
+    # Each run's call, bound now (its due time stands in for intended_date_kwarg's value).
+    due = {intended_date_kwarg: ""} if intended_date_kwarg else {}
+    bind(path_signature(path), args, {**kwargs, **due}, path, OPTIONS)
     try:
         json.dumps([list(args), kwargs, options])
     except TypeError as exc:
         raise ConfigError(f"schedule arguments must be JSON-serialisable: {exc}") from None
     args, kwargs = stored_arguments(args, kwargs, options, settings)
+    first = next_run or broker_now()
+    if next_run is None and kind is cron_policy.ScheduleType.CRON:  # the expression's next match, not now
+        first = cron_policy.next_after(kind, first, cron=cron, tz=Schedule(tz=tz or "").zone()) or first
     name = name or f"{path}-{timezone.now().timestamp():.0f}"
     # The write lock first: these read and then write, which on SQLite's default (deferred)
     # transactions fails at once with "database is locked" when another writer got in between.
@@ -91,13 +98,17 @@ def save_schedule(func: Any, args: Sequence[Any] = (), kwargs: dict[str, Any] | 
     with broker.atomic(write=True):
         if not replace and Schedule.objects.using(settings.database).filter(name=name).exists():
             raise ConfigError(f"a schedule named {name!r} exists already")
-        obj, _ = Schedule.objects.using(settings.database).update_or_create(
+        obj, created = Schedule.objects.using(settings.database).update_or_create(
             name=name,
             defaults=dict(func=path, args=list(args), kwargs=kwargs, schedule_type=kind.value, minutes=minutes,
-                          cron=cron, repeats=repeats, next_run=next_run or broker_now(), queue=queue,
+                          cron=cron, repeats=repeats, next_run=first, queue=queue,
                           priority=priority, catch_up=catch_up, hook=hook, intended_date_kwarg=intended_date_kwarg,
                           options=options, tz=tz or ""),
         )
+        if created and kind is cron_policy.ScheduleType.CRON and next_run is not None:
+            # Schedule.save() gave the new row the expression's next run; the caller named its own.
+            Schedule.objects.using(settings.database).filter(pk=obj.pk).update(next_run=next_run)
+            obj.next_run = next_run
     return obj
 
 

@@ -200,7 +200,7 @@ def seal_result(value: object, name: str, compress: bool = False, max_size: int 
     try:
         data = PickleSerializer().dumps(value)
     except Exception as exc:  # pickle raises many types: PicklingError, TypeError, AttributeError
-        raise ValueError(f"result cannot be pickled: {exc}") from None
+        raise ValueError(f"result cannot be pickled: {exc}") from exc  # the cause: its class and traceback
     if max_size is not None and len(data) > max_size:
         raise ValueError(f"result is {len(data)} bytes, above TASKMQ['max_result_size'] = {max_size}")
     if encrypt:

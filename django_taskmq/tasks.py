@@ -6,9 +6,8 @@ from collections.abc import Callable
 from typing import Any
 
 from .api import async_task
-from .exceptions import ConfigError
 from .loading import DECLARED
-from .options import OPTIONS, TASK_OPTIONS, validate_options
+from .options import OPTIONS, TASK_OPTIONS, check_names, validate_options
 
 OPTION_NAMES = TASK_OPTIONS  # the options a task fixes as its defaults
 
@@ -90,9 +89,7 @@ def task(func: Callable | None = None, /, *, name: str | None = None, **options:
     Options: ``queue``, ``priority``, ``retry``, ``timeout``, ``max_deliveries``, ``ack_failure``,
     ``hook``, ``on_dead`` and ``name``; a wrong one raises :class:`ConfigError` at decoration.
     """
-    unknown = set(options) - set(OPTION_NAMES)
-    if unknown:
-        raise ConfigError(f"@task got unknown option(s) {sorted(unknown)}; known: {list(OPTION_NAMES)} and name")
+    check_names(options, OPTION_NAMES, "@task got ")
 
     def wrap(f: Callable) -> Task:
         return Task(f, name=name, **options)

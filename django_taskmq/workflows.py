@@ -96,6 +96,7 @@ class Workflow:
                               f"its jobs exist and run{hint}")
         # Checked here, at the call, like async_task's: a bad queue or retry fails at add().
         template = JobTemplate(func, {**options, "workflow": self.id}, get_settings())
+        template.bind(args, kwargs or {})  # and so does a call its function cannot take
         self.steps[name] = StepCall(template, tuple(args), dict(kwargs or {}), rules.check_after(after, ConfigError),
                                     run_on_failure)
         return name

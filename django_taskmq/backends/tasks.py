@@ -16,10 +16,15 @@ import datetime
 import sys
 from typing import TYPE_CHECKING, Any
 
+from django.apps import apps
 from django.conf import settings as django_settings
 from django.core import checks
 from django.utils import timezone
 
+try:  # Django 6.0+
+    from django.utils.json import normalize_json
+except ImportError:  # the django-tasks backport
+    from django_tasks.utils import normalize_json
 try:  # Django 6.0+
     from django.tasks.backends.base import BaseTaskBackend
     from django.tasks.base import TaskContext, TaskError, TaskResult, TaskResultStatus
@@ -35,7 +40,7 @@ except ImportError:  # Django 5.2 with the django-tasks backport
 from ..conf import get_settings
 from ..exceptions import ConfigError
 from ..loading import is_django_task, resolve
-from ..options import TASK_OPTIONS, validate_options
+from ..options import TASK_OPTIONS, check_names, validate_options
 from ..policy import attempts as history
 from ..policy.priority import MAX_PRIORITY
 from ..policy.states import JobState as State
@@ -117,11 +122,20 @@ class TaskMQBackend(BaseTaskBackend):
 
     @staticmethod
     def _check_options(options: dict, where: str) -> dict:
-        unknown = set(options) - set(BACKEND_OPTIONS)
-        if unknown:
-            raise ConfigError(f"{where}: unknown option(s) {sorted(unknown)}; known: {sorted(BACKEND_OPTIONS)}")
+        check_names(options, BACKEND_OPTIONS, f"{where}: ")
         validate_options(options)
         return options
+
+    def check(self, **kwargs: Any) -> list[checks.CheckMessage]:
+        """Django's system check of this backend: its jobs live in django_taskmq's tables, so the app
+        must be installed (``taskmq.E051``)."""
+        messages = list(super().check(**kwargs))
+        if not apps.is_installed("django_taskmq"):
+            messages.append(checks.Error(
+                f"TASKS[{self.alias!r}] uses TaskMQBackend, but 'django_taskmq' is not in INSTALLED_APPS",
+                hint="Add 'django_taskmq' to INSTALLED_APPS (and run migrate): its jobs are stored in its tables.",
+                id="taskmq.E051"))
+        return messages
 
     def validate_task(self, task) -> None:
         super().validate_task(task)  # Django's range, context argument, run_after, QUEUES
@@ -131,15 +145,27 @@ class TaskMQBackend(BaseTaskBackend):
             raise InvalidTask(str(exc)) from None
 
     def enqueue(self, task, args, kwargs) -> TaskResult:
+        """Store the call as a job; in sync mode run it here, after ``task_enqueued`` (Django's order).
+
+        Every check (Django's own JSON check of the arguments among them) runs before the insert:
+        a call that raises stores nothing.
+        """
         self.validate_task(task)
+        args, kwargs = normalize_json(list(args)), normalize_json(dict(kwargs))
         options = {**self.q_options, **self.task_options.get(task.module_path, {}),
                    "queue": task.queue_name, "priority": to_taskmq(task.priority),
-                   "django_priority": task.priority, "eta": task.run_after}
-        from ..api import async_task
+                   "django_priority": task.priority, "eta": task.run_after,
+                   "django_run_after": task.run_after.isoformat() if task.run_after is not None else None}
+        from ..api import async_task, run_sync
 
-        job_id = async_task(task.module_path, *args, q_options=options, **kwargs)
+        # Run inline only once task_enqueued has gone: a receiver sees the job READY, as Django's
+        # ImmediateBackend sends it.
+        job_id = async_task(task.module_path, *args, q_options={**options, "sync": False}, **kwargs)
         result = self.get_result(job_id)
         task_enqueued.send(type(self), task_result=result)
+        if get_settings().sync:
+            run_sync(job_id)
+            result = self.get_result(job_id)
         return result
 
     def get_result(self, result_id: str) -> TaskResult:
@@ -175,8 +201,10 @@ class TaskMQBackend(BaseTaskBackend):
         finished = job.finished_at if status in FINISHED else None
         if status == TaskResultStatus.FAILED and finished is None:
             finished = job.started_at or job.enqueued_at  # expired or cancelled before it ran
+        run_after = envelope.options.get("django_run_after")
         result = TaskResult(
-            task=task.using(priority=priority, queue_name=job.queue, backend=self.alias),
+            task=task.using(priority=priority, queue_name=job.queue, backend=self.alias,
+                            run_after=datetime.datetime.fromisoformat(run_after) if run_after else None),
             id=job.id,
             status=status,
             enqueued_at=job.enqueued_at,

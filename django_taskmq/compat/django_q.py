@@ -29,6 +29,7 @@ from django.db import IntegrityError
 from django.utils import timezone
 
 from .. import api, cached_results, scheduler
+from ..binding import nearest
 from ..brokers import get_broker
 from ..chains import Chain as _Chain
 from ..chains import run_links
@@ -101,7 +102,9 @@ def _ours(options: dict[str, Any], rest: dict[str, Any], settings: Settings) -> 
         if key in OPTIONS and key != "chain":
             ours[key] = value  # one of ours (priority, delay, key, ...): passes through
         else:
-            _warn(f"q_options[{key!r}] is not an option here; ignored")
+            close = nearest(str(key), OPTIONS - {"chain"})
+            hint = f" (did you mean {close!r}?)" if close and close != key else ""
+            _warn(f"q_options[{key!r}] is not an option here; ignored{hint}")
     _ignore_broker(options.get("broker"))
     cluster = options.get("cluster")
     if cluster is not None and cluster != settings.name and ours.get("queue") is None:
@@ -183,7 +186,15 @@ def async_task(func: Any, *args: Any, **kwargs: Any) -> str:
     ours = _ours(options, rest, settings)
     if chain:
         return run_links(chained_call(func, args, fn_kwargs, ours, chain, options, settings), ours.get("group"))
-    return api.async_task(func, *args, q_options=_shadow(fn_kwargs, ours), **fn_kwargs)
+    if ours.get("sync") is not True:
+        return api.async_task(func, *args, q_options=_shadow(fn_kwargs, ours), **fn_kwargs)
+    # As django-q2's sync=True: run here and raise what the task raised. The failure is final (no
+    # cluster is meant to retry it) unless ack_failure says otherwise. (TASKMQ['sync'] runs jobs
+    # inline and records their failures without raising: a test suite's setting, see docs/django_q2.rst.)
+    ours = {"ack_failure": True, **ours, "sync": False}
+    job_id = api.async_task(func, *args, q_options=_shadow(fn_kwargs, ours), **fn_kwargs)
+    api.run_sync(job_id, reraise=True)
+    return job_id
 
 
 def async_chain(chain: list, group: str | None = None, cached: Any = None, sync: Any = None,

@@ -401,8 +401,9 @@ class Importer:
 
     def _job(self, row: dict[str, Any], task: dict[str, Any]) -> dict[str, Any]:
         options, ours = self._options(row, task)
-        values = JobTemplate(task["func"], ours, self.settings).values(tuple(task.get("args") or ()),
-                                                                        dict(task.get("kwargs") or {}))
+        # Carried over as queued: a call that does not fit its function is dead-lettered by the worker.
+        template = JobTemplate(task["func"], ours, self.settings, check_calls=False)
+        values = template.values(tuple(task.get("args") or ()), dict(task.get("kwargs") or {}))
         started = task.get("started")
         if isinstance(started, datetime.datetime):
             values["enqueued_at"] = started if timezone.is_aware(started) else timezone.make_aware(started)

@@ -19,6 +19,7 @@ from django.utils import timezone
 
 from django_taskmq.exceptions import ConfigError
 from django_taskmq.models import Job, State
+from tests.tasks import TaskFailed
 
 DOCS = Path(__file__).resolve().parent.parent / "django_q_docs"
 
@@ -139,8 +140,11 @@ def test_synchronous_testing(docs):
     with pytest.raises(ConfigError, match="'my.buggy.code' cannot be imported"):
         async_task('my.buggy.code', sync=True)
 
-    # create a synchronous task
-    task_id = async_task('tests.tasks.fail', 'buggy', sync=True, ack_failure=True)
+    # create a synchronous task: as django-q2's worker does in sync mode, what the task raised is
+    # raised here (django-q2's docs example leaves that out), once its failure is recorded
+    with pytest.raises(TaskFailed, match="buggy"):
+        async_task('tests.tasks.fail', 'buggy', sync=True, ack_failure=True)
+    task_id = Job.objects.get(func='tests.tasks.fail').id
 
     # the task will then be available immediately
     task = fetch(task_id)
@@ -424,3 +428,27 @@ def test_async_task_with_a_chain_queues_one_chain_in_the_tasks_queue(docs, taskm
     assert [(j.queue, j.group, j.state, j.result) for j in links] == [
         ("emails", "g", State.SUCCEEDED, 1), ("emails", "g", State.SUCCEEDED, 2), ("reports", "g", State.SUCCEEDED, 3)]
     assert links[0].pk == first
+
+
+@pytest.mark.django_db
+def test_sync_true_raises_what_the_task_raised_and_the_job_ends_failed():
+    """django-q2's worker re-raises in a sync task; the failure is recorded as final, not left for a cluster."""
+    from django_taskmq.compat.django_q import async_task, fetch
+
+    with pytest.raises(TaskFailed, match="in sync"):
+        async_task("tests.tasks.fail", "in sync", sync=True)
+    job = Job.objects.get()
+    assert (job.state, job.error) == (State.FAILED, "tests.tasks.TaskFailed: in sync")
+    assert fetch(job.id).success is False
+    assert async_task("tests.tasks.add", 2, 3, sync=True) and Job.objects.get(func="tests.tasks.add").result == 5
+
+
+@pytest.mark.django_db
+def test_an_unknown_q_options_key_warns_with_the_nearest_option():
+    from django_taskmq.compat.django_q import CompatWarning, async_task
+
+    with pytest.warns(CompatWarning, match=r"q_options\['prority'\] is not an option here; ignored "
+                                           r"\(did you mean 'priority'\?\)"):
+        async_task("tests.tasks.add", 1, 2, q_options={"prority": 3})
+    with pytest.warns(CompatWarning, match=r"q_options\['zzz'\] is not an option here; ignored$"):
+        async_task("tests.tasks.add", 1, 2, q_options={"zzz": 3})

@@ -49,14 +49,14 @@ def test_a_broken_schedule_is_disabled_and_the_others_still_fire(broker):
 
 
 def test_schedule_kwargs_named_like_options_go_to_the_function(broker):
-    """A schedule's kwargs called e.g. ``timeout`` are the function's arguments, not enqueue options."""
+    """A schedule's kwargs called e.g. ``delay`` are the function's arguments, not enqueue options."""
     schedule("tests.tasks.takes_options", name="opts", next_run=timezone.now() - datetime.timedelta(seconds=1),
-             timeout=7, priority=0)
+             delay=7, priority=0)
     (job_id,) = tick()
     from django_taskmq.signing import verify
 
     envelope = verify(Job.objects.get(pk=job_id).payload, "tests")
-    assert envelope.kwargs == {"timeout": 7}
+    assert envelope.kwargs == {"delay": 7}
 
 
 def test_bad_schedule_arguments_raise_config_error():
@@ -79,3 +79,36 @@ def test_a_paused_schedule_does_not_fire_until_resumed(broker):
     assert tick() == [] and not Job.objects.exists()
     Schedule.objects.filter(name="p").update(paused=False)
     assert len(tick()) == 1
+
+
+def test_a_cron_schedule_created_through_the_orm_gets_its_next_run_from_its_expression(broker):
+    """As django-q2's Schedule.save() does: not the field's default (now), which would fire at once."""
+    before = timezone.now()
+    item = Schedule.objects.create(name="nightly", func="tests.tasks.noop", schedule_type=Schedule.CRON,
+                                   cron="30 3 * * *")
+    item.refresh_from_db()
+    assert item.next_run > before
+    local = timezone.localtime(item.next_run)  # the project's TIME_ZONE, the schedule's without tz
+    assert (local.hour, local.minute, local.second) == (3, 30, 0)
+    assert item.next_run - before <= datetime.timedelta(days=1)
+    assert tick() == []
+    # A later next_run (the admin's form) is kept, any given to schedule() too; an edit does not move it.
+    later = timezone.now() + datetime.timedelta(days=3)
+    assert Schedule.objects.create(name="later", func="tests.tasks.noop", schedule_type=Schedule.CRON,
+                                   cron="30 3 * * *", next_run=later).next_run == later
+    given = timezone.now() - datetime.timedelta(minutes=7)
+    kept = schedule("tests.tasks.noop", name="given", schedule_type=Schedule.CRON, cron="30 3 * * *",
+                    next_run=given)
+    assert kept.next_run == given and Schedule.objects.get(name="given").next_run == given
+    item.cron = "0 4 * * *"
+    item.save()
+    item.refresh_from_db()
+    assert timezone.localtime(item.next_run).hour == 3
+
+
+def test_schedule_gives_a_cron_schedule_without_next_run_its_expressions_next_match(broker):
+    before = timezone.now()
+    item = schedule("tests.tasks.noop", name="cron", schedule_type=Schedule.CRON, cron="15 4 * * *", tz="UTC")
+    assert item.next_run > before and (item.next_run.hour, item.next_run.minute) == (4, 15)
+    assert Schedule.objects.get(name="cron").next_run == item.next_run
+    assert tick() == []

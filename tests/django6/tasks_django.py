@@ -123,3 +123,24 @@ def reports_progress(total):
     while not progress.writer().idle() and time.monotonic() < deadline:
         time.sleep(0.01)
     return str(job)
+
+
+@task
+def noop(*args, **kwargs):
+    return None
+
+
+@task
+def interrupted():
+    raise KeyboardInterrupt("the user pressed Ctrl-C")
+
+
+@task
+def returns_a_lambda():
+    """Return what neither JSON nor pickle can store."""
+    return lambda: True
+
+
+@task
+def returns_a_tuple():
+    return (1, "two", {"three": (3,)})

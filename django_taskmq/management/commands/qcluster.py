@@ -20,7 +20,8 @@ class Command(BaseCommand):
         parser.add_argument("-w", "--workers", type=int, help="number of workers; default TASKMQ['workers']")
         parser.add_argument("-t", "--threads", type=int,
                             help="tasks each worker runs at once, in threads; default TASKMQ['threads']")
-        parser.add_argument("--burst", action="store_true", help="drain what is ready, then stop")
+        parser.add_argument("--burst", "--run-once", action="store_true", dest="burst",
+                            help="drain what is ready, then stop (--run-once: the same, as django-q2 scripts name it)")
         parser.add_argument("--health-port", type=int, metavar="PORT",
                             help="serve /health/live and /health/ready over HTTP on PORT; default "
                                  "TASKMQ['health_port'] (none)")

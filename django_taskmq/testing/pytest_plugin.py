@@ -1,0 +1,23 @@
+"""The pytest plugin of :mod:`django_taskmq.testing`, registered through the ``pytest11`` entry point.
+
+``taskmq_jobs``: a :class:`~django_taskmq.testing.Captured` of what the test enqueues (it uses
+pytest-django's ``db`` fixture), with ``assert_enqueued``, ``refute_enqueued``, ``jobs`` and
+``drain()``. Nothing here imports Django models at import time: pytest loads the plugin before
+Django is set up.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+
+@pytest.fixture
+def taskmq_jobs(db: Any) -> Iterator[Any]:
+    """The jobs the test enqueued, captured from its start."""
+    from . import capture_jobs
+
+    with capture_jobs() as captured:
+        yield captured

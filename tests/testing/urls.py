@@ -1,0 +1,5 @@
+from django.urls import path
+
+from tests.testing import tasks_project
+
+urlpatterns = [path("signup/", tasks_project.signup)]
