@@ -14,6 +14,8 @@ _EXPORTS = {
     "async_task": "api", "enqueue_many": "api", "result": "api", "fetch": "api",
     "result_group": "api", "count_group": "api", "cancel": "api",
     "task": "tasks", "Task": "tasks",
+    "durable": "durable", "send_signal": "durable", "DurableTask": "durable",
+    "DurableContext": "durable_context", "StepMismatch": "durable_context",
     "Priority": "policy.priority", "Retry": "policy.backoff",
     "ConfigError": "exceptions", "TaskMQError": "exceptions", "LeaseLost": "exceptions",
     "BadPackage": "exceptions", "RetryLater": "exceptions", "Defer": "exceptions", "Reject": "exceptions",

@@ -67,6 +67,7 @@ class Event(str, enum.Enum):
     RELEASE = "RELEASE"  # A workflow step's last dependency was satisfied: it can run.
     REOPEN = "REOPEN"  # A workflow step cancelled by a dependency's end waits again (that step was replayed).
     REPLAY = "REPLAY"  # Out of the dead-letter queue (or a failed, expired or cancelled job) back to the queue.
+    SUSPEND = "SUSPEND"  # A durable task sleeps or waits for a signal: its worker given back, not a delivery.
 
     def __str__(self) -> str:
         return self.value
@@ -93,6 +94,7 @@ def _table() -> Mapping[tuple[JobState, Event], JobState]:
             (s.RUNNING, e.DEAD_LETTER): s.DEAD,
             (s.RUNNING, e.DEFER): s.QUEUED,
             (s.RUNNING, e.YIELD): s.QUEUED,
+            (s.RUNNING, e.SUSPEND): s.QUEUED,  # visible again when it wakes (or its signal comes)
             (s.RUNNING, e.RECLAIM): s.RETRYING,
             (s.RUNNING, e.EXPIRE): s.EXPIRED,
             (s.RUNNING, e.CANCEL_RUNNING): s.CANCELLED,

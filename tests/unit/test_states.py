@@ -29,6 +29,7 @@ LEGAL = {
     (S.RUNNING, E.DEAD_LETTER): S.DEAD,
     (S.RUNNING, E.DEFER): S.QUEUED,
     (S.RUNNING, E.YIELD): S.QUEUED,
+    (S.RUNNING, E.SUSPEND): S.QUEUED,
     (S.RUNNING, E.RECLAIM): S.RETRYING,
     (S.RUNNING, E.EXPIRE): S.EXPIRED,
     (S.RUNNING, E.CANCEL_RUNNING): S.CANCELLED,
@@ -54,7 +55,7 @@ def test_values_are_the_names():
     ]
     assert [e.value for e in Event] == [
         "RESERVE", "ACK", "FAIL_RETRY", "FAIL_FINAL", "DEAD_LETTER", "EXPIRE", "CANCEL", "CANCEL_RUNNING",
-        "DEFER", "YIELD", "RECLAIM", "RELEASE", "REOPEN", "REPLAY",
+        "DEFER", "YIELD", "RECLAIM", "RELEASE", "REOPEN", "REPLAY", "SUSPEND",
     ]
     assert all(s == s.name and str(s) == s.name for s in JobState)
     assert all(e == e.name and str(e) == e.name for e in Event)

@@ -1,0 +1,145 @@
+"""Durable tasks in the database: the steps a job's runs have done (``JobStep``), the signals sent
+to it (``JobSignal``), and the suspension of a run that sleeps or waits (the job back to QUEUED,
+visible when it wakes).
+
+Every write a run makes is fenced: it first locks the job's row under the run's lease token
+(``SELECT ... FOR UPDATE``; SQLite's write lock), so a superseded run writes nothing, a step is
+written once, and a signal and a suspension that race are ordered by the row lock: whichever
+commits second sees the other (the statements after the lock read a fresh snapshot).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from django.utils import timezone
+
+from ...exceptions import ConfigError, LeaseLost
+from ...models import Job, JobSignal, JobStep, StepKind
+from ...policy.states import JobState
+from ..base import Reservation, StepRecord
+from .sql import JOB, RUNNING, SUSPEND
+
+# The functions take the ORM broker (its alias, connection, clock) as ``broker``; not imported for
+# its type, since the broker imports this module.
+OrmBroker = Any
+
+STEPS = JobStep._meta.db_table
+SIGNALS = JobSignal._meta.db_table
+#: The wake time of a wait without a timeout (9999-12-31): only its signal makes it visible.
+NEVER = 253402300799.0
+FINAL = frozenset(s.value for s in JobState.FINAL)
+
+
+def _hold(broker: OrmBroker, reservation: Reservation) -> None:
+    """Lock the job's row while ``reservation`` holds it, else raise LeaseLost (call inside a transaction)."""
+    held = (Job.objects.using(broker.alias).select_for_update()
+            .filter(pk=reservation.job_id, lease_token=reservation.token, state=JobState.RUNNING.value)
+            .values_list("id", flat=True).first())
+    if held is None:
+        raise LeaseLost(f"job {reservation.job_id}: lease lost (token {reservation.token} no longer holds it)")
+
+
+def steps(broker: OrmBroker, job_id: str) -> list[StepRecord]:
+    rows = (JobStep.objects.using(broker.alias).filter(job_id=job_id).order_by("id")
+            .values_list("name", "kind", "digest", "result_package", "wake_at", "signal", "done"))
+    return [StepRecord(*row) for row in rows]
+
+
+def save_step(broker: OrmBroker, reservation: Reservation, record: StepRecord) -> None:
+    with broker.write_transaction():
+        _hold(broker, reservation)
+        JobStep.objects.using(broker.alias).create(
+            job_id=reservation.job_id, name=record.name, kind=record.kind, digest=record.digest,
+            result_package=record.result, wake_at=record.wake_at, signal=record.signal, done=record.done,
+            finished_at=timezone.now() if record.done else None,
+        )
+
+
+def finish_step(broker: OrmBroker, reservation: Reservation, name: str, result: str | None = None) -> None:
+    with broker.write_transaction():
+        _hold(broker, reservation)
+        JobStep.objects.using(broker.alias).filter(job_id=reservation.job_id, name=name, done=False).update(
+            done=True, result_package=result, finished_at=timezone.now())
+
+
+def take_signal(broker: OrmBroker, reservation: Reservation, name: str, signal: str) -> tuple[bool, str | None]:
+    with broker.write_transaction():
+        _hold(broker, reservation)
+        sent = (JobSignal.objects.using(broker.alias)
+                .filter(job_id=reservation.job_id, name=signal, consumed=False).order_by("id")
+                .values_list("id", "payload_package").first())
+        if sent is None:
+            return False, None
+        JobSignal.objects.using(broker.alias).filter(pk=sent[0]).update(consumed=True)
+        changed = JobStep.objects.using(broker.alias).filter(job_id=reservation.job_id, name=name).update(
+            done=True, result_package=sent[1], finished_at=timezone.now())
+        if not changed:  # the signal came before the task reached its wait
+            JobStep.objects.using(broker.alias).create(
+                job_id=reservation.job_id, name=name, kind=StepKind.WAIT, signal=signal, done=True,
+                result_package=sent[1], finished_at=timezone.now())
+        return True, sent[1]
+
+
+def suspend(broker: OrmBroker, reservation: Reservation, wake_at: float | None, signal: str) -> JobState | None:
+    """Give the job back until ``wake_at`` (broker epoch; None: until its signal); a signal already
+    sent makes it visible at once. A job whose cancellation was requested ends CANCELLED instead."""
+    with broker.write_transaction() as cursor:
+        try:
+            _hold(broker, reservation)
+        except LeaseLost:
+            return None
+        cancelled = (Job.objects.using(broker.alias).filter(pk=reservation.job_id)
+                     .values_list("cancel_requested_at", flat=True).first())
+        if cancelled is not None:
+            ended = broker.end_cancelled(reservation, "JobCancelled: cancelled while it slept or waited")
+            return JobState.CANCELLED if ended else None
+        now, now_args = broker.clock.at(0)
+        visible, params = "%s", [NEVER if wake_at is None else float(wake_at)]
+        if signal:
+            visible = (f"CASE WHEN EXISTS (SELECT 1 FROM {SIGNALS} WHERE job_id = %s AND name = %s "
+                       f"AND consumed = %s) THEN {now} ELSE %s END")
+            params = [reservation.job_id, signal, False, *now_args, *params]
+        # The delivery its claim counted is given back: a sleep is neither a delivery nor an execution.
+        cursor.execute(
+            f"UPDATE {JOB} SET state = {SUSPEND.to}, visible_at = {visible}, deliveries = deliveries - 1, "
+            "lease_owner = NULL, lease_token = NULL, lease_until = NULL "
+            f"WHERE id = %s AND lease_token = %s AND state = {RUNNING}",
+            [*params, reservation.job_id, reservation.token],
+        )
+        return SUSPEND.target if cursor.rowcount else None
+
+
+def send_signal(broker: OrmBroker, job_id: str, signal: str, payload: str | None) -> bool:
+    with broker.write_transaction() as cursor:
+        state = (Job.objects.using(broker.alias).select_for_update().filter(pk=job_id)
+                 .values_list("state", flat=True).first())
+        if state is None:
+            raise ConfigError(f"send_signal(): there is no job {job_id!r}")
+        if state in FINAL:
+            raise ConfigError(f"send_signal(): job {job_id} has ended ({state}); nothing can wait for {signal!r}")
+        JobSignal.objects.using(broker.alias).create(job_id=job_id, name=signal, payload_package=payload)
+        now, now_args = broker.clock.at(0)
+        cursor.execute(
+            f"UPDATE {JOB} SET visible_at = {now} WHERE id = %s AND state = '{JobState.QUEUED.value}' "
+            f"AND EXISTS (SELECT 1 FROM {STEPS} WHERE job_id = %s AND signal = %s AND done = %s)",
+            [*now_args, job_id, job_id, signal, False],
+        )
+        return bool(cursor.rowcount)
+
+
+def suspended(broker: OrmBroker) -> dict[str, int]:
+    """Jobs that sleep and jobs that wait for a signal now (queued, with a sleep or wait not done)."""
+    counts = {StepKind.SLEEP.value: 0, StepKind.WAIT.value: 0}
+    rows = (JobStep.objects.using(broker.alias)
+            .filter(done=False, job__state=JobState.QUEUED.value).values_list("kind", flat=True))
+    for kind in rows:
+        counts[kind] = counts.get(kind, 0) + 1
+    return counts
+
+
+def delete_for(cursor: Any, among: str, args: Sequence[Any]) -> None:
+    """Delete the steps and signals of the jobs ``among`` (a ``job_id IN`` condition) selects."""
+    cursor.execute(f"DELETE FROM {STEPS} WHERE {among}", list(args))
+    cursor.execute(f"DELETE FROM {SIGNALS} WHERE {among}", list(args))
