@@ -14,7 +14,7 @@ _EXPORTS = {
     "async_task": "api", "enqueue_many": "api", "result": "api", "fetch": "api",
     "result_group": "api", "count_group": "api", "cancel": "api",
     "task": "tasks", "Task": "tasks",
-    "durable": "durable", "send_signal": "durable", "DurableTask": "durable",
+    "durable": "durable_tasks", "send_signal": "durable_tasks", "DurableTask": "durable_tasks",
     "DurableContext": "durable_context", "StepMismatch": "durable_context",
     "Priority": "policy.priority", "Retry": "policy.backoff",
     "ConfigError": "exceptions", "TaskMQError": "exceptions", "LeaseLost": "exceptions",

@@ -568,7 +568,7 @@ class StepKind(models.TextChoices):
 
 class JobStep(models.Model):
     """What a durable task has done, kept so that a later run of its job does not do it again
-    (see ``durable.py``): a step's signed result, a sleep's wake time, a wait's deadline and the
+    (see ``durable_context.py``): a step's signed result, a sleep's wake time, a wait's deadline and the
     signal's payload. Written once, by the delivery that holds the job's lease."""
 
     # No database constraint: retention deletes jobs by raw statements, which delete these first.

@@ -1,0 +1,109 @@
+"""Durable tasks on real clusters: steps run once across a SIGKILL, sleeps and waits hold no worker,
+signals come from a view, a cancel ends a waiting job at once."""
+
+from __future__ import annotations
+
+import datetime
+
+import pytest
+
+from django_taskmq import async_task, cancel, enqueue_many, send_signal
+from django_taskmq.models import Job, JobStep
+
+from .conftest import job_states, jobs
+
+pytestmark = [pytest.mark.cluster, pytest.mark.django_db(transaction=True)]
+
+TASKS = "tests.cluster.tasks_durable"
+
+
+def tags(cluster, job_id: str) -> list[str]:
+    return [tag.split()[0] for j, tag in cluster.log() if j == job_id]
+
+
+def suspended(job_id: str, kind: str) -> bool:
+    """True once the job sleeps or waits: given back (QUEUED, no lease) with its sleep or wait stored."""
+    job = Job.objects.get(pk=job_id)
+    return (job.state == "QUEUED" and job.lease_owner is None
+            and JobStep.objects.filter(job_id=job_id, kind=kind, done=False).exists())
+
+
+def test_three_steps_run_once_each_across_a_sigkill_of_the_worker_in_the_second(cluster, tmp_path):
+    job_id = async_task(f"{TASKS}.three_steps", 1, str(tmp_path / "killed-once"))
+    qc = cluster.start("-w", "2")
+    cluster.wait_final([job_id], alive=[qc])
+
+    job = Job.objects.get(pk=job_id)
+    assert (job.state, job.result) == ("SUCCEEDED", [2, 20, 25]), (job.state, job.error)
+    # The second step started twice (killed the first time) and finished once; the others ran once.
+    assert tags(cluster, job_id) == ["step:one", "start:two", "start:two", "step:two", "step:three"]
+    assert job.deliveries == 2
+    assert list(JobStep.objects.filter(job_id=job_id).values_list("name", flat=True)) == ["one", "two", "three"]
+
+
+def test_a_sleep_gives_the_only_worker_to_other_work_and_resumes_after_it(cluster):
+    sleeper = async_task(f"{TASKS}.sleeper", 5)
+    qc = cluster.start("-w", "1")
+    cluster.wait_until(lambda: suspended(sleeper, "sleep"), "the sleeper to sleep", alive=[qc])
+    other = async_task("tests.tasks.record_run", "other")
+    cluster.wait_final([other], alive=[qc])
+    assert Job.objects.get(pk=sleeper).state == "QUEUED"  # the other job ran while it slept
+    cluster.wait_final([sleeper], alive=[qc])
+
+    job = Job.objects.get(pk=sleeper)
+    assert job.state == "SUCCEEDED", job.error
+    before, after = job.result
+    sleep = JobStep.objects.get(job_id=sleeper, kind="sleep")
+    slept_at = sleep.wake_at - 5
+    assert Job.objects.get(pk=other).finished_at < datetime.datetime.fromtimestamp(after, tz=datetime.UTC)
+    assert 5 <= after - slept_at <= 7, f"resumed {after - slept_at:.2f} s after it slept"
+    assert tags(cluster, sleeper) == ["step:before", "step:after"]  # the step before the sleep did not run again
+    assert (job.deliveries, job.attempt) == (1, 1)  # the sleep counted neither
+
+
+def test_a_signal_sent_from_a_view_resumes_the_waiting_task_with_its_payload(cluster, client, settings):
+    settings.ROOT_URLCONF = "tests.cluster.urls_durable"
+    job_id = async_task(f"{TASKS}.approval")
+    qc = cluster.start("-w", "1")
+    cluster.wait_until(lambda: suspended(job_id, "wait"), "the task to wait for its signal", alive=[qc])
+    response = client.post(f"/approve/{job_id}/", {"by": "ann"})
+    assert (response.status_code, response.json()) == (200, {"woke": True})
+    cluster.wait_final([job_id], alive=[qc])
+
+    job = Job.objects.get(pk=job_id)
+    assert (job.state, job.result) == ("SUCCEEDED", {"by": "ann"}), job.error
+    assert tags(cluster, job_id) == ["step:asked", "step:answered:{'by':"]
+    # A finished job takes no signal: the view says so.
+    response = client.post(f"/approve/{job_id}/", {"by": "bob"})
+    assert response.status_code == 409 and "has ended" in response.json()["error"]
+
+
+def test_a_signal_sent_before_the_task_reached_its_wait_is_delivered(cluster):
+    job_id = async_task(f"{TASKS}.approval")
+    assert send_signal(job_id, "approved", "early") is False  # kept: nothing waits yet
+    qc = cluster.start("-w", "1")
+    cluster.wait_final([job_id], alive=[qc])
+    job = Job.objects.get(pk=job_id)
+    assert (job.state, job.result, job.deliveries) == ("SUCCEEDED", "early", 1), job.error
+
+
+def test_a_wait_that_times_out_resumes_with_none(cluster):
+    job_id = async_task(f"{TASKS}.approval", 2)
+    qc = cluster.start("-w", "1")
+    cluster.wait_until(lambda: suspended(job_id, "wait"), "the task to wait for its signal", alive=[qc])
+    cluster.wait_final([job_id], alive=[qc])
+    job = Job.objects.get(pk=job_id)
+    assert (job.state, job.result, job.deliveries) == ("SUCCEEDED", None, 1), job.error
+    assert tags(cluster, job_id) == ["step:asked", "step:answered:None"]
+
+
+def test_cancel_while_waiting_ends_the_job_cancelled_at_once(cluster):
+    job_id = async_task(f"{TASKS}.approval")
+    qc = cluster.start("-w", "1")
+    cluster.wait_until(lambda: suspended(job_id, "wait"), "the task to wait for its signal", alive=[qc])
+    assert cancel(job_id) is True
+    assert Job.objects.get(pk=job_id).state == "CANCELLED"  # at once: nothing runs it to find out
+    other = async_task("tests.tasks.record_run")
+    cluster.wait_final([other], alive=[qc])  # the cluster went on; the cancelled job never ran again
+    assert tags(cluster, job_id) == ["step:asked"]
+    assert Job.objects.get(pk=job_id).state == "CANCELLED"
