@@ -580,7 +580,7 @@ class JobStep(models.Model):
     # Read through ``result``, which verifies before it unpickles.
     result_package = models.TextField(_("signed result"), null=True, blank=True, editable=False)
     wake_at = models.FloatField(_("wakes at (epoch s)"), null=True, blank=True)
-    signal = models.CharField(_("waits for signal"), max_length=100, blank=True, default="")
+    signal_name = models.CharField(_("waits for signal"), max_length=100, blank=True, default="")
     done = models.BooleanField(default=False)
     created_at = models.DateTimeField(default=timezone.now)
     finished_at = models.DateTimeField(null=True, blank=True)

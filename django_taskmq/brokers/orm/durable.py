@@ -43,7 +43,7 @@ def _hold(broker: OrmBroker, reservation: Reservation) -> None:
 
 def steps(broker: OrmBroker, job_id: str) -> list[StepRecord]:
     rows = (JobStep.objects.using(broker.alias).filter(job_id=job_id).order_by("id")
-            .values_list("name", "kind", "digest", "result_package", "wake_at", "signal", "done"))
+            .values_list("name", "kind", "digest", "result_package", "wake_at", "signal_name", "done"))
     return [StepRecord(*row) for row in rows]
 
 
@@ -52,7 +52,7 @@ def save_step(broker: OrmBroker, reservation: Reservation, record: StepRecord) -
         _hold(broker, reservation)
         JobStep.objects.using(broker.alias).create(
             job_id=reservation.job_id, name=record.name, kind=record.kind, digest=record.digest,
-            result_package=record.result, wake_at=record.wake_at, signal=record.signal, done=record.done,
+            result_package=record.result, wake_at=record.wake_at, signal_name=record.signal, done=record.done,
             finished_at=timezone.now() if record.done else None,
         )
 
@@ -77,7 +77,7 @@ def take_signal(broker: OrmBroker, reservation: Reservation, name: str, signal: 
             done=True, result_package=sent[1], finished_at=timezone.now())
         if not changed:  # the signal came before the task reached its wait
             JobStep.objects.using(broker.alias).create(
-                job_id=reservation.job_id, name=name, kind=StepKind.WAIT, signal=signal, done=True,
+                job_id=reservation.job_id, name=name, kind=StepKind.WAIT, signal_name=signal, done=True,
                 result_package=sent[1], finished_at=timezone.now())
         return True, sent[1]
 
@@ -123,7 +123,7 @@ def send_signal(broker: OrmBroker, job_id: str, signal: str, payload: str | None
         now, now_args = broker.clock.at(0)
         cursor.execute(
             f"UPDATE {JOB} SET visible_at = {now} WHERE id = %s AND state = '{JobState.QUEUED.value}' "
-            f"AND EXISTS (SELECT 1 FROM {STEPS} WHERE job_id = %s AND signal = %s AND done = %s)",
+            f"AND EXISTS (SELECT 1 FROM {STEPS} WHERE job_id = %s AND signal_name = %s AND done = %s)",
             [*now_args, job_id, job_id, signal, False],
         )
         return bool(cursor.rowcount)
