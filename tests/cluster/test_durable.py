@@ -107,3 +107,35 @@ def test_cancel_while_waiting_ends_the_job_cancelled_at_once(cluster):
     cluster.wait_final([other], alive=[qc])  # the cluster went on; the cancelled job never ran again
     assert tags(cluster, job_id) == ["step:asked"]
     assert Job.objects.get(pk=job_id).state == "CANCELLED"
+
+
+def test_two_clusters_run_200_durable_tasks_that_sleep_twice_and_wait_once(cluster):
+    ids = enqueue_many(f"{TASKS}.sleeps_and_waits", [(n,) for n in range(200)])
+    early, late = ids[::2], ids[1::2]
+    for job_id in early:  # sent before the task reaches its wait: kept for it
+        send_signal(job_id, "go", 1)
+    first, second = cluster.start("-w", "2"), cluster.start("-w", "2")
+    alive = [first, second]
+
+    def waiting() -> int:
+        return JobStep.objects.filter(job_id__in=late, kind="wait", done=False, job__state="QUEUED").count()
+
+    cluster.wait_until(lambda: waiting() == len(late), lambda: f"{len(late)} tasks waiting; {waiting()} now",
+                       alive=alive)
+    cluster.wait_final(early, alive=alive)
+    # Nothing is held while they wait: no lease, no worker, no delivery counted.
+    held = Job.objects.filter(pk__in=late).exclude(lease_owner=None).count()
+    assert held == 0 and job_states(late) == {"QUEUED": len(late)}
+    assert {j.deliveries for j in jobs(late).values()} == {0}
+    for job_id in late:
+        assert send_signal(job_id, "go", 1) is True
+    cluster.wait_final(ids, alive=alive)
+
+    assert job_states(ids) == {"SUCCEEDED": len(ids)}
+    finished = jobs(ids)
+    assert [finished[j].result for j in ids] == [n + 2 for n in range(200)]
+    assert {(j.deliveries, j.attempt) for j in finished.values()} == {(1, 1)}
+    runs: dict[str, list[str]] = {job_id: [] for job_id in ids}
+    for job_id, tag in cluster.log():
+        runs[job_id].append(tag)
+    assert {tuple(r) for r in runs.values()} == {("step:a", "step:b", "step:c")}  # every step ran once

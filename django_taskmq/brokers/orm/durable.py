@@ -96,7 +96,8 @@ def suspend(broker: OrmBroker, reservation: Reservation, wake_at: float | None, 
             ended = broker.end_cancelled(reservation, "JobCancelled: cancelled while it slept or waited")
             return JobState.CANCELLED if ended else None
         now, now_args = broker.clock.at(0)
-        visible, params = "%s", [NEVER if wake_at is None else float(wake_at)]
+        visible = "%s"
+        params: list[Any] = [NEVER if wake_at is None else float(wake_at)]
         if signal:
             visible = (f"CASE WHEN EXISTS (SELECT 1 FROM {SIGNALS} WHERE job_id = %s AND name = %s "
                        f"AND consumed = %s) THEN {now} ELSE %s END")
@@ -131,7 +132,7 @@ def send_signal(broker: OrmBroker, job_id: str, signal: str, payload: str | None
 
 def suspended(broker: OrmBroker) -> dict[str, int]:
     """Jobs that sleep and jobs that wait for a signal now (queued, with a sleep or wait not done)."""
-    counts = {StepKind.SLEEP.value: 0, StepKind.WAIT.value: 0}
+    counts = {str(StepKind.SLEEP): 0, str(StepKind.WAIT): 0}
     rows = (JobStep.objects.using(broker.alias)
             .filter(done=False, job__state=JobState.QUEUED.value).values_list("kind", flat=True))
     for kind in rows:
