@@ -22,6 +22,7 @@ _EXPORTS = {
     "JobCancelled": "exceptions",
     "current_job": "execution",
     "schedule": "scheduler", "Chain": "chains", "async_chain": "chains",
+    "Batch": "batches", "batch": "batches",
     "Workflow": "workflows", "workflow": "workflows", "cancel_workflow": "workflows",
     "pause_queue": "pausing", "resume_queue": "pausing", "paused_queues": "pausing",
 }

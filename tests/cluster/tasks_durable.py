@@ -108,3 +108,27 @@ def changes_its_steps(ctx) -> int:
     value = ctx.step("only", _logged, "only", int(os.environ.get("TASKMQ_TEST_STEP_ARG", "1")))
     ctx.sleep(0)
     return value
+
+
+# -- batches: each callback logs its kind and the batch's counts under the batch's id ----------------
+def _batch_logged(kind: str, outcome: dict) -> None:
+    log(f"{kind} {outcome['total']} {sorted(outcome['counts'].items())}", job_id=outcome["id"])
+
+
+def on_success(outcome: dict) -> None:
+    _batch_logged("on_success", outcome)
+
+
+def on_finish(outcome: dict) -> None:
+    _batch_logged("on_finish", outcome)
+
+
+def on_discard(outcome: dict) -> None:
+    _batch_logged("on_discard", outcome)
+
+
+def slow_record(n: int, seconds: float = 0.05) -> int:
+    """Log, take a moment (so a cluster killed mid-batch holds some jobs), return ``n``."""
+    log(f"member {n}")
+    time.sleep(seconds)
+    return n

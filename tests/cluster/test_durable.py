@@ -7,7 +7,7 @@ import datetime
 
 import pytest
 
-from django_taskmq import async_task, cancel, enqueue_many, send_signal
+from django_taskmq import Batch, async_task, batch, cancel, enqueue_many, send_signal
 from django_taskmq.models import Job, JobStep
 
 from .conftest import job_states, jobs
@@ -139,3 +139,34 @@ def test_two_clusters_run_200_durable_tasks_that_sleep_twice_and_wait_once(clust
     for job_id, tag in cluster.log():
         runs[job_id].append(tag)
     assert {tuple(r) for r in runs.values()} == {("step:a", "step:b", "step:c")}  # every step ran once
+
+
+@pytest.mark.parametrize("dead", [3, 0])
+def test_a_batch_of_100_runs_each_callback_that_applies_once_across_a_sigkill_of_one_of_two_clusters(cluster, dead):
+    cluster.configure(lease=4)
+    b = Batch(on_success=f"{TASKS}.on_success", on_finish=f"{TASKS}.on_finish", on_discard=f"{TASKS}.on_discard")
+    dead_at = {10, 50, 90} if dead else set()
+    for n in range(100):
+        if n in dead_at:
+            b.add("tests.tasks.reject", f"job {n} is rejected")
+        else:
+            b.add(f"{TASKS}.slow_record", n, 0.2)
+    batch_id = b.enqueue()
+    victim, survivor = cluster.start("-w", "2"), cluster.start("-w", "2")
+    cluster.wait_until(lambda: sum(tag.startswith("member") for _, tag in cluster.log()) >= 20,
+                       "20 jobs of the batch to run", alive=[victim, survivor])
+    victim.kill_all()  # with whatever it holds: its leases run out and the survivor runs them
+    assert not batch(batch_id).finished  # killed in the middle of the batch
+    cluster.wait_until(lambda: batch(batch_id).finished, lambda: f"the batch to finish: {batch(batch_id)}",
+                       alive=[survivor])
+    callback_jobs = list(Job.objects.filter(func__startswith=f"{TASKS}.on_").values_list("pk", flat=True))
+    cluster.wait_final(callback_jobs, alive=[survivor])
+
+    info = batch(batch_id)
+    expected = {"DEAD": dead, "SUCCEEDED": 100 - dead} if dead else {"SUCCEEDED": 100}
+    assert (info.total, info.counts) == (100, expected)
+    counts = str(sorted(expected.items()))
+    ran = sorted(tag for j, tag in cluster.log() if j == batch_id)
+    kinds = ["on_discard", "on_finish"] if dead else ["on_finish", "on_success"]
+    assert ran == [f"{kind} 100 {counts}" for kind in kinds]  # each once; the other never
+    assert len(callback_jobs) == 2
