@@ -566,6 +566,10 @@ class StepKind(models.TextChoices):
     WAIT = "wait", _("wait for a signal")
 
 
+#: The wake time of a wait without a timeout (9999-12-31, epoch s): only its signal makes it visible.
+NEVER_WAKES = 253402300799.0
+
+
 class JobStep(models.Model):
     """What a durable task has done, kept so that a later run of its job does not do it again
     (see ``durable_context.py``): a step's signed result, a sleep's wake time, a wait's deadline and the

@@ -16,7 +16,7 @@ from typing import Any
 from django.utils import timezone
 
 from ...exceptions import ConfigError, LeaseLost
-from ...models import Job, JobSignal, JobStep, StepKind
+from ...models import NEVER_WAKES, Job, JobSignal, JobStep, StepKind
 from ...policy.states import JobState
 from ..base import Reservation, StepRecord
 from .sql import JOB, RUNNING, SUSPEND
@@ -27,8 +27,6 @@ OrmBroker = Any
 
 STEPS = JobStep._meta.db_table
 SIGNALS = JobSignal._meta.db_table
-#: The wake time of a wait without a timeout (9999-12-31): only its signal makes it visible.
-NEVER = 253402300799.0
 FINAL = frozenset(s.value for s in JobState.FINAL)
 
 
@@ -97,7 +95,7 @@ def suspend(broker: OrmBroker, reservation: Reservation, wake_at: float | None, 
             return JobState.CANCELLED if ended else None
         now, now_args = broker.clock.at(0)
         visible = "%s"
-        params: list[Any] = [NEVER if wake_at is None else float(wake_at)]
+        params: list[Any] = [NEVER_WAKES if wake_at is None else float(wake_at)]
         if signal:
             visible = (f"CASE WHEN EXISTS (SELECT 1 FROM {SIGNALS} WHERE job_id = %s AND name = %s "
                        f"AND consumed = %s) THEN {now} ELSE %s END")
