@@ -36,7 +36,7 @@ from .policy.progress import read as read_progress
 #: A cluster is alive while its heartbeat is younger than this (seconds) and it has not stopped.
 ALIVE_WITHIN = 30.0
 #: Outcomes a heartbeat counts per queue (``counts["queues"]``), as the sentinel names them.
-OUTCOMES = ("succeeded", "failed", "timeouts", "crashes")
+OUTCOMES = ("succeeded", "failed", "timeouts", "crashes", "suspended")  # suspended: durable tasks' sleeps and waits
 CHART_MINUTES = 60
 #: The minute of ``finished_at`` as text ("2026-01-31 12:34", UTC): grouping by it is one string
 #: operation per row on every engine, where ``TruncMinute`` calls a Python function per row on SQLite

@@ -57,3 +57,10 @@ def test_qinfo_shows_the_broker_counts(broker):
     rows = {tuple(line.split()[:2]): line.split()[2:] for line in out.splitlines()[2:]}
     assert rows[("a", "5")] == ["1", "0", "0", "0"]
     assert rows[("b", "0")] == ["0", "0", "0", "1"]
+
+
+def test_qinfo_counts_the_durable_jobs_that_sleep_or_wait(broker):
+    from tests.api.test_durable import run as run_once
+
+    run_once(broker, async_task("tests.cluster.tasks_durable.approval"))
+    assert "durable tasks: sleeping 0, waiting for a signal 1" in run("qinfo")
