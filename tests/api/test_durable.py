@@ -235,3 +235,20 @@ class TestSyncMode:
         marker.touch()  # no kill in sync mode
         job_id = async_task(f"{TASKS}.three_steps", 1, str(marker))
         assert Job.objects.get(pk=job_id).result == [2, 20, 25]
+
+
+def test_a_durable_task_as_a_workflow_step_holds_its_dependents_until_it_ends(broker):
+    from django_taskmq import Workflow, workflow
+
+    wf = Workflow(name="approve-then-mail")
+    first = wf.add(f"{TASKS}.approval", name="approve")
+    wf.add("tests.tasks.add", 1, 2, name="mail", after=[first])
+    workflow_id = wf.enqueue()
+    approve, mail = wf.job_ids["approve"], wf.job_ids["mail"]
+    assert run(broker, approve).state == State.QUEUED  # waits for its signal: not an end
+    assert Job.objects.get(pk=mail).state == State.WAITING
+    send_signal(approve, "approved", "ok")
+    assert run(broker, approve).state == State.SUCCEEDED
+    assert Job.objects.get(pk=mail).state == State.QUEUED  # released by the durable step's end
+    assert run(broker, mail).result == 3
+    assert workflow(workflow_id).state == "SUCCEEDED"
