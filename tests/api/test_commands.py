@@ -63,4 +63,4 @@ def test_qinfo_counts_the_durable_jobs_that_sleep_or_wait(broker):
     from tests.api.test_durable import run as run_once
 
     run_once(broker, async_task("tests.cluster.tasks_durable.approval"))
-    assert "durable tasks: sleeping 0, waiting for a signal 1" in run("qinfo")
+    assert "durable jobs: sleeping 0, waiting for a signal 1" in run("qinfo")
