@@ -132,3 +132,9 @@ def slow_record(n: int, seconds: float = 0.05) -> int:
     log(f"member {n}")
     time.sleep(seconds)
     return n
+
+
+@durable
+def many_steps(ctx, steps: int) -> int:
+    """``steps`` steps that return their index (``benchmarks/durable_steps.py``: the cost of a step)."""
+    return sum(ctx.step(f"s{i}", int, i) for i in range(steps))
