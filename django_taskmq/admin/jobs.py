@@ -138,7 +138,8 @@ class JobAdmin(ReadOnlyMixin, admin.ModelAdmin):
 
     def get_urls(self):
         return [
-            path("<path:object_id>/signal/", self.admin_site.admin_view(self.signal_view), name="django_taskmq_job_signal"),
+            path("<path:object_id>/signal/", self.admin_site.admin_view(self.signal_view),
+                 name="django_taskmq_job_signal"),
             *super().get_urls(),
         ]
 

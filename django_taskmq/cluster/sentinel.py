@@ -35,9 +35,9 @@ from ..policy import lease
 from . import dispatch, monitor, outage, processes, pusher
 from .buffer import Buffer
 from .feeder import Feeder
-from .messages import (END_OF_RESULTS, IDLE, READY, RECORDED, RETIRING, STOP, SUCCEEDED, SUSPENDED, TIMED_OUT,
-                       UNSTARTED, Batch, Stop, Ticket, cancel_frame, cancel_request_frame, dump_outcome, read_outcome_frame,
-                       read_unstarted_frame)
+from .messages import (END_OF_RESULTS, IDLE, READY, RECORDED, RETIRING, STOP, SUCCEEDED, TIMED_OUT, UNSTARTED, Batch, Stop,
+                       Ticket, cancel_frame, cancel_request_frame, dump_outcome, read_outcome_frame,
+                       read_unstarted_frame, SUSPENDED)
 from .poller import Poller, readable
 from .result_pipe import ResultPipe
 from .slots import CANCEL_GRACE, NOT_STARTED, Process, SharedMemory, Slot
