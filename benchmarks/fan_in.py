@@ -28,7 +28,7 @@ shuffled order; the machine's foreign CPU load is measured around each run (``ho
     python3 benchmarks/fan_in.py --report benchmarks/results/fan_in.json
 
 Raw results: ``benchmarks/results/fan_in.json`` (and ``fan_in-profile.txt`` when profiled);
-``report.py`` renders them into RESULTS.md.
+``report.py`` renders them into ARCHIVE.md.
 """
 
 from __future__ import annotations
@@ -303,7 +303,7 @@ def _label(system: str, engine: str) -> str:
 
 
 def report(raw: dict) -> None:
-    """Print the markdown of RESULTS.md's section from the raw results: median (min-max) per cell."""
+    """Print the markdown of ARCHIVE.md's section from the raw results: median (min-max) per cell."""
     rows = raw["rows"]
     ok = [r for r in rows if r["ok"]]
     pairs = sorted({(r["system"], r["engine"]) for r in rows}, key=lambda p: (p[0] != "taskmq", p[1] != "sqlite"))

@@ -146,7 +146,7 @@ def main() -> None:
 
 
 def report(rows: list[dict], engines: list[str]) -> None:
-    """Print the markdown tables of RESULTS.md from raw rows."""
+    """Print the markdown tables of ARCHIVE.md from raw rows."""
     print("\n| engine | jobs | drain incl. start-up (jobs/s) | steady (jobs/s) |\n|---|---|---|---|")
     for engine in engines:
         for variant in VARIANTS:

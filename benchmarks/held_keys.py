@@ -13,7 +13,7 @@ for work) and ``reserve`` of 8 (the first claims take the free jobs, the later o
 every one walks past the held rows). A child process per measurement, with ``--ref``'s
 ``django_taskmq`` (exported with ``git archive``) first on its path for the other code,
 interleaved with the working tree round by round. Raw results: ``results/held_keys.json``,
-rendered into RESULTS.md by ``report.py``.
+rendered into ARCHIVE.md by ``report.py``.
 """
 
 from __future__ import annotations

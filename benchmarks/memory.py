@@ -19,7 +19,7 @@ since a change that saves memory by costing throughput is no win.
 With ``--startup N``, N more rounds time ``qcluster --burst`` of one job from exec to exit for
 every code (the imports moved before the fork must not delay the first job).
 Raw rows: ``benchmarks/results/memory-<label>.json``; ``report.py`` renders the table of
-``memory-latest.json`` in RESULTS.md.
+``memory-latest.json`` in ARCHIVE.md.
 """
 
 from __future__ import annotations
@@ -248,7 +248,7 @@ def report(rows: list[dict]) -> None:
 
 
 def markdown(raw: dict) -> list[str]:
-    """RESULTS.md's "where the memory goes" tables: per engine and threads, the parts of the
+    """ARCHIVE.md's "where the memory goes" tables: per engine and threads, the parts of the
     working tree's cluster PSS by process, then every code's total (median (min-max), MiB)."""
     rows = raw["rows"]
 

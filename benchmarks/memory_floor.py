@@ -20,7 +20,7 @@ one process holds at each step of becoming a Django program that has spoken to i
 
 PSS, RSS and their anonymous and file parts come from ``/proc/self/smaps_rollup``. Each run
 measures every step once per engine in a shuffled order (seeded, recorded), with the foreign CPU
-load recorded. Raw results: ``results/memory-floor.json``, rendered into RESULTS.md by
+load recorded. Raw results: ``results/memory-floor.json``, rendered into ARCHIVE.md by
 ``report.py``.
 
     .venv/bin/python benchmarks/memory_floor.py [--runs 3]

@@ -81,7 +81,7 @@ def run_long(engine: str, prefetch: int, long_seconds: float, short_n: int) -> d
 
 
 def report(rows: list[dict]) -> None:
-    """Print the markdown tables of RESULTS.md from raw rows: median (min-max) per cell."""
+    """Print the markdown tables of ARCHIVE.md from raw rows: median (min-max) per cell."""
     noop = [r for r in rows if r.get("workload", "noop") == "noop"]
     print("| engine | prefetch | drain incl. start-up (jobs/s) | steady (jobs/s) | cluster CPU s / 1000 jobs |\n"
           "|---|---|---|---|---|")

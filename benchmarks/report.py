@@ -1,16 +1,18 @@
-"""Turn raw results into tables; generate ``benchmarks/RESULTS.md`` from the results folders.
+"""Turn raw results into tables; generate ``benchmarks/RESULTS.md`` and ``ARCHIVE.md`` from ``results/``.
 
 Stdlib only::
 
-    python3 benchmarks/report.py                       # regenerate benchmarks/RESULTS.md
-    python3 benchmarks/report.py --check               # exit 1 if RESULTS.md is not what it generates
+    python3 benchmarks/report.py                       # regenerate benchmarks/RESULTS.md and ARCHIVE.md
+    python3 benchmarks/report.py --check               # exit 1 if either is not what it generates
     python3 benchmarks/report.py benchmarks/results/2026-12-01-abc1234/   # one folder, to stdout
     python3 benchmarks/report.py --write-folder benchmarks/results/2026-12-01-abc1234/  # its report.md
     python3 benchmarks/report.py old-results.json [...]  # a results file of the older format
 
 A results folder (``run.py`` writes it) holds ``session.json`` and ``runs/*.json``, one file
-per workload run. Every figure in RESULTS.md is computed here from those files (and from the
-older raw files in ``benchmarks/results/``); nothing in it is typed by hand.
+per workload run. RESULTS.md is one table of the current figures against each peer (``HEADLINE``:
+for each kind of comparison, its newest run on each engine); ARCHIVE.md every other table and the
+earlier rounds. Every figure in both is computed here from those files (and from the other raw
+files in ``benchmarks/results/``); nothing in them is typed by hand.
 """
 
 from __future__ import annotations
@@ -24,7 +26,9 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from systems import BASELINES, BENCH_DIR, DEFAULT_SYSTEMS, DEFAULT_WORKLOADS, PEERS, RESULTS_DIR, SUBJECT, SYSTEMS
+import round3
+from systems import (BASELINES, BENCH_DIR, DATABASE_ENGINES, DEFAULT_SYSTEMS, DEFAULT_WORKLOADS, PEERS, RESULTS_DIR,
+                     SUBJECT, SYSTEMS)
 
 
 @dataclass(frozen=True)
@@ -371,7 +375,7 @@ def _label(m: Metric, data: dict) -> str:
             .replace("SCALE_ROWS", f"{o.get('scale_rows', 0):,}"))
 
 
-def metric_tables(data: dict) -> list[str]:
+def metric_tables(data: dict, level: int = 2) -> list[str]:
     engines = _engines_present(data)
     systems = [s for s in data["systems"] if s in SYSTEMS]
     lines = []
@@ -380,7 +384,7 @@ def metric_tables(data: dict) -> list[str]:
         if not metrics:
             continue
         title = group.replace("SCALE_ROWS", f"{data['options'].get('scale_rows', 0):,}")
-        lines += ["", f"### {title}"]
+        lines += ["", f"{'#' * (level + 1)} {title}"]
         if group.startswith("SCALE_ROWS"):
             lines += ["", "Run for django_taskmq only: the fill is one INSERT ... SELECT written for its table."]
         for m in metrics:
@@ -655,10 +659,10 @@ def memory_goal(data: dict) -> list[str]:
     return lines
 
 
-def run_lists(data: dict) -> list[str]:
+def run_lists(data: dict, level: int = 2) -> list[str]:
     """Failed and retried runs; the foreign CPU load of every run."""
     records = data["records"]
-    lines = ["", "### Runs, failures and foreign load", ""]
+    lines = ["", f"{'#' * (level + 1)} Runs, failures and foreign load", ""]
     failed = [r for r in records if not r.get("ok")]
     retried = [r for r in records if r.get("failed_attempts")]
     skipped = [r for r in records if r.get("ok") and not r.get("load") and (r.get("details") or {}).get("na")]
@@ -757,12 +761,12 @@ def folder_markdown(data: dict, link_base: Path = BENCH_DIR, level: int = 2) -> 
         lines += ["", f"{head}# Issue 25 on MariaDB: against django-q2 and the best peer"] + mariadb_targets(data)
     if "memory" in data["workloads"]:
         lines += ["", f"{head}# Memory against every peer (issue 30)"] + memory_goal(data)
-    lines += metric_tables(data)
+    lines += metric_tables(data, level)
     plots = sorted(folder.glob("*.png"))
     if plots:
         lines += ["", f"{head}# Plots", ""]
         lines += [f"![{p.stem}]({_link(p, link_base)})" for p in plots]
-    lines += run_lists(data)
+    lines += run_lists(data, level)
     return "\n".join(lines) + "\n"
 
 
@@ -811,10 +815,7 @@ def _round3_sections() -> list[str]:
              for path in sorted(RESULTS_DIR.glob(f"round3-{part}*.json"), key=lambda p: (len(p.name), p.name))]
     if not found:
         return []
-    import round3
-
-    lines = ["", "## Performance round three (issue 30)", "",
-             "Measured with `python3 benchmarks/round3.py` (how: its docstring); each table is "
+    lines = ["Measured with `python3 benchmarks/round3.py` (how: its docstring); each table is "
              "`python3 benchmarks/round3.py --report benchmarks/results/<file>`. Cells: median (min–max) over the "
              "interleaved rounds."]
     for part, path in found:
@@ -829,9 +830,8 @@ def _round3_sections() -> list[str]:
 
 
 def _older_sections() -> list[str]:
-    """The later rounds' raw files in benchmarks/results/, rendered or linked."""
-    lines = ["", "## Earlier rounds", "",
-             f"* **First performance round** (before the architecture issue): [`{ROUND_ONE}`]({ROUND_ONE}), "
+    """The other scripts' raw files in benchmarks/results/ and the earlier rounds, rendered or linked."""
+    lines = [f"* **First performance round** (before the architecture issue): [`{ROUND_ONE}`]({ROUND_ONE}), "
              "**not re-derivable: raw results were not committed**. Kept verbatim as that round's record.",
              f"* The commentary written by hand beside the two sections below, when they were produced, "
              f"is kept verbatim in [`{COMMENTARY}`]({COMMENTARY}); the tables here are generated.", ""]
@@ -1071,58 +1071,276 @@ def _demote(text: str, level: int) -> list[str]:
     return out
 
 
-def results_md() -> str:
-    folders = result_folders()
+# --------------------------------------------------------------------------- RESULTS.md: the headline
+# One table of the current figures against each peer. "Current": for each kind of comparison, the
+# newest run of that kind on each engine; every row comes from one run, so the systems in a row
+# met the same machine, and its key says which run.
+
+# The peers as the headline's columns, in PEERS' order, with short names.
+HEADLINE_PEERS = {"djangoq2": "django-q2", "djangoq2-tuned": "django-q2, CONN_MAX_AGE=60", "dtdb": "django-tasks-db",
+                  "celery": "Celery (Redis)", "celery-durable": "Celery, Redis fsync always",
+                  "dramatiq": "Dramatiq (Redis)", "procrastinate": "Procrastinate", "oban": "oban-py",
+                  "steady-queue": "Steady Queue"}
+
+# kind: what ran, as the sources list names it.
+KINDS = {"peers": "`run.py` with every Python peer (issue 30)",
+         "default": "`run.py`'s full mode: the default systems and workloads (issue 12)",
+         "round3-enqueue": "`round3.py`: every peer's single enqueue (issue 30)",
+         "round3-latency": "`round3.py`: idle latency at equal durability (issue 30)"}
+
+# (kind, figure): the rows, in order, one per engine the kind's newest runs measured. A round3.py part
+# stands as the workload; {n}, {large_n}, {bulk_n} in a label are the run's sizes.
+HEADLINE = (
+    ("peers", Metric("enqueue", "jobs_per_s", "Single enqueue, {n} calls", "jobs/s", "higher")),
+    ("round3-enqueue", Metric("enqueue", "jobs_per_s", "Single enqueue, {n} calls", "jobs/s", "higher")),
+    ("peers", Metric("bulk", "jobs_per_s", "Bulk enqueue of {bulk_n} in one call", "jobs/s", "higher")),
+    ("peers", Metric("drain", "steady_jobs_per_s", "Drain {n} queued, after the first job", "jobs/s", "higher")),
+    ("peers", Metric("drain", "jobs_per_s", "Drain {n} queued, including start-up", "jobs/s", "higher")),
+    ("default", Metric("drain_large", "steady_jobs_per_s", "Drain {large_n} queued, after the first job", "jobs/s",
+                       "higher")),
+    ("peers", Metric("drain", "steady_cpu_s_per_1000", "CPU per 1000 jobs, drain {n} after the first job", "CPU s",
+                     "lower")),
+    ("peers", Metric("latency", "visible_p50_ms", "Idle cluster: enqueue → result visible, p50", "ms", "lower")),
+    ("round3-latency", Metric("latency", "visible_p50_ms", "Idle cluster: enqueue → result visible, p50", "ms",
+                              "lower")),
+    ("peers", Metric("latency", "visible_p99_ms", "Idle cluster: enqueue → result visible, p99", "ms", "lower")),
+    ("round3-latency", Metric("latency", "visible_p99_ms", "Idle cluster: enqueue → result visible, p99", "ms",
+                              "lower")),
+    ("peers", Metric("startup", "ready_ms", "Exec of the cluster → a queued job starts", "ms", "lower")),
+    ("peers", Metric("memory", "pss_2w_mb", "Cluster PSS after the drain, 2 workers", "MiB", "lower")),
+)
+
+
+@dataclass
+class Source:
+    """One run the headline takes rows from: a results folder or a round3.py file."""
+    kind: str
+    path: Path
+    date: str
+    commit: str
+    runs: int
+    sizes: dict
+    stats: dict  # (engine, system, workload, key) -> stats over the ok runs (``aggregate``)
+    systems: set
+    engines: set  # database engines django_taskmq was measured on
+    foreign: list  # foreign load of every run, cores
+
+
+def _source(kind: str, path: Path, records: list[dict], **fields) -> Source:
+    return Source(kind=kind, path=path, stats=aggregate(records), systems={r["system"] for r in records},
+                  engines={r["engine"] for r in records if r["system"] == SUBJECT} & set(DATABASE_ENGINES),
+                  foreign=[r["load"]["foreign_cores"] for r in records
+                           if (r.get("load") or {}).get("foreign_cores") is not None], **fields)
+
+
+def _folder_source(kind: str, folder: Path) -> Source:
+    data = load_folder(folder)
+    o = data["options"]
+    return _source(kind, folder, data["records"], date=data["started"][:16] + " UTC",
+                   commit=(data.get("working_tree") or {}).get("head", "?")[:7], runs=o.get("runs", 1),
+                   sizes={"n": o.get("n"), "large_n": o.get("large_n"), "bulk_n": o.get("bulk_n")})
+
+
+def _round3_source(path: Path) -> Source:
+    raw = json.loads(path.read_text())
+    # The paired runs (a variant) are the comparison with the ORM's create, not a peer's enqueue.
+    records = [{**r, "workload": raw["part"]} for r in raw["rows"] if not r.get("variant")]
+    return _source(f"round3-{raw['part']}", path, records, date=raw["date"], commit=raw["commit"],
+                   runs=raw["runs"], sizes={"n": raw["options"]["n"]})
+
+
+def _folder_kinds(session: dict) -> list[str]:
+    """The kinds of comparison a results folder is: every peer in one run, the full mode's defaults."""
+    systems, workloads = set(session.get("systems", ())), set(session.get("workloads", ()))
+    kinds = ["peers"] if set(PEERS) <= systems else []
+    if session.get("mode") == "full" and set(DEFAULT_SYSTEMS) <= systems and set(DEFAULT_WORKLOADS) <= workloads:
+        kinds.append("default")
+    return kinds
+
+
+def _candidates() -> list[Source]:
+    """Every run of a kind the headline shows, oldest first."""
+    found = [_folder_source(kind, folder) for folder in result_folders()
+             for kind in _folder_kinds(json.loads((folder / "session.json").read_text()))]
+    for part in ("enqueue", "latency"):
+        found += [_round3_source(p) for p in sorted(RESULTS_DIR.glob(f"round3-{part}*.json"))]
+    return sorted(found, key=lambda s: (s.date, s.path.name))
+
+
+def current_sources() -> dict[tuple[str, str], Source]:
+    """{(kind, engine): the newest run of that kind that measured django_taskmq on that engine}."""
+    newest = {}
+    for source in _candidates():  # oldest first: a newer run replaces an older one
+        for engine in source.engines:
+            newest[source.kind, engine] = source
+    return newest
+
+
+def _peer_cell(source: Source, peer: str, engine: str, figure: Metric) -> tuple[str, float | None]:
+    """(cell, median) of a peer in a row: blank when the peer was not in the run, "—" when it does not
+    run on the row's engine; the Redis peers' figure is the same in every engine's row."""
+    if peer not in source.systems:
+        return "", None
+    engines = SYSTEMS[peer].engines
+    if engines is not None and engine not in engines:
+        if "redis" not in engines:
+            return "—", None
+        engine = "redis"
+    s = source.stats.get((engine, peer, figure.workload, figure.key))
+    return (cell(s), s["median"]) if s else ("n/a", None)
+
+
+def headline_rows(sources: dict[tuple[str, str], Source]) -> tuple[list[str], list[Source]]:
+    """The table's rows, and the sources in the order the rows first use them."""
+    used: list[Source] = []
+    lines = []
+    for kind, figure in HEADLINE:
+        shown = None  # the label is written once per figure, again only where a run's sizes change it
+        for engine in DATABASE_ENGINES:
+            source = sources.get((kind, engine))
+            ours = source.stats.get((engine, SUBJECT, figure.workload, figure.key)) if source else None
+            if ours is None:
+                continue
+            if source not in used:
+                used.append(source)
+            peers = {p: _peer_cell(source, p, engine, figure) for p in HEADLINE_PEERS}
+            medians = {p: m for p, (_, m) in peers.items() if m is not None}
+            versus = ""
+            if medians:
+                best = (max if figure.better == "higher" else min)(medians, key=medians.get)
+                versus = f"{HEADLINE_PEERS[best]}: {ratio(ours, {'median': medians[best]})}"
+            arrow = "↑" if figure.better == "higher" else "↓"
+            label = f"{figure.label.format(**source.sizes)}, {figure.unit} {arrow}"
+            key = chr(ord("A") + used.index(source))
+            lines.append(f"| {label if label != shown else ''} | {ENGINE_LABELS[engine]} | {key} | **{cell(ours)}** | "
+                         + " | ".join(c for c, _ in peers.values()) + f" | {versus} |")
+            shown = label
+    return lines, used
+
+
+def _source_line(key: str, source: Source) -> str:
+    rel = source.path.relative_to(BENCH_DIR)
+    target = f"{rel}/" if source.path.is_dir() else str(rel)
+    engines = ", ".join(ENGINE_LABELS[e] for e in DATABASE_ENGINES if e in source.engines)
+    load = "not recorded"
+    if source.foreign:
+        median = statistics.median(source.foreign)
+        # As round3.py flags it: on a loaded machine absolute figures are pessimistic, the row still compares.
+        load = (f"{fmt(median)} core (max {fmt(max(source.foreign))})"
+                + (": **a loaded machine**, compare within the row" if median > round3.LOADED_CORES else ""))
+    return (f"* **{key}**: [`{target}`]({target}): {KINDS[source.kind]}, {source.runs} interleaved rounds, "
+            f"{source.date}, code {source.commit}; its rows: {engines}; foreign load median {load}.")
+
+
+def _slug(title: str) -> str:
+    """GitHub's anchor of a heading made of words and punctuation (no links or code)."""
+    kept = "".join(c for c in title.lower() if c.isalnum() or c in " -_")
+    return kept.replace(" ", "-")
+
+
+def results_md(archive_sections: list[str]) -> str:
+    rows, used = headline_rows(current_sources())
+    head = ["figure", "engine", "run", SYSTEMS[SUBJECT].label, *HEADLINE_PEERS.values(), "django_taskmq / best peer"]
     lines = ["# Benchmark results", "",
              "<!-- Generated by `python3 benchmarks/report.py` from the files in benchmarks/results/: "
              "do not edit by hand; change report.py or run the benchmark again. -->", "",
-             "Generated by `python3 benchmarks/report.py` from the raw results committed in "
-             "[`results/`](results/): no figure here is typed by hand. `benchmarks/README.md` says how each "
-             "figure is measured. Load on this shared 2-core machine moves figures between runs: compare "
-             "systems inside one results folder, and see each folder's foreign-load list."]
-    # The headline is the newest complete run (the full mode with every system and workload); the
-    # A/B runs of a change (--baseline, --systems, --workloads) are listed below it, newest first.
-    sessions = {f: json.loads((f / "session.json").read_text()) for f in folders}
-    folders = sorted(folders, key=lambda f: sessions[f].get("started", ""))
-    complete = [f for f in folders if sessions[f].get("mode") == "full"
-                and set(DEFAULT_SYSTEMS) <= set(sessions[f].get("systems", ()))
-                and set(DEFAULT_WORKLOADS) <= set(sessions[f].get("workloads", ()))]
-    if folders:
-        latest = (complete or folders)[-1]
-        lines += ["", folder_markdown(load_folder(latest), link_base=BENCH_DIR, level=2).rstrip()]
-        # Every Python peer in one run (issue 30): the newest folder with the peers added then.
-        with_peers = [f for f in folders if set(PEERS) <= set(sessions[f].get("systems", ()))]
-        if with_peers and with_peers[-1] != latest:
-            lines += ["", "## Every Python peer in one run (issue 30)", "",
-                      folder_markdown(load_folder(with_peers[-1]), link_base=BENCH_DIR, level=3).rstrip()]
-        # MariaDB (issue 25) beside them: if the headline run did not include it, the newest run that did.
-        with_mysql = [f for f in folders if "mysql" in sessions[f].get("engines", ())]
-        if with_mysql and "mysql" not in sessions[latest].get("engines", ()):
-            lines += ["", "## MariaDB: the newest results folder with it", "",
-                      folder_markdown(load_folder(with_mysql[-1]), link_base=BENCH_DIR, level=3).rstrip()]
-        if len(folders) > 1:
-            lines += ["", "## Other results folders", ""]
-            lines += [f"* [`results/{f.name}/`](results/{f.name}/): `python3 benchmarks/report.py "
-                      f"benchmarks/results/{f.name}` renders it." for f in reversed(folders) if f != latest]
-    lines += _round3_sections()
-    lines += _older_sections()
+             "The current figures of django_taskmq against each peer, on this shared 2-core machine: for each kind "
+             "of comparison, its newest run on each engine. Each row comes from one run (its letter), so the "
+             "systems in a row met the same machine load; compare across a row, not down the table. Cells: "
+             "median (min–max) over the run's rounds, generated by `python3 benchmarks/report.py` from the raw "
+             "results committed in [`results/`](results/); nothing here is typed by hand. The rows come from:", ""]
+    lines += [_source_line(chr(ord("A") + i), source) for i, source in enumerate(used)]
+    lines += ["", "| " + " | ".join(head) + " |", "|" + "---|" * len(head), *rows, "",
+              "↑ higher is better, ↓ lower is better. The last column is django_taskmq's median over the best peer "
+              "median of the row (of every peer in it, the Redis ones included). Empty: the peer was not in that "
+              "row's run; —: it does not run on that engine (the Redis peers' one figure stands in every engine's "
+              "row); n/a: it has no such figure or was not run for it (the archive's tables say why). How each "
+              "figure is measured: [`README.md`](README.md).", "",
+              "## Everything else: [`ARCHIVE.md`](ARCHIVE.md)", "",
+              "Every table of the runs above, the comparisons not shown here and the earlier rounds, generated "
+              "from the same raw results:", ""]
+    lines += [f"* [{title}](ARCHIVE.md#{_slug(title)})" for title in archive_sections]
     return "\n".join(lines).rstrip() + "\n"
 
 
-def write_results_md() -> Path:
-    path = BENCH_DIR / "RESULTS.md"
-    path.write_text(results_md())
-    return path
+# --------------------------------------------------------------------------- ARCHIVE.md
+
+def archive_md() -> tuple[str, list[str]]:
+    """The archive page, and the titles of its sections (RESULTS.md links them)."""
+    folders = result_folders()
+    lines = ["# Benchmark archive", "",
+             "<!-- Generated by `python3 benchmarks/report.py` from the files in benchmarks/results/: "
+             "do not edit by hand; change report.py or run the benchmark again. -->", "",
+             "Every table behind [`RESULTS.md`](RESULTS.md)'s headline, the other comparisons and the earlier "
+             "rounds, generated by `python3 benchmarks/report.py` from the raw results committed in "
+             "[`results/`](results/): no figure here is typed by hand. `benchmarks/README.md` says how each "
+             "figure is measured. Load on this shared 2-core machine moves figures between runs: compare "
+             "systems inside one results folder, and see each folder's foreign-load list. Results folders that "
+             "a newer run superseded and nothing rendered were removed from the tree; git keeps them: "
+             "`git log --diff-filter=D --name-only --format= -- benchmarks/results | cut -d/ -f3 | sort -u` "
+             "lists them, `git show <commit>^:benchmarks/results/<folder>/report.md` shows one."]
+    sections: list[str] = []
+
+    def section(title: str) -> list[str]:
+        sections.append(title)
+        return ["", f"## {title}", ""]
+
+    # The newest complete run (the full mode with every default system and workload), then the newest
+    # with every Python peer, then MariaDB's newest if neither had it.
+    sessions = {f: json.loads((f / "session.json").read_text()) for f in folders}
+    folders = sorted(folders, key=lambda f: sessions[f].get("started", ""))
+    complete = [f for f in folders if "default" in _folder_kinds(sessions[f])]
+    rendered = []
+    if folders:
+        latest = (complete or folders)[-1]
+        rendered.append(latest)
+        lines += section("The newest full-mode run (issue 12)")
+        lines.append(folder_markdown(load_folder(latest), link_base=BENCH_DIR, level=3).rstrip())
+        with_peers = [f for f in folders if "peers" in _folder_kinds(sessions[f])]
+        if with_peers and with_peers[-1] != latest:
+            rendered.append(with_peers[-1])
+            lines += section("Every Python peer in one run (issue 30)")
+            lines.append(folder_markdown(load_folder(with_peers[-1]), link_base=BENCH_DIR, level=3).rstrip())
+        with_mysql = [f for f in folders if "mysql" in sessions[f].get("engines", ())]
+        if with_mysql and not any("mysql" in sessions[f].get("engines", ()) for f in rendered):
+            rendered.append(with_mysql[-1])
+            lines += section("MariaDB: the newest results folder with it")
+            lines.append(folder_markdown(load_folder(with_mysql[-1]), link_base=BENCH_DIR, level=3).rstrip())
+        others = [f for f in reversed(folders) if f not in rendered]
+        if others:
+            lines += section("Other results folders")
+            lines += [f"* [`results/{f.name}/`](results/{f.name}/): `python3 benchmarks/report.py "
+                      f"benchmarks/results/{f.name}` renders it." for f in others]
+    round_three = _round3_sections()
+    if round_three:
+        lines += section("Performance round three (issue 30)") + round_three
+    lines += section("Other scripts' results and the earlier rounds") + _older_sections()
+    return "\n".join(lines).rstrip() + "\n", sections
+
+
+def pages() -> dict[Path, str]:
+    """{path: text} of the two generated pages."""
+    archive, sections = archive_md()
+    return {BENCH_DIR / "RESULTS.md": results_md(sections), BENCH_DIR / "ARCHIVE.md": archive}
+
+
+def write_pages() -> list[Path]:
+    written = []
+    for path, text in pages().items():
+        path.write_text(text)
+        written.append(path)
+    return written
 
 
 def main(argv: list[str]) -> int:
     if not argv:
-        print(f"wrote {write_results_md()}")
+        for path in write_pages():
+            print(f"wrote {path}")
         return 0
     if argv == ["--check"]:
-        current = (BENCH_DIR / "RESULTS.md").read_text()
-        if current != results_md():
-            print("benchmarks/RESULTS.md differs from what report.py generates", file=sys.stderr)
+        stale = [path.name for path, text in pages().items() if not path.exists() or path.read_text() != text]
+        if stale:
+            print(f"benchmarks/{' and benchmarks/'.join(stale)} differ from what report.py generates", file=sys.stderr)
             return 1
         return 0
     if argv[0] == "--write-folder" and len(argv) == 2:  # rewrite <folder>/report.md

@@ -26,7 +26,7 @@
 Each case runs as a subprocess of the system's venv (``--driver``), on a fresh database (Redis
 databases flushed); every round runs every case once in a shuffled order (seeded, recorded);
 the machine's foreign CPU load is measured around each run (``hostload.py``). Results:
-``results/round3-<part>.json``, rendered into RESULTS.md by ``report.py`` (``--report``).
+``results/round3-<part>.json``, rendered into ARCHIVE.md by ``report.py`` (``--report``).
 
     python3 benchmarks/round3.py [--parts latency,enqueue,ready] [--runs 5]
     python3 benchmarks/round3.py --report benchmarks/results/round3-latency.json
@@ -56,6 +56,7 @@ LATENCY_GOAL = "visible p50 at or below durable Celery's"
 ORM_GOAL_PCT = 85.0
 READY_GOAL_MS = 60.0
 RELAXED_GOAL_MS = 5.0  # issue 30: visible p50 with durable_outcomes False, and below Celery's default
+LOADED_CORES = 0.25  # a median foreign load above this (cores) marks the run as measured on a loaded machine
 
 # The one query of the bare process: what a cluster's first claim would look for.
 BARE = """
@@ -377,7 +378,7 @@ def _metric(rows, system, engine, key):
 
 def _load_line(raw: dict) -> str:
     foreign = [r["load"]["foreign_cores"] for r in raw["rows"]]
-    loaded = statistics.median(foreign) > 0.25 if foreign else False
+    loaded = statistics.median(foreign) > LOADED_CORES if foreign else False
     return (f"{raw['runs']} interleaved rounds (every case of {', '.join(raw['parts_run_together'])} once per round, "
             f"shuffled; seed {raw['seed']}), commit {raw['commit']}, {raw['date']}, {raw['cpus']} CPUs. Foreign CPU "
             f"load during these runs (other programs on the machine, in cores of {raw['cpus']}): median "
@@ -386,7 +387,7 @@ def _load_line(raw: dict) -> str:
 
 
 def report(raw: dict) -> None:
-    """Print the markdown of a part's RESULTS.md section: median (min–max) over the rounds."""
+    """Print the markdown of a part's ARCHIVE.md section: median (min–max) over the rounds."""
     rows, part = raw["rows"], raw["part"]
     print(_load_line(raw))
     print()

@@ -10,7 +10,7 @@ Needs only python3 (stdlib): it builds its own venvs under benchmarks/.work/, ru
 workload in a subprocess of the system's venv (``workloads.py``) in an order shuffled per
 round (seeded), records the foreign CPU load of every run, and writes one JSON file per run
 into the results folder (``benchmarks/results/<date>-<commit>/`` in the full mode), the plots
-beside them and, in the full mode, regenerates ``benchmarks/RESULTS.md`` (``report.py``).
+beside them and, in the full mode, regenerates ``benchmarks/RESULTS.md`` and ``ARCHIVE.md`` (``report.py``).
 See README.md.
 """
 
@@ -108,7 +108,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--out", type=Path, help="results folder (default: benchmarks/results/<date>-<commit>/ "
                                            "in the full mode, .work/results/... with --quick)")
     p.add_argument("--no-results-md", action="store_true",
-                   help="do not regenerate benchmarks/RESULTS.md (the full mode does by default)")
+                   help="do not regenerate benchmarks/RESULTS.md and ARCHIVE.md (the full mode does by default)")
     p.add_argument("--bulk-n", type=int, help="jobs for bulk enqueue (default 10000)")
     p.add_argument("--mixed-n", type=int, help="jobs in the mixed workload (default 10000)")
     p.add_argument("--rss-n", type=int, help="jobs drained before measuring RSS (default 100000)")
@@ -562,8 +562,7 @@ def finish(runner: Runner, args: argparse.Namespace, status: int) -> int:
     preview.write_text(report.folder_markdown(data, link_base=folder))
     log(f"markdown:    {preview}")
     if not args.quick and not args.out and not args.no_results_md:
-        path = report.write_results_md()
-        log(f"regenerated: {path}")
+        log(f"regenerated: {', '.join(str(path) for path in report.write_pages())}")
     return status
 
 

@@ -235,7 +235,7 @@ def cell(rows: list[dict], field: str, **where) -> str:
 
 
 def report(rows: list[dict]) -> None:
-    """Print the markdown tables of RESULTS.md from raw rows: median (min-max) per cell."""
+    """Print the markdown tables of ARCHIVE.md from raw rows: median (min-max) per cell."""
     print("| system | broker | workload | threads | drain incl. start-up (jobs/s) | steady (jobs/s) | "
           "cluster CPU s / 1000 jobs | peak RSS (MiB) | peak PSS (MiB) |\n|---|---|---|---|---|---|---|---|---|")
     pairs = sorted({(r.get("system", "taskmq"), r["engine"]) for r in rows}, key=lambda p: (p[0] != "taskmq", p))

@@ -17,7 +17,7 @@ latency figures can be read as a count of steps:
 
 Each round runs every step in a shuffled order (seeded, recorded), ``--samples`` samples
 each way; the foreign CPU load is recorded per round (``hostload.py``). Raw results:
-``results/wakeups.json``, rendered into RESULTS.md by ``report.py``.
+``results/wakeups.json``, rendered into ARCHIVE.md by ``report.py``.
 
     .venv/bin/python benchmarks/wakeups.py [--runs 3] [--samples 100] [--gap-ms 50]
     python3 benchmarks/wakeups.py --report benchmarks/results/wakeups.json

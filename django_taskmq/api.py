@@ -30,7 +30,8 @@ def async_task(func: Callable | str, *args: Any, queue: str | None = None, prior
                concurrency_key: str | Callable[..., str] | None = None, concurrency_limit: int | None = None,
                rate_limit: str | None = None, cached: bool | float | None = None, save: bool | None = None,
                unique_key: str | None = None, unique_for: Iterable[str] | None = None,
-               unique_replace: bool | None = None, q_options: dict | None = None, **kwargs: Any) -> str:
+               unique_replace: bool | None = None, encrypt: bool | Iterable[str] | None = None,
+               q_options: dict | None = None, **kwargs: Any) -> str:
     """Enqueue ``func(*args, **kwargs)``; return the job id.
 
     ``func`` is a callable, a ``@task`` or a dotted path. Options whose names collide with the
@@ -42,7 +43,9 @@ def async_task(func: Callable | str, *args: Any, queue: str | None = None, prior
     states of ``unique_for`` (default: queued or retrying, before it runs) returns that job's id and
     enqueues nothing; ``unique_replace=True`` gives the waiting job this call's arguments and time
     instead (a debounce). ``cached`` (True, or seconds) also keeps the result in the Django cache
-    (``TASKMQ['cache']``); ``save=False`` keeps none in the database. Bad options raise
+    (``TASKMQ['cache']``); ``save=False`` keeps none in the database. ``encrypt=True`` (or a list of
+    keyword argument names) stores the arguments and the result encrypted with
+    ``TASKMQ['encryption_keys']`` (see :doc:`/security`). Bad options raise
     :class:`~django_taskmq.ConfigError` here, at the call.
     """
     arguments = locals()

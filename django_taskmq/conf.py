@@ -15,6 +15,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 from typing import Any
 
+from . import encryption
 from .compat import q_cluster
 from .exceptions import ConfigError
 from .policy.backoff import Retry
@@ -44,6 +45,13 @@ class QueueConfig:
 DEAD_CONNECTION_TIMEOUT = 30.0
 MAX_THREADS = 256  # per worker process; more is a mistake, not a configuration
 MAX_PREFETCH = 1000
+
+
+#: Argument names masked wherever arguments are shown or sent (``TASKMQ['redact']``), compared
+#: case-insensitively: an argument whose name contains one of them is masked.
+DEFAULT_REDACT = frozenset({"password", "passwd", "token", "secret", "authorization", "api_key", "apikey",
+                            "access_key", "private_key", "credential", "cookie", "session", "ssn", "card_number",
+                            "cvv"})
 
 
 def _default_workers() -> int:
@@ -96,6 +104,14 @@ class Settings:
     clock_skew_warning: float = 5.0
     error_reporter: str | None = None
     opentelemetry: bool = False
+    encryption_keys: tuple[str, ...] = ()
+    encrypt_all: bool = False
+    redact: frozenset[str] = DEFAULT_REDACT
+
+    @functools.cached_property
+    def keyring(self) -> encryption.Keyring:
+        """The keys of ``encryption_keys``: the first encrypts, every one decrypts."""
+        return encryption.Keyring(self.encryption_keys)
 
     @property
     def effective_queue_limit(self) -> int:
@@ -239,6 +255,33 @@ def _dotted(key: str, value: Any) -> str | None:
     return value
 
 
+def _keys(key: str, value: Any) -> tuple[str, ...]:
+    if isinstance(value, str) or not isinstance(value, (list, tuple)):
+        raise _fail(key, f"must be a list of keys (manage.py qkey prints one), got {type(value).__name__}")
+    ids = []
+    for index, item in enumerate(value):
+        try:
+            ids.append(encryption.key_id(encryption.decode_key(item)))
+        except ValueError as exc:  # the key itself is never put in the message
+            raise _fail(key, f"entry {index}: {exc}") from None
+    if len(set(ids)) != len(ids):
+        raise _fail(key, "lists the same key twice")
+    if value:
+        try:
+            import cryptography  # noqa: F401
+        except ImportError:
+            raise _fail(key, "needs the cryptography package: pip install 'django-taskmq[crypto]'") from None
+    return tuple(value)
+
+
+def _redact(key: str, value: Any) -> frozenset[str]:
+    if isinstance(value, str) or not isinstance(value, (list, tuple, set, frozenset)):
+        raise _fail(key, f"must be a list of argument names, got {value!r}")
+    if not all(isinstance(name, str) and name for name in value):
+        raise _fail(key, f"entries must be non-empty strings, got {value!r}")
+    return frozenset(name.lower() for name in value)
+
+
 def _retry(value: Any) -> Retry:
     if isinstance(value, Retry):
         return value
@@ -294,6 +337,9 @@ _VALIDATORS = {
     "clock_skew_warning": lambda k, v: _number(k, v, strict=True),
     "error_reporter": _dotted,
     "opentelemetry": _flag,
+    "encryption_keys": _keys,
+    "encrypt_all": _flag,
+    "redact": _redact,
 }
 assert set(_VALIDATORS) == {f.name for f in fields(Settings)}
 
@@ -311,6 +357,8 @@ def from_mapping(mapping: Mapping[str, Any] | None) -> Settings:
     result = Settings(**values)
     if result.default_queue not in result.queues:
         raise _fail("default_queue", f"{result.default_queue!r} is not one of TASKMQ['queues'] {sorted(result.queues)}")
+    if result.encrypt_all and not result.encryption_keys:
+        raise _fail("encrypt_all", "is True but TASKMQ['encryption_keys'] is empty: list a key (manage.py qkey)")
     return result
 
 

@@ -70,8 +70,9 @@ def digest(args: tuple, kwargs: dict) -> str:
 class DurableContext:
     """The first argument of a durable task (``@durable``)."""
 
-    def __init__(self, reservation: Reservation, broker: Broker | None = None) -> None:
+    def __init__(self, reservation: Reservation, broker: Broker | None = None, encrypt: bool = False) -> None:
         self.job_id = reservation.job_id
+        self._encrypt = encrypt  # the job's arguments are encrypted (its ``encrypt`` option): so are its steps' values
         self._reservation = reservation
         self._broker = broker or get_broker()
         self._settings = get_settings()
@@ -107,7 +108,8 @@ class DurableContext:
             return self._value(record.result)
         value = func(*args, **kwargs)
         try:
-            package = seal_result(value, self._settings.name, self._settings.compress, self._settings.max_result_size)
+            package = seal_result(value, self._settings.name, self._settings.compress, self._settings.max_result_size,
+                                  self._encrypt)
         except ValueError as exc:  # running it again would return it again
             raise Reject(f"step {name!r}: its {exc}") from None
         record = StepRecord(name, STEP, signature, package)

@@ -14,8 +14,9 @@ from .api import run_sync
 from .brokers import get_broker
 from .conf import get_settings
 from .durable_context import MAX_SIGNAL
-from .exceptions import ConfigError
-from .signing import seal_result
+from .exceptions import BadPackage, ConfigError
+from .models import Job
+from .signing import seal_result, verify
 from .tasks import OPTION_NAMES, Task
 
 
@@ -61,10 +62,23 @@ def send_signal(job_id: str, signal_name: str, payload: Any = None) -> bool:
         raise ConfigError(f"a signal's name is a string of 1 to {MAX_SIGNAL} characters, got {signal_name!r}")
     settings = get_settings()
     try:
-        package = seal_result(payload, settings.name, settings.compress, settings.max_result_size)
+        package = seal_result(payload, settings.name, settings.compress, settings.max_result_size,
+                              _encrypted(job_id, settings))
     except ValueError as exc:
         raise ConfigError(f"send_signal(): the payload {exc}") from None
     woke = get_broker().send_signal(job_id, signal_name, package)
     if woke and settings.sync:
         run_sync(job_id)
     return woke
+
+
+def _encrypted(job_id: str, settings: Any) -> bool:
+    """Whether the job's arguments are encrypted (its ``encrypt`` option): a signal's payload is then
+    encrypted too, like its result. An unknown job is the broker's to refuse."""
+    package = Job.objects.using(settings.database).filter(pk=job_id).values_list("payload", flat=True).first()
+    if package is None:
+        return False
+    try:
+        return bool(verify(package, settings.name, decrypt=False).options.get("encrypt"))
+    except BadPackage:  # a tampered package: its job never runs, the broker still keeps the signal
+        return False

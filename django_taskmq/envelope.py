@@ -6,6 +6,7 @@ import pickle
 from dataclasses import dataclass, field
 from typing import Any
 
+from .encryption import ARGUMENTS, Keyring, Sealed
 from .exceptions import ConfigError
 
 
@@ -14,22 +15,58 @@ class Envelope:
     """A task call as it travels: dotted path, arguments and the options that shape its run.
 
     ``options`` holds what the cluster needs to run and record it: ``timeout``, ``retry``
-    (a dict), ``ack_failure``, ``hook``, ``on_dead``, ``chain`` (the next links), ``task_name``.
+    (a dict), ``ack_failure``, ``hook``, ``on_dead``, ``chain`` (the next links), ``task_name``,
+    ``encrypt`` (True, or the names of the keyword arguments that were encrypted).
+
+    ``secret`` holds the encrypted arguments (see :func:`seal_arguments`): the pickle of
+    ``(args, kwargs, chain)``, put back into ``args``, ``kwargs`` and ``options`` by
+    :func:`open_arguments` once ``signing`` decrypted it.
     """
 
     func: str
     args: tuple = ()
     kwargs: dict = field(default_factory=dict)
     options: dict = field(default_factory=dict)
+    secret: Sealed | None = None
 
     def __reduce__(self):
         # Pickle through a stable constructor, not the class layout, so packages already queued
         # still load after the class changes (fields added, slots on or off).
-        return (_rebuild, (self.func, self.args, self.kwargs, self.options))
+        if self.secret is None:
+            return (_rebuild, (self.func, self.args, self.kwargs, self.options))
+        return (_rebuild, (self.func, self.args, self.kwargs, self.options, self.secret))
 
 
-def _rebuild(func: str, args: tuple, kwargs: dict, options: dict) -> Envelope:
-    return Envelope(func=func, args=args, kwargs=kwargs, options=options)
+def _rebuild(func: str, args: tuple, kwargs: dict, options: dict, secret: Sealed | None = None) -> Envelope:
+    return Envelope(func=func, args=args, kwargs=kwargs, options=options, secret=secret)
+
+
+def seal_arguments(envelope: Envelope, keyring: Keyring) -> Envelope:
+    """Return ``envelope`` with the arguments its ``encrypt`` option names moved into ``secret``,
+    encrypted: all of them and the chain's next links for ``True``, else the keyword arguments listed."""
+    encrypt, options = envelope.options.get("encrypt"), envelope.options
+    if not encrypt:
+        return envelope
+    if encrypt is True:
+        # The links of a chain are calls too: their arguments go with the job's.
+        options = {k: v for k, v in options.items() if k != "chain"}
+        hidden, args, kwargs = (envelope.args, envelope.kwargs, envelope.options.get("chain")), (), {}
+    else:
+        secret = {name: value for name, value in envelope.kwargs.items() if name in encrypt}
+        kwargs = {name: value for name, value in envelope.kwargs.items() if name not in secret}
+        hidden, args = ((), secret, None), envelope.args
+    data = _pickled(hidden, envelope.func)
+    return Envelope(func=envelope.func, args=args, kwargs=kwargs, options=options,
+                    secret=keyring.encrypt(data, ARGUMENTS))
+
+
+def open_arguments(envelope: Envelope, hidden: Any) -> Envelope:
+    """Return ``envelope`` with its ``secret`` replaced by ``hidden``, what it decrypted to (the
+    ``(args, kwargs, chain)`` that :func:`seal_arguments` encrypted): see ``signing.verify``."""
+    args, kwargs, chain = hidden
+    options = envelope.options if chain is None else {**envelope.options, "chain": chain}
+    return Envelope(func=envelope.func, args=(*envelope.args, *args), kwargs={**envelope.kwargs, **kwargs},
+                    options=options)
 
 
 class PickleSerializer:
@@ -46,7 +83,11 @@ class PickleSerializer:
 
 def check_picklable(envelope: Envelope) -> bytes:
     """Return the pickled envelope or raise :class:`ConfigError` saying what cannot be pickled."""
+    return _pickled(envelope, envelope.func)
+
+
+def _pickled(value: object, func: str) -> bytes:
     try:
-        return pickle.dumps(envelope, PickleSerializer.protocol)
+        return pickle.dumps(value, PickleSerializer.protocol)
     except Exception as exc:  # pickle raises many types: PicklingError, TypeError, AttributeError
-        raise ConfigError(f"the arguments of {envelope.func} cannot be pickled: {exc}") from exc
+        raise ConfigError(f"the arguments of {func} cannot be pickled: {exc}") from exc

@@ -127,7 +127,7 @@ def _execute(message: TaskMessage) -> Outcome:
     try:
         if pre_execute.has_listeners():
             pre_execute.send(sender=Outcome, job_id=message.reservation.job_id, func=envelope.func, envelope=envelope)
-        value = func(*_context(envelope.func, message.reservation), *envelope.args, **envelope.kwargs)
+        value = func(*_context(message), *envelope.args, **envelope.kwargs)
         if inspect.isawaitable(value):  # a coroutine function
             value = run_coroutine(value)
     except RetryLater as exc:
@@ -153,15 +153,15 @@ def _execute(message: TaskMessage) -> Outcome:
     return Outcome(message.reservation, envelope, SUCCESS, value, started_at=started, finished_at=time.time())
 
 
-def _context(path: str, reservation: Reservation) -> tuple:
+def _context(message: TaskMessage) -> tuple:
     """Return the leading arguments of a call: a Django task with ``takes_context=True`` gets its
     backend's ``TaskContext`` (``task_context``, duck-typed: see django_taskmq.backends.tasks); a
     durable task (``@durable``) its :class:`~.durable_context.DurableContext`."""
-    target = resolve(path)
-    if getattr(target, "taskmq_durable", False):
-        return (DurableContext(reservation),)
+    target = resolve(message.envelope.func)
+    if getattr(target, "taskmq_durable", False):  # its steps' values are encrypted as its result would be
+        return (DurableContext(message.reservation, encrypt=bool(message.envelope.options.get("encrypt"))),)
     if is_django_task(target) and getattr(target, "takes_context", False):
-        return (target.get_backend().task_context(reservation.job_id),)
+        return (target.get_backend().task_context(message.reservation.job_id),)
     return ()
 
 
@@ -220,12 +220,14 @@ def seal(outcome: Outcome, settings: Any) -> Outcome:
     """Return ``outcome`` with its result pickled and signed for storage.
 
     A result that cannot be pickled, or whose pickle is above ``TASKMQ['max_result_size']``,
-    turns the outcome into :data:`UNSTORABLE` with the reason, and the value is dropped.
+    turns the outcome into :data:`UNSTORABLE` with the reason, and the value is dropped. The result
+    of a job whose arguments were encrypted (its ``encrypt`` option) is encrypted too.
     """
     if outcome.status != SUCCESS or outcome.result is None:
         return outcome
+    encrypt = outcome.envelope is not None and bool(outcome.envelope.options.get("encrypt"))
     try:
-        package = seal_result(outcome.result, settings.name, settings.compress, settings.max_result_size)
+        package = seal_result(outcome.result, settings.name, settings.compress, settings.max_result_size, encrypt)
     except ValueError as exc:
         return outcome._replace(status=UNSTORABLE, result=None, error=str(exc), traceback="")
     return outcome._replace(result=package)

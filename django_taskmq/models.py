@@ -97,6 +97,8 @@ class Job(models.Model):
     class Meta:
         verbose_name = _("job")
         verbose_name_plural = _("jobs")
+        # Apart from view_job: the arguments and results a job page shows (see docs/security.rst).
+        permissions = [("view_job_payload", _("Can view job payload"))]
         indexes = [
             # The claim walks this small index: only ready rows are in it, however many
             # millions of finished rows the table holds.

@@ -7,15 +7,16 @@ chain's next link) all build jobs here, and it imports none of them.
 from __future__ import annotations
 
 import datetime
+import inspect
 import math
 import time
 from typing import Any
 
 from .conf import COUNTER_MAX, Settings
-from .envelope import Envelope
+from .envelope import Envelope, seal_arguments
 from .exceptions import ConfigError
 from .ids import new_id
-from .loading import is_task, is_task_class, resolve, runnable
+from .loading import callable_for, is_task, is_task_class, resolve, runnable
 from .policy.backoff import Retry
 from .policy.flow import check_key, check_limit, parse_rate
 from .policy.priority import validate_priority
@@ -28,7 +29,7 @@ DELAY_MAX = 10 * 366 * 86400.0  # ten years: a longer delay is a mistake, not a 
 # The one list of enqueue options. A @task or Task class may fix the TASK_OPTIONS as defaults;
 # async_task takes every option but "chain" as a keyword (a chain is built with Chain).
 TASK_OPTIONS = ("queue", "priority", "retry", "timeout", "max_deliveries", "ack_failure", "hook", "on_dead",
-                "concurrency_key", "concurrency_limit", "rate_limit")
+                "concurrency_key", "concurrency_limit", "rate_limit", "encrypt")
 CALL_OPTIONS = (*TASK_OPTIONS, "key", "delay", "eta", "expires_at", "group", "task_name", "sync", "cached", "save",
                 "unique_key", "unique_for", "unique_replace")
 # "chain" is built with Chain, "workflow" (its id) by Workflow; "django_priority" is the Django task's own priority (-100..100),
@@ -181,7 +182,32 @@ def validate_options(options: dict[str, Any], settings: Settings | None = None) 
     for name in ("group", "task_name"):
         if out.get(name) is not None and (not isinstance(out[name], str) or not 0 < len(out[name]) <= 100):
             raise ConfigError(f"{name} must be a string of 1..100 characters, got {out[name]!r}")
+    if out.get("encrypt") is not None:
+        out["encrypt"] = _encrypt(out["encrypt"], settings)
     return out
+
+
+def _encrypt(value: Any, settings: Settings | None) -> bool | tuple[str, ...]:
+    """``encrypt``: True (every argument), False, or the names of the keyword arguments to encrypt."""
+    if not isinstance(value, bool):
+        if isinstance(value, str) or not isinstance(value, (list, tuple, set, frozenset)) or not value \
+                or not all(isinstance(name, str) and name.isidentifier() for name in value):
+            raise ConfigError(f"encrypt must be True, False or a list of argument names, got {value!r}")
+        value = tuple(sorted(value))
+    if value and settings is not None and not settings.encryption_keys:
+        raise ConfigError("encrypt needs TASKMQ['encryption_keys']: list a key there (manage.py qkey prints one)")
+    return value
+
+
+def _first_position(path: str, names: tuple[str, ...]) -> int | None:
+    """Return the position of the first parameter of ``path`` named in ``names`` that a call may pass
+    by position (None: none, or no signature to read)."""
+    try:
+        parameters = list(inspect.signature(callable_for(path)).parameters.values())
+    except (TypeError, ValueError, ImportError):
+        return None
+    positional = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
+    return next((i for i, p in enumerate(parameters) if p.kind in positional and p.name in names), None)
 
 
 # Options a schedule may not carry in Schedule.options: its own fields say them (queue, priority,
@@ -238,6 +264,8 @@ class JobTemplate:
             # stores none in the job; absent by default, so a plain job costs nothing more.
             "cached": (settings.cached if options.get("cached") is None else options["cached"]) or None,
             "save": False if options.get("save") is False else None,
+            # True or the argument names: the package carries them encrypted, the result is encrypted.
+            "encrypt": True if settings.encrypt_all else options.get("encrypt") or None,
         }
         self.run_options = {k: v for k, v in run_options.items() if v is not None}
         self.expires_at = options.get("expires_at")
@@ -257,6 +285,10 @@ class JobTemplate:
                                                   options.get("unique_replace"), ConfigError)
         self.key = options.get("concurrency_key")
         self.key_limit = options.get("concurrency_limit") or 1
+        #: True, the names of the keyword arguments to encrypt, or False.
+        self.encrypt: bool | tuple[str, ...] = True if settings.encrypt_all else options.get("encrypt") or False
+        # Names are those of keyword arguments: one given by position would be stored in clear.
+        self.secret_position = _first_position(self.path, self.encrypt) if isinstance(self.encrypt, tuple) else None
 
     def values(self, args: tuple, kwargs: dict, trace: dict | None = None) -> dict[str, Any]:
         """Return the column values (by attribute name) of a new job for one call; ``trace``: the
@@ -264,6 +296,11 @@ class JobTemplate:
         now = time.time()
         options = {**self.run_options, "trace": trace} if trace else self.run_options
         envelope = Envelope(func=self.path, args=tuple(args), kwargs=dict(kwargs), options=options)
+        if self.encrypt:
+            if self.secret_position is not None and len(args) > self.secret_position:
+                raise ConfigError(f"{self.path}: an argument named in encrypt={self.encrypt!r} is passed by "
+                                  f"position; pass it by keyword so that it is encrypted")
+            envelope = seal_arguments(envelope, self.settings.keyring)
         expired = self.expires_at is not None and self.expires_at <= now
         key = self.key
         if callable(key):  # computed from the call's arguments (a task's default)

@@ -22,6 +22,7 @@ from typing import Any
 from .brokers.base import Reservation
 from .envelope import Envelope
 from .loading import resolve
+from .policy.redaction import shown_call
 
 logger = logging.getLogger(__name__)
 
@@ -38,9 +39,11 @@ class FailedJob:
     ``attempt`` is the delivery that failed (1 for the first); ``state`` the state the job goes
     to: ``"RETRYING"`` (it will run again), ``"FAILED"`` (``ack_failures``) or ``"DEAD"`` (to the
     dead letters: this was its final failure). ``args`` and ``kwargs`` are the task's arguments
-    (empty for a timeout or a crash, which the monitor reports: outcomes reach it without them); a
-    reporter that sends events elsewhere should leave them out unless asked (they may hold personal
-    data).
+    (empty for a timeout or a crash, which the monitor reports: outcomes reach it without them) as
+    they may leave the package: those named by ``TASKMQ['redact']`` masked, the encrypted ones
+    replaced by a marker (see :mod:`django_taskmq.policy.redaction`); ``encrypted`` says the job had
+    encrypted arguments. A reporter that sends events elsewhere should leave them out unless asked
+    (they may hold personal data).
     """
 
     id: str
@@ -53,6 +56,7 @@ class FailedJob:
     cluster: str
     args: tuple = ()
     kwargs: dict = field(default_factory=dict)
+    encrypted: bool = False
 
     @property
     def final(self) -> bool:
@@ -120,12 +124,19 @@ def failed(exc: BaseException, r: Reservation, envelope: Envelope, retried: bool
         id=r.job_id, task=envelope.func, queue=r.queue, priority=r.priority, attempt=r.deliveries,
         max_deliveries=max_deliveries, cluster=settings.name,
         state=expected_state(r.deliveries, max_deliveries, settings.ack_failures if ack is None else ack, retried),
-        args=tuple(envelope.args), kwargs=dict(envelope.kwargs),
+        **_arguments(envelope, settings.redact),
     )
     pending = getattr(_held, "pending", None)
     if pending is None:
         pending = _held.pending = []
     pending.append((settings.error_reporter, exc, job))
+
+
+def _arguments(envelope: Envelope, redact: frozenset[str]) -> dict[str, Any]:
+    """The arguments a :class:`FailedJob` carries: redacted, the encrypted ones left out."""
+    args, kwargs = shown_call(tuple(envelope.args), envelope.kwargs, envelope.options, redact,
+                              sealed=envelope.secret is not None)
+    return {"args": args, "kwargs": kwargs, "encrypted": bool(envelope.options.get("encrypt"))}
 
 
 def deliver(timeout: float = REPORT_TIMEOUT) -> None:
@@ -157,13 +168,14 @@ def lost(r: Reservation, envelope: Envelope | None, status: str, error: str, sta
     The monitor records outcomes for the whole cluster: the report waits for a background thread
     of this process (at most :data:`BACKLOG` of them), so no reporter slows recording.
     """
+    from .conf import get_settings
     from .exceptions import TaskTimeout, WorkerDied
 
     kind = TaskTimeout if status == "timeout" else WorkerDied
     text = error.partition(": ")[2] or error or status
     job = FailedJob(id=r.job_id, task=envelope.func if envelope else "", queue=r.queue, priority=r.priority,
                     attempt=r.deliveries, max_deliveries=r.max_deliveries, state=state, cluster=cluster,
-                    args=tuple(envelope.args) if envelope else (), kwargs=dict(envelope.kwargs) if envelope else {})
+                    **(_arguments(envelope, get_settings().redact) if envelope else {}))
     global _backlog
     with _backlog_lock:
         if _backlog is None:

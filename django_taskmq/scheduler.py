@@ -7,6 +7,7 @@ due time fires once even with several clusters on one database.
 
 from __future__ import annotations
 
+import base64
 import datetime
 import json
 import logging
@@ -21,12 +22,15 @@ from .api import async_task
 from .brokers import Broker, get_broker
 from .brokers.clock import as_datetime
 from .conf import Settings, get_settings
+from .encryption import SCHEDULE, MissingKey, Sealed, Undecryptable
 from .exceptions import ConfigError
 from .models import Schedule
 from .options import OPTIONS, check_schedule_options, func_path, validate_options
 from .policy import cron as cron_policy
 
 logger = logging.getLogger(__name__)
+#: The key of a schedule's ``kwargs`` that holds its encrypted arguments (never a Python name).
+SEALED = "$encrypted"
 
 
 def schedule(func: Any, *args: Any, name: str | None = None, schedule_type: str = Schedule.ONCE,
@@ -79,6 +83,7 @@ def save_schedule(func: Any, args: Sequence[Any] = (), kwargs: dict[str, Any] | 
         json.dumps([list(args), kwargs, options])
     except TypeError as exc:
         raise ConfigError(f"schedule arguments must be JSON-serialisable: {exc}") from None
+    args, kwargs = stored_arguments(args, kwargs, options, settings)
     name = name or f"{path}-{timezone.now().timestamp():.0f}"
     # The write lock first: these read and then write, which on SQLite's default (deferred)
     # transactions fails at once with "database is locked" when another writer got in between.
@@ -94,6 +99,45 @@ def save_schedule(func: Any, args: Sequence[Any] = (), kwargs: dict[str, Any] | 
                           options=options, tz=tz or ""),
         )
     return obj
+
+
+def stored_arguments(args: Sequence[Any], kwargs: dict, options: dict, settings: Settings) -> tuple[list, dict]:
+    """Return the ``args`` and ``kwargs`` a schedule stores with ``options``: those its ``encrypt``
+    (or ``TASKMQ['encrypt_all']``) names sealed, with the first key (what was sealed before is
+    opened first: saving a schedule again encrypts it with the new key of a rotation)."""
+    args, kwargs = open_arguments(list(args), dict(kwargs), settings)
+    encrypt = True if settings.encrypt_all else options.get("encrypt")
+    return seal_arguments(args, kwargs, encrypt, settings) if encrypt else (args, kwargs)
+
+
+def seal_arguments(args: list, kwargs: dict, encrypt: Any, settings: Settings) -> tuple[list, dict]:
+    """Return a schedule's arguments as stored with ``encrypt`` (True, or keyword argument names):
+    the ones it names moved, as encrypted JSON, into ``kwargs[SEALED]``."""
+    if encrypt is True:
+        hidden, args, kwargs = [args, kwargs], [], {}
+    else:
+        hidden = [[], {k: v for k, v in kwargs.items() if k in encrypt}]
+        kwargs = {k: v for k, v in kwargs.items() if k not in encrypt}
+    sealed = settings.keyring.encrypt(json.dumps(hidden).encode(), SCHEDULE)
+    return args, {**kwargs, SEALED: f"{sealed.key}:{base64.urlsafe_b64encode(sealed.token).decode()}"}
+
+
+def open_arguments(args: list, kwargs: dict, settings: Settings) -> tuple[list, dict]:
+    """Return a schedule's stored arguments with those in ``kwargs[SEALED]`` decrypted back;
+    raise ConfigError saying why they cannot be (the key id when it is not listed)."""
+    if SEALED not in kwargs:
+        return args, kwargs
+    kwargs = dict(kwargs)
+    value = kwargs.pop(SEALED)
+    try:
+        key, _, token = value.partition(":")
+        plain = settings.keyring.decrypt(Sealed(key, base64.urlsafe_b64decode(token)), SCHEDULE)
+        hidden_args, hidden_kwargs = json.loads(plain)
+    except MissingKey as exc:
+        raise ConfigError(f"its arguments are {exc}") from None
+    except (Undecryptable, ValueError, TypeError, AttributeError) as exc:
+        raise ConfigError(f"its encrypted arguments cannot be read: {exc}") from None
+    return [*hidden_args, *args], {**kwargs, **hidden_kwargs}
 
 
 def broker_now() -> datetime.datetime:
@@ -140,9 +184,9 @@ def _fire(item: Schedule, settings: Settings, now: datetime.datetime) -> str:
         check_allowed(item.hook, settings)
     if not isinstance(item.args, list) or not isinstance(item.kwargs, dict):
         raise ConfigError(f"args must be a JSON list and kwargs a JSON object, got {item.args!r} and {item.kwargs!r}")
+    args, kwargs = open_arguments(item.args, item.kwargs, settings)
     # A kwarg named like an enqueue option goes to the function: naming it in q_options (None
     # meaning "not given") tells async_task so.
-    kwargs = dict(item.kwargs)
     if item.intended_date_kwarg:
         kwargs[item.intended_date_kwarg] = item.next_run.isoformat()  # the run's due time, as django-q2 gives it
     options = {name: None for name in kwargs if name in OPTIONS}
@@ -151,7 +195,7 @@ def _fire(item: Schedule, settings: Settings, now: datetime.datetime) -> str:
     options.update(queue=item.queue or None, priority=item.priority)
     if item.hook:
         options["hook"] = item.hook
-    job_id = async_task(item.func, *item.args, q_options=options, **kwargs)
+    job_id = async_task(item.func, *args, q_options=options, **kwargs)
     item.last_job = job_id
     kind = cron_policy.ScheduleType(item.schedule_type)
     catch_up = settings.catch_up if item.catch_up is None else item.catch_up

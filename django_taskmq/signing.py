@@ -4,6 +4,10 @@ Two kinds of pickles are stored: task packages (the envelope, salt ``django_task
 results (salt ``django_taskmq.:result:<name>``, so one can never pass for the other). Nothing read
 from the database is unpickled before its signature is verified. ``SECRET_KEY_FALLBACKS`` are
 honoured when verifying, so rotating the key does not destroy what is already stored.
+
+Encrypted arguments and results (:mod:`.encryption`) are decrypted here, after the signature is
+verified, with ``TASKMQ['encryption_keys']``; one whose key is not listed is a :class:`BadPackage`
+(or an :class:`UnreadableResult`) whose reason names the key id, and nothing of it is unpickled.
 """
 
 from __future__ import annotations
@@ -15,7 +19,9 @@ import zlib
 
 from django.core import signing as django_signing
 
-from .envelope import Envelope, PickleSerializer, check_picklable
+from .conf import get_settings
+from .encryption import ARGUMENTS, RESULT, MissingKey, Sealed, Undecryptable
+from .envelope import Envelope, PickleSerializer, check_picklable, open_arguments
 from .exceptions import BadPackage, ConfigError, UnreadableResult
 
 
@@ -102,27 +108,65 @@ def _open(package: str, salt: str, error: type[BadPackage]) -> tuple[object, byt
         raise error(f"cannot unpickle: {type(exc).__name__}: {exc}") from None
 
 
-def verify(package: str, salt: str) -> Envelope:
+def _decrypted(sealed: Sealed, purpose: bytes, error: type[BadPackage]) -> object:
+    """Return the unpickled plaintext of ``sealed``; raise ``error`` saying why it cannot be had:
+    its key is not listed (the key id), it does not authenticate, or what it holds does not load."""
+    try:
+        plain = get_settings().keyring.decrypt(sealed, purpose)
+    except MissingKey as exc:
+        raise error(str(exc)) from None
+    except Undecryptable as exc:
+        raise error(f"cannot decrypt: {exc}") from None
+    try:
+        return PickleSerializer().loads(plain)
+    except Exception as exc:
+        raise error(f"cannot unpickle the decrypted value: {type(exc).__name__}: {exc}") from None
+
+
+def verify(package: str, salt: str, decrypt: bool = True) -> Envelope:
     """Return the envelope of a package or raise :class:`BadPackage` with the reason.
 
     The reason is ``bad signature`` when verification fails and ``cannot unpickle: ...`` when the
-    signed bytes do not load; nothing is unpickled before the signature is verified.
+    signed bytes do not load; nothing is unpickled before the signature is verified. Encrypted
+    arguments are decrypted into the envelope, unless ``decrypt`` is False: then they stay in its
+    ``secret`` (what the admin shows to a user who may not see them).
     """
+    if not decrypt:
+        return _envelope(package, salt)[0]
     return verify_pickled(package, salt)[0]
 
 
-def verify_pickled(package: str, salt: str) -> tuple[Envelope, bytes]:
-    """:func:`verify`, also returning the envelope's verified pickle: the pusher forwards those
-    bytes to a worker as they are instead of pickling the envelope again."""
+def _envelope(package: str, salt: str) -> tuple[Envelope, bytes]:
     envelope, body = _open(package, salt, BadPackage)
     if not isinstance(envelope, Envelope):
         raise BadPackage(f"cannot unpickle: not an envelope but {type(envelope).__name__}")
     return envelope, body
 
 
-def verify_result(package: str, name: str) -> object:
-    """Return the value of a stored result, or raise :class:`UnreadableResult` with the reason."""
-    return _open(package, result_salt(name), UnreadableResult)[0]
+def verify_pickled(package: str, salt: str) -> tuple[Envelope, bytes]:
+    """:func:`verify`, also returning the envelope's verified pickle: the pusher forwards those
+    bytes to a worker as they are instead of pickling the envelope again (an encrypted one is
+    pickled again once decrypted: it travels to the worker in memory, never to the database)."""
+    envelope, body = _envelope(package, salt)
+    if envelope.secret is None:
+        return envelope, body
+    hidden = _decrypted(envelope.secret, ARGUMENTS, BadPackage)
+    try:
+        opened = open_arguments(envelope, hidden)
+    except Exception as exc:  # signed and authenticated, so ours: only a bug or another version's format
+        raise BadPackage(f"cannot unpickle the decrypted value: {type(exc).__name__}: {exc}") from None
+    return opened, PickleSerializer().dumps(opened)
+
+
+def verify_result(package: str, name: str, decrypt: bool = True) -> object:
+    """Return the value of a stored result, or raise :class:`UnreadableResult` with the reason.
+
+    An encrypted result is decrypted, unless ``decrypt`` is False: then it is returned as the
+    :class:`~django_taskmq.encryption.Sealed` it is stored as."""
+    value = _open(package, result_salt(name), UnreadableResult)[0]
+    if decrypt and isinstance(value, Sealed):
+        return _decrypted(value, RESULT, UnreadableResult)
+    return value
 
 
 class SealedResult(str):
@@ -131,8 +175,10 @@ class SealedResult(str):
     __slots__ = ()
 
 
-def seal_result(value: object, name: str, compress: bool = False, max_size: int | None = None) -> SealedResult | None:
-    """Return ``value`` pickled and signed for storage (None stays None).
+def seal_result(value: object, name: str, compress: bool = False, max_size: int | None = None,
+                encrypt: bool = False) -> SealedResult | None:
+    """Return ``value`` pickled and signed for storage (None stays None); with ``encrypt``, its
+    pickle is encrypted with the first of ``TASKMQ['encryption_keys']`` before it is signed.
 
     Raise :class:`ValueError` naming the reason when it cannot be pickled or its pickle is larger
     than ``max_size`` bytes (``TASKMQ['max_result_size']``).
@@ -147,4 +193,6 @@ def seal_result(value: object, name: str, compress: bool = False, max_size: int 
         raise ValueError(f"result cannot be pickled: {exc}") from None
     if max_size is not None and len(data) > max_size:
         raise ValueError(f"result is {len(data)} bytes, above TASKMQ['max_result_size'] = {max_size}")
+    if encrypt:
+        data = PickleSerializer().dumps(get_settings().keyring.encrypt(data, RESULT))
     return SealedResult(sign_bytes(data, result_salt(name), compress))

@@ -34,6 +34,7 @@ class Task:
     concurrency_key: Any = None  # a string, or a callable computing it from the call's arguments
     concurrency_limit: int | None = None
     rate_limit: str | None = None
+    encrypt: Any = None  # True, or the names of the keyword arguments to encrypt
 
     def __init__(self, func: Callable | None = None, **options: Any) -> None:
         self.func = func

@@ -160,3 +160,9 @@ def read_spans(path: str) -> list[dict[str, Any]]:
             return [json.loads(line) for line in f if line.strip()]
     except FileNotFoundError:
         return []
+
+
+def logs_in(user: str, password: str = "", **options: Any) -> None:
+    """Fail as a login would, with ``password`` among its arguments and local variables."""
+    attempt = {"user": user, "password": password, "options": options}
+    raise Failed(f"login refused for {attempt['user']}")

@@ -206,3 +206,15 @@ def hook_log(job: Any) -> None:
     if path:
         with open(path, "a") as f:
             f.write(f"{job.id} hook:{job.state}\n")
+
+
+def record_secret(secret: Any = "", *, token: Any = "") -> dict:
+    """Log the run (with ``secret`` and ``token`` as its tag, see :func:`record_run`); return both in a dict."""
+    record_run(f"{secret}{token}")
+    return {"secret": secret, "token": token}
+
+
+@task(encrypt=["token"])
+def signs_in(user: str, *, token: str = "") -> str:
+    """A task whose ``token`` argument is always encrypted (its ``@task`` option)."""
+    return f"{user} signed in"

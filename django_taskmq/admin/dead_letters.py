@@ -22,7 +22,7 @@ from django.utils.translation import gettext_lazy as _, ngettext
 from ..brokers import get_broker
 from ..exceptions import ConfigError
 from ..models import DeadLetter, Job, State
-from . import confirm
+from . import confirm, job_page, payload_access
 from .display import monospace, short_time, shorten
 from .filters import QueueFilter, ReasonFilter, ReplayedFilter
 from .forms import RequeueForm
@@ -49,8 +49,8 @@ class DeadLetterAdmin(ReadOnlyMixin, admin.ModelAdmin):
     list_display = ("job_link", "task", "queue", "reason_display", "last_error", "deliveries", "failed", "replays")
     list_filter = (QueueFilter, ReasonFilter, ReplayedFilter)
     list_select_related = ("job",)
-    readonly_fields = ("job_link", "task", "queue", "reason", "error_display", "deliveries", "failed_at", "replayed_at",
-                       "replay_count")
+    readonly_fields = ("job_link", "task", "queue", "reason", "error_display", "arguments", "keyword_arguments",
+                       "deliveries", "failed_at", "replayed_at", "replay_count")
     fields = readonly_fields
     actions = ["replay", "purge"]
     show_full_result_count = False
@@ -62,6 +62,12 @@ class DeadLetterAdmin(ReadOnlyMixin, admin.ModelAdmin):
 
     def get_queryset(self, request):
         return super().get_queryset(request).select_related("job").defer(*(f"job__{name}" for name in HEAVY))
+
+    def get_object(self, request, object_id, from_field=None):
+        letter = super().get_object(request, object_id, from_field)
+        if letter is not None:
+            payload_access.attach(request, letter.job)  # its arguments: see view_job_payload
+        return letter
 
     def get_search_results(self, request, queryset, search_term):
         """Search by job id (exact), task name and last error (contained)."""
@@ -119,6 +125,14 @@ class DeadLetterAdmin(ReadOnlyMixin, admin.ModelAdmin):
     @admin.display(description=_("last error"))
     def error_display(self, letter: DeadLetter):
         return monospace(letter.error) if letter.error else "-"
+
+    @admin.display(description=_("arguments"))
+    def arguments(self, letter: DeadLetter):
+        return job_page.arguments(letter.job)
+
+    @admin.display(description=_("keyword arguments"))
+    def keyword_arguments(self, letter: DeadLetter):
+        return job_page.keyword_arguments(letter.job)
 
     @admin.display(description=_("replays"), ordering="replay_count")
     def replays(self, letter: DeadLetter) -> str:

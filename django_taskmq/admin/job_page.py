@@ -2,7 +2,9 @@
 
 Arguments come from the verified package and the result from the verified result: a forged or
 tampered row shows ``unreadable package: <reason>`` (or ``unreadable result: <reason>``) and
-nothing of it is unpickled. Times are shown as dates with durations, counters against their limits.
+nothing of it is unpickled. Only a user with ``view_job_payload`` sees them (decrypted, redacted by
+``TASKMQ['redact']``; see :mod:`.payload_access`); others read how many there are. Times are shown
+as dates with durations, counters against their limits.
 """
 
 from __future__ import annotations
@@ -17,10 +19,13 @@ from django.utils.safestring import SafeString
 from ..brokers import get_broker
 from ..conf import get_settings
 from ..envelope import Envelope
-from ..exceptions import BadPackage
+from ..encryption import Sealed
+from ..exceptions import BadPackage, UnreadableResult
 from ..models import FINAL_STATES, NEVER_WAKES, DeadLetter, Job, JobSignal, JobStep, State, StepKind, WorkflowStep
 from ..policy import attempts as attempt_history
-from ..signing import verify
+from ..policy.redaction import redact, shown_call
+from ..signing import verify, verify_result
+from . import payload_access
 from .display import between, duration, monospace, short_repr, when
 
 RESULT_SHOWN = 2000  # characters of a result's repr shown
@@ -30,40 +35,60 @@ ARGUMENTS_SHOWN = 50  # positional and keyword arguments listed
 NEXT_LINK_WINDOW = (datetime.timedelta(seconds=-5), datetime.timedelta(minutes=10))
 
 
+HIDDEN = "not shown: viewing arguments and results needs the permission “Can view job payload”"
+
+
 def envelope(job: Job) -> Envelope | str:
-    """Return the job's verified envelope, or why it cannot be read (``unreadable package: ...``)."""
+    """Return the job's verified envelope, or why it cannot be read (``unreadable package: ...``);
+    its encrypted arguments decrypted only for a user who may see them."""
     cached = job.__dict__.get("_taskmq_envelope")
     if cached is not None:
         return cached
     try:
-        value: Envelope | str = verify(job.payload, get_settings().name)
+        value: Envelope | str = verify(job.payload, get_settings().name, decrypt=payload_access.may_see(job))
     except BadPackage as exc:
         value = f"unreadable package: {exc}"
     job.__dict__["_taskmq_envelope"] = value
     return value
 
 
-def arguments(job: Job) -> SafeString:
-    """The positional arguments, one ``repr`` a line (shortened), from the verified package."""
+def _call(job: Job) -> tuple[tuple, dict] | str:
+    """The job's arguments as this page may show them, or a line saying why they are not shown."""
     env = envelope(job)
     if isinstance(env, str):
-        return monospace(env)
-    if not env.args:
+        return env
+    if not payload_access.may_see(job):
+        if env.secret is not None:
+            return f"encrypted; {HIDDEN}"
+        count = len(env.args) + len(env.kwargs)
+        return "(none)" if not count else f"{count} argument(s), {HIDDEN}"
+    if env.options.get("encrypt"):
+        payload_access.seen(job)
+    return shown_call(env.args, env.kwargs, {}, get_settings().redact)
+
+
+def arguments(job: Job) -> SafeString:
+    """The positional arguments, one ``repr`` a line (shortened), from the verified package."""
+    call = _call(job)
+    if isinstance(call, str):
+        return monospace(call)
+    args = call[0]
+    if not args:
         return monospace("(none)")
-    lines = [f"[{i}] {short_repr(value)}" for i, value in enumerate(env.args[:ARGUMENTS_SHOWN])]
-    if len(env.args) > ARGUMENTS_SHOWN:
-        lines.append(f"... and {len(env.args) - ARGUMENTS_SHOWN} more")
+    lines = [f"[{i}] {short_repr(value)}" for i, value in enumerate(args[:ARGUMENTS_SHOWN])]
+    if len(args) > ARGUMENTS_SHOWN:
+        lines.append(f"... and {len(args) - ARGUMENTS_SHOWN} more")
     return monospace("\n".join(lines))
 
 
 def keyword_arguments(job: Job) -> SafeString:
     """The keyword arguments, ``name = repr`` a line (shortened), from the verified package."""
-    env = envelope(job)
-    if isinstance(env, str):
-        return monospace(env)
-    if not env.kwargs:
+    call = _call(job)
+    if isinstance(call, str):
+        return monospace(call)
+    if not call[1]:
         return monospace("(none)")
-    items = list(env.kwargs.items())
+    items = list(call[1].items())
     lines = [f"{name} = {short_repr(value)}" for name, value in items[:ARGUMENTS_SHOWN]]
     if len(items) > ARGUMENTS_SHOWN:
         lines.append(f"... and {len(items) - ARGUMENTS_SHOWN} more")
@@ -71,14 +96,20 @@ def keyword_arguments(job: Job) -> SafeString:
 
 
 def result(job: Job) -> SafeString | str:
-    """The verified return value (shortened), or why it cannot be read."""
+    """The verified return value (shortened, redacted), or why it cannot be read or shown."""
     if job.result_package is None:
         return "-"
-    error = job.result_error
-    if error:
-        return error
-    text = short_repr(job.result, RESULT_SHOWN)
-    return monospace(text)
+    allowed = payload_access.may_see(job)
+    try:
+        value = verify_result(job.result_package, get_settings().name, decrypt=allowed)
+    except UnreadableResult as exc:
+        return f"unreadable result: {exc}"
+    if not allowed:
+        return f"{'an encrypted result' if isinstance(value, Sealed) else 'a result'}, {HIDDEN}"
+    env = envelope(job)
+    if not isinstance(env, str) and env.options.get("encrypt"):
+        payload_access.seen(job)
+    return monospace(short_repr(redact(value, get_settings().redact), RESULT_SHOWN))
 
 
 def times(job: Job, now: datetime.datetime | None = None) -> SafeString:
@@ -182,7 +213,12 @@ def next_link(job: Job) -> str | SafeString:
     if not chain:
         return "-"
     func, args, kwargs = chain[0][0], chain[0][1], chain[0][2]
-    call = f"{func}({', '.join([short_repr(a, 60) for a in args] + [f'{k}={short_repr(v, 60)}' for k, v in kwargs.items()])})"
+    if payload_access.may_see(job):
+        args, kwargs = shown_call(tuple(args), kwargs, chain[0][3] if len(chain[0]) > 3 else {}, get_settings().redact)
+        listed = [short_repr(a, 60) for a in args] + [f"{k}={short_repr(v, 60)}" for k, v in kwargs.items()]
+    else:
+        listed = ["…"] if args or kwargs else []
+    call = f"{func}({', '.join(listed)})"
     more = f" then {len(chain) - 1} more link(s)" if len(chain) > 1 else ""
     found = _next_link_job(job, func) if job.state == State.SUCCEEDED else None
     if found is None:
@@ -234,8 +270,12 @@ def durable_steps(job: Job, now: datetime.datetime | None = None) -> str | SafeS
     pending = list(JobSignal.objects.using(job._state.db).filter(job_id=job.pk, consumed=False).order_by("id")[:50])
     if not steps and not pending:
         return "-"
+    allowed = payload_access.may_see(job)
     rows = format_html_join("", "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
-                            ((s.name, s.get_kind_display(), _step_state(s, now), _step_value(s)) for s in steps))
+                            ((s.name, s.get_kind_display(), _step_state(s, now), _step_value(s, allowed))
+                             for s in steps))
+    if allowed and any(s.result_package for s in steps) and _encrypted(job):
+        payload_access.seen(job)
     parts = [format_html("<table style='margin: 0;'><tr><th>step</th><th>kind</th><th>state</th><th>value</th></tr>"
                          "{}</table>", rows)]
     if pending:
@@ -255,13 +295,22 @@ def _step_state(step: JobStep, now: datetime.datetime | None) -> str:
     return waits + until
 
 
-def _step_value(step: JobStep) -> str | SafeString:
+def _step_value(step: JobStep, allowed: bool) -> str | SafeString:
+    """A step's (or a signal's) value as :func:`result` shows a result: to users who may see payloads."""
     if step.result_package is None:
         return "-"
     try:
-        return monospace(short_repr(step.result, 200))
-    except BadPackage as exc:
-        return f"unreadable result: {exc}"
+        value = verify_result(step.result_package, get_settings().name, decrypt=allowed)
+    except UnreadableResult as exc:
+        return f"unreadable value: {exc}"
+    if not allowed:
+        return f"{'an encrypted value' if isinstance(value, Sealed) else 'a value'}, {HIDDEN}"
+    return monospace(short_repr(redact(value, get_settings().redact), 200))
+
+
+def _encrypted(job: Job) -> bool:
+    env = envelope(job)
+    return not isinstance(env, str) and bool(env.options.get("encrypt"))
 
 
 def _table(rows: list[tuple[str, str]]) -> SafeString:

@@ -23,7 +23,7 @@ from ..brokers import get_broker
 from ..durable_tasks import send_signal
 from ..exceptions import ConfigError
 from ..models import IdempotencyKey, Job, State, UniqueKey
-from . import confirm, job_page, progress_bar
+from . import confirm, job_page, payload_access, progress_bar
 from .display import between, duration, monospace, short_time, state_badge
 from .filters import ClusterFilter, GroupFilter, PriorityFilter, QueueFilter, StateFilter, WorkflowFilter
 from .forms import RequeueForm, SignalForm
@@ -100,6 +100,10 @@ class JobAdmin(ReadOnlyMixin, admin.ModelAdmin):
     def get_queryset(self, request):
         queryset = super().get_queryset(request)
         return queryset.defer(*HEAVY) if _is_list(request) else queryset
+
+    def get_object(self, request, object_id, from_field=None):
+        job = super().get_object(request, object_id, from_field)
+        return payload_access.attach(request, job) if job is not None else None
 
     def get_search_results(self, request, queryset, search_term):
         """Search by job id, group, live idempotency key and coalescing key (exact, the whole table,

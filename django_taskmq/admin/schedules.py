@@ -20,8 +20,10 @@ from django.utils.formats import date_format
 from django.utils.html import format_html, format_html_join
 from django.utils.translation import gettext_lazy as _, ngettext
 
+from ..conf import get_settings
 from ..exceptions import ConfigError
 from ..models import Job, Schedule
+from ..scheduler import stored_arguments
 from ..policy import cron as cron_policy
 from . import confirm
 from .display import state_badge
@@ -69,6 +71,14 @@ class ScheduleAdmin(admin.ModelAdmin):
         (_("Last run"), {"fields": ("last_job_link",)}),
     )
     change_form_template = "admin/django_taskmq/schedule/change_form.html"
+
+    def save_model(self, request, obj, form, change):
+        # As schedule() stores them: with encrypt in its options, the arguments it names encrypted.
+        try:
+            obj.args, obj.kwargs = stored_arguments(obj.args, obj.kwargs, obj.options or {}, get_settings())
+        except ConfigError as exc:  # sealed under a key no longer listed: kept as they are
+            self.message_user(request, f"The arguments were left as stored: {exc}", messages.WARNING)
+        super().save_model(request, obj, form, change)
 
     def get_urls(self):
         return [

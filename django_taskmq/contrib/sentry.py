@@ -5,13 +5,17 @@ each failed execution becomes one event with the job's tags (``taskmq.task``, ``
 ``taskmq.priority``, ``taskmq.attempt``, ``taskmq.job_id``, ``taskmq.state``) and a ``taskmq``
 context. The task's arguments are sent only by a reporter made with ``send_arguments=True``
 (``report_with_arguments``, or your own ``Reporter(...)`` named by the setting): they may hold
-personal data.
+personal data. Even then, the names ``TASKMQ['redact']`` lists are masked (in the context and in
+the frames' local variables), and a job with encrypted arguments sends none of them: neither in
+the context nor in any frame's local variables.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+from ..conf import get_settings
+from ..policy.redaction import redact
 from ..reporting import FailedJob
 
 try:
@@ -38,9 +42,11 @@ class Reporter:
             for name, value in tags(job).items():
                 scope.set_tag(name, value)
             scope.set_context("taskmq", context(job, self.send_arguments))
-            if not self.send_arguments:
+            if not self.send_arguments or job.encrypted:
                 # The task's frame holds its arguments as local variables (include_local_variables).
                 scope.add_event_processor(without_local_variables)
+            else:
+                scope.add_event_processor(redacted_local_variables)
             # Grouped by task and exception, as Sentry groups a web view's errors by view.
             return sentry_sdk.capture_exception(exc)
 
@@ -73,6 +79,20 @@ def without_local_variables(event: Any, hint: Any = None) -> Any:
     for exception in (event.get("exception") or {}).get("values") or ():
         for frame in (exception.get("stacktrace") or {}).get("frames") or ():
             frame.pop("vars", None)
+    return event
+
+
+def redacted_local_variables(event: Any, hint: Any = None) -> Any:
+    """Mask the local variables of ``event``'s frames that ``TASKMQ['redact']`` names (and such
+    keys inside the dicts they hold); drop those of django_taskmq's own frames, which hold the
+    whole call (its envelope) in reprs that no name masks."""
+    names = get_settings().redact
+    for exception in (event.get("exception") or {}).get("values") or ():
+        for frame in (exception.get("stacktrace") or {}).get("frames") or ():
+            if str(frame.get("module") or "").startswith("django_taskmq"):
+                frame.pop("vars", None)
+            elif isinstance(frame.get("vars"), dict):
+                frame["vars"] = redact(frame["vars"], names)
     return event
 
 

@@ -60,3 +60,25 @@ def test_a_signal_to_a_finished_job_says_why_and_changes_nothing(client, broker,
     response = client.post(f"{JOBS}{waiting}/signal/", {"post": "yes", "signal_name": "approved"}, follow=True)
     assert "has ended" in response.content.decode()
     assert not JobSignal.objects.exists() and not LogEntry.objects.exists()
+
+
+def test_step_values_are_shown_only_with_view_job_payload(client, broker, settings):
+    from django.contrib.auth.models import Permission, User
+
+    from django_taskmq import send_signal
+    from django_taskmq.admin.payload_access import VIEWED
+    from django_taskmq.encryption import generate_key
+
+    settings.TASKMQ = {**settings.TASKMQ, "encryption_keys": [generate_key()]}
+    job_id = async_task(f"{TASKS}.approval", encrypt=True)
+    send_signal(job_id, "approved", "marker-7c1d")
+    assert run(broker, job_id).state == State.SUCCEEDED
+    login(client, "view")
+    page = client.get(f"{JOBS}{job_id}/change/").content.decode()
+    assert "marker-7c1d" not in page and "an encrypted value, not shown" in page
+    user = User.objects.create_user("payload", password="pw", is_staff=True)
+    user.user_permissions.set(Permission.objects.filter(codename__in=["view_job", "view_job_payload"]))
+    client.force_login(user)
+    page = client.get(f"{JOBS}{job_id}/change/").content.decode()
+    assert "marker-7c1d" in page
+    assert LogEntry.objects.filter(user=user, object_id=job_id, change_message=VIEWED).count() == 1

@@ -252,3 +252,23 @@ def test_a_durable_task_as_a_workflow_step_holds_its_dependents_until_it_ends(br
     assert Job.objects.get(pk=mail).state == State.QUEUED  # released by the durable step's end
     assert run(broker, mail).result == 3
     assert workflow(workflow_id).state == "SUCCEEDED"
+
+
+def test_the_steps_and_signals_of_an_encrypted_job_are_encrypted_like_its_result(broker, settings):
+    from django_taskmq.encryption import Sealed, generate_key
+    from django_taskmq.signing import verify_result
+
+    settings.TASKMQ = {**settings.TASKMQ, "encryption_keys": [generate_key()]}
+    job_id = async_task(f"{TASKS}.approval", encrypt=True)
+    send_signal(job_id, "approved", {"card": "4111"})
+    job = run(broker, job_id)
+    assert (job.state, job.result) == (State.SUCCEEDED, {"card": "4111"})
+    name = get_settings().name
+    stored = [*JobStep.objects.filter(job_id=job_id).exclude(result_package=None).values_list("result_package", flat=True),
+              *JobSignal.objects.filter(job_id=job_id).values_list("payload_package", flat=True)]
+    assert len(stored) == 2  # the wait's payload and the signal
+    assert all(isinstance(verify_result(p, name, decrypt=False), Sealed) for p in stored)
+    plain = async_task(f"{TASKS}.approval")
+    send_signal(plain, "approved", {"card": "4111"})
+    (package,) = JobSignal.objects.filter(job_id=plain).values_list("payload_package", flat=True)
+    assert verify_result(package, name, decrypt=False) == {"card": "4111"}

@@ -301,3 +301,21 @@ def test_a_django_task_reports_progress_through_current_job():
     assert result.return_value == result.id
     progress = fetch(result.id).progress
     assert (progress["done"], progress["total"], progress["message"]) == (3, 3, "django task")
+
+
+def test_backend_options_encrypt_a_tasks_arguments_and_result(settings):
+    from django_taskmq.encryption import Sealed, generate_key
+    from django_taskmq.signing import verify, verify_result
+    from tests.django6 import tasks_django
+
+    settings.TASKMQ = {**settings.TASKMQ, "encryption_keys": [generate_key()]}
+    settings.TASKS = {"default": {"BACKEND": "django_taskmq.backends.tasks.TaskMQBackend",
+                                  "OPTIONS": {"tasks": {"tests.django6.tasks_django.echo": {"encrypt": True}}}}}
+    result = tasks_django.echo.enqueue("marker-d6")
+    job = Job.objects.get(pk=result.id)
+    assert "marker-d6" not in job.payload and verify(job.payload, "tests", decrypt=False).secret is not None
+    run_sync(result.id)
+    result.refresh()
+    assert result.status == TaskResultStatus.SUCCESSFUL and result.return_value == "marker-d6"
+    assert result.args == ["marker-d6"]
+    assert isinstance(verify_result(Job.objects.get(pk=result.id).result_package, "tests", decrypt=False), Sealed)

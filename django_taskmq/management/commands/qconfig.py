@@ -2,6 +2,7 @@
 ``TASKMQ`` equivalent of django-q2's ``Q_CLUSTER`` and what it leaves out."""
 
 import pprint
+from dataclasses import fields
 
 from django.conf import settings as django_settings
 from django.core.management.base import BaseCommand, CommandError
@@ -65,7 +66,7 @@ class Command(BaseCommand):
 def _plain(settings) -> dict:
     """The settings as a TASKMQ dict of plain values (queues and retry as dicts)."""
     out = {}
-    for name, value in vars(settings).items():
+    for name, value in ((f.name, getattr(settings, f.name)) for f in fields(settings)):
         if name == "queues":
             value = {q: {k: (str(v) if k == "rate_limit" and v is not None else v) for k, v in vars(conf).items()
                          if v is not None} for q, conf in value.items()}
@@ -75,5 +76,9 @@ def _plain(settings) -> dict:
             value = list(value)
         elif name == "metrics_token" and value is not None:
             value = "<set, not shown>"
+        elif name == "encryption_keys":
+            value = [f"<key id {key}, not shown>" for key in settings.keyring.ids]
+        elif name == "redact":
+            value = sorted(value)
         out[name] = value
     return out
