@@ -138,3 +138,18 @@ def slow_record(n: int, seconds: float = 0.05) -> int:
 def many_steps(ctx, steps: int) -> int:
     """``steps`` steps that return their index (``benchmarks/durable_steps.py``: the cost of a step)."""
     return sum(ctx.step(f"s{i}", int, i) for i in range(steps))
+
+
+def _busy(tag: str, seconds: float) -> str:
+    log(f"step:{tag}")
+    time.sleep(seconds)
+    return tag
+
+
+@durable(timeout=2.5)
+def long_sleep_short_runs(ctx, seconds: float, nap: float) -> list[str]:
+    """Two steps of ``seconds`` each around a sleep of ``nap``: more than the timeout in all, each
+    run well within it."""
+    first = ctx.step("first", _busy, "first", seconds)
+    ctx.sleep(nap)
+    return [first, ctx.step("second", _busy, "second", seconds)]

@@ -170,3 +170,13 @@ def test_a_batch_of_100_runs_each_callback_that_applies_once_across_a_sigkill_of
     kinds = ["on_discard", "on_finish"] if dead else ["on_finish", "on_success"]
     assert ran == [f"{kind} 100 {counts}" for kind in kinds]  # each once; the other never
     assert len(callback_jobs) == 2
+
+
+def test_the_timeout_counts_the_time_a_run_takes_not_the_sleep(cluster):
+    job_id = async_task(f"{TASKS}.long_sleep_short_runs", 1.0, 3)  # 5 s from start to end, timeout 2.5 s
+    qc = cluster.start("-w", "1")
+    cluster.wait_final([job_id], alive=[qc])
+    job = Job.objects.get(pk=job_id)
+    assert (job.state, job.result, job.deliveries) == ("SUCCEEDED", ["first", "second"], 1), job.error
+    assert (job.finished_at - job.enqueued_at).total_seconds() > 2.5 + 1  # longer than the timeout in all
+    assert tags(cluster, job_id) == ["step:first", "step:second"]
