@@ -32,6 +32,7 @@ class State(models.TextChoices):
     QUEUED = JobState.QUEUED.value, _("queued")
     RUNNING = JobState.RUNNING.value, _("running")
     RETRYING = JobState.RETRYING.value, _("retrying")
+    SUSPENDED = JobState.SUSPENDED.value, _("sleeping or waiting")
     SUCCEEDED = JobState.SUCCEEDED.value, _("succeeded")
     FAILED = JobState.FAILED.value, _("failed")
     DEAD = JobState.DEAD.value, _("dead")
@@ -108,6 +109,8 @@ class Job(models.Model):
                 name="taskmq_job_ready",
             ),
             models.Index(fields=["lease_until"], condition=Q(state=State.RUNNING), name="taskmq_job_leased"),
+            # The sweep that wakes durable jobs whose sleep ends (or whose wait times out) soon.
+            models.Index(fields=["visible_at"], condition=Q(state=State.SUSPENDED), name="taskmq_job_suspended"),
             models.Index(fields=["lease_owner"], condition=Q(state=State.RUNNING), name="taskmq_job_owner"),
             models.Index(fields=["finished_at"], condition=Q(state=State.SUCCEEDED), name="taskmq_job_succeeded"),
             # The dashboard's and the metrics' failures of the last hour (FAILED and DEAD jobs).

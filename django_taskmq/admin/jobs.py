@@ -32,7 +32,7 @@ from .window import newest
 
 HEAVY = ("payload", "result_package", "traceback", "attempt_log")  # never loaded by a list page
 RETRYABLE = (State.FAILED, State.DEAD, State.EXPIRED, State.CANCELLED)
-CANCELLABLE = (State.WAITING, State.QUEUED, State.RETRYING, State.RUNNING)
+CANCELLABLE = (State.WAITING, State.QUEUED, State.RETRYING, State.SUSPENDED, State.RUNNING)
 
 
 def without_delete_selected(self, request, action_location=None):

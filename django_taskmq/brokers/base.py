@@ -191,7 +191,8 @@ class Broker(abc.ABC):
 
     @abc.abstractmethod
     def reclaim_expired(self) -> int:
-        """Put messages whose lease ran out back for redelivery; return how many."""
+        """Put messages whose lease ran out back for redelivery; return how many. The same sweep
+        makes durable jobs whose sleep or wait ends within a few seconds claimable again."""
 
     # -- ending or changing a delivery (fenced by the lease token) ----------------------------
     @abc.abstractmethod
@@ -446,10 +447,10 @@ class Broker(abc.ABC):
         raise NotImplementedError(f"{type(self).__name__} does not run durable tasks")
 
     def suspend(self, reservation: Reservation, wake_at: float | None, signal: str = "") -> JobState | None:
-        """Give a sleeping or waiting job's delivery back (not a delivery, not an execution): QUEUED,
-        visible at ``wake_at`` (broker epoch; None: only its signal wakes it), at once if ``signal`` was
-        sent already. A job whose cancellation was requested ends CANCELLED instead. Returns the new
-        state, None when the lease was lost."""
+        """Give a sleeping or waiting job's delivery back (not a delivery, not an execution): SUSPENDED
+        (not claimable; cancellable at once) until ``wake_at`` (broker epoch; None: only its signal wakes
+        it), or QUEUED and visible at once if ``signal`` was sent already. A job whose cancellation was
+        requested ends CANCELLED instead. Returns the new state, None when the lease was lost."""
         raise NotImplementedError(f"{type(self).__name__} does not run durable tasks")
 
     def send_signal(self, job_id: str, signal: str, payload: str | None) -> bool:

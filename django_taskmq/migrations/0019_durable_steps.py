@@ -52,4 +52,13 @@ class Migration(migrations.Migration):
                 'constraints': [models.UniqueConstraint(fields=('job', 'name'), name='taskmq_jobstep_name')],
             },
         ),
+        migrations.AlterField(
+            model_name='job',
+            name='state',
+            field=models.CharField(choices=[('WAITING', 'waiting'), ('QUEUED', 'queued'), ('RUNNING', 'running'), ('RETRYING', 'retrying'), ('SUSPENDED', 'sleeping or waiting'), ('SUCCEEDED', 'succeeded'), ('FAILED', 'failed'), ('DEAD', 'dead'), ('EXPIRED', 'expired'), ('CANCELLED', 'cancelled')], default='QUEUED', max_length=10),
+        ),
+        migrations.AddIndex(
+            model_name='job',
+            index=models.Index(condition=models.Q(('state', 'SUSPENDED')), fields=['visible_at'], name='taskmq_job_suspended'),
+        ),
     ]

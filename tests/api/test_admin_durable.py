@@ -19,7 +19,7 @@ TASKS = "tests.cluster.tasks_durable"
 @pytest.fixture
 def waiting(broker):
     job_id = async_task(f"{TASKS}.approval")
-    assert run(broker, job_id).state == State.QUEUED
+    assert run(broker, job_id).state == State.SUSPENDED
     return job_id
 
 

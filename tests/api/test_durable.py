@@ -34,11 +34,12 @@ def steps_run(run_log, job_id: str) -> list[str]:
     return [tag for j, tag in read_run_log(run_log) if j == job_id]
 
 
-def wake_now(job_id: str) -> None:
-    """Move a sleeping job's wake time to now (what the clock would do) and make it visible."""
+def wake_now(broker, job_id: str) -> None:
+    """Move a sleeping job's wake time to now (what the clock would do), then run the sweep that wakes it."""
     now = time.time()
     JobStep.objects.filter(job_id=job_id, done=False).update(wake_at=now)
     Job.objects.filter(pk=job_id).update(visible_at=now)
+    broker.reclaim_expired()
 
 
 def test_a_step_that_raised_runs_again_on_the_retry_and_the_steps_before_it_do_not(broker, run_log, tmp_path):
@@ -57,14 +58,14 @@ def test_a_sleep_gives_the_job_back_without_counting_a_delivery_or_an_execution(
     job_id = async_task(f"{TASKS}.sleeper", 30)
     before = broker.now()
     job = run(broker, job_id)
-    assert (job.state, job.deliveries, job.attempt, job.lease_token) == (State.QUEUED, 0, 0, None)
+    assert (job.state, job.deliveries, job.attempt, job.lease_token) == (State.SUSPENDED, 0, 0, None)
     assert before + 30 <= job.visible_at <= broker.now() + 30
     assert broker.reserve(["default"], limit=10, lease=60, owner="other") == []  # not ready while it sleeps
     assert broker.suspended() == {"sleep": 1, "wait": 0}
     (sleep,) = JobStep.objects.filter(job_id=job_id, kind="sleep")
     assert (sleep.name, sleep.done, sleep.wake_at) == ("#sleep:1", False, job.visible_at)
 
-    wake_now(job_id)
+    wake_now(broker, job_id)
     job = run(broker, job_id)
     assert (job.state, job.deliveries, job.attempt) == (State.SUCCEEDED, 1, 1)
     assert [tag.split()[0] for tag in steps_run(run_log, job_id)] == ["step:before", "step:after"]
@@ -75,9 +76,9 @@ def test_a_sleep_gives_the_job_back_without_counting_a_delivery_or_an_execution(
 def test_a_run_that_comes_before_the_wake_time_sleeps_again_until_it(broker):
     job_id = async_task(f"{TASKS}.sleeper", 30)
     first = run(broker, job_id).visible_at
-    Job.objects.filter(pk=job_id).update(visible_at=time.time())  # run early (an operator's retry, say)
+    Job.objects.filter(pk=job_id).update(state=State.QUEUED, visible_at=time.time())  # run early, somehow
     job = run(broker, job_id)
-    assert (job.state, job.visible_at, job.deliveries) == (State.QUEUED, first, 0)
+    assert (job.state, job.visible_at, job.deliveries) == (State.SUSPENDED, first, 0)
 
 
 def test_a_signal_sent_before_the_wait_is_kept_and_delivered(broker, run_log):
@@ -92,7 +93,7 @@ def test_a_signal_sent_before_the_wait_is_kept_and_delivered(broker, run_log):
 def test_a_signal_wakes_the_waiting_job_with_its_payload(broker, run_log):
     job_id = async_task(f"{TASKS}.approval", 3600)
     job = run(broker, job_id)
-    assert (job.state, job.deliveries) == (State.QUEUED, 0)
+    assert (job.state, job.deliveries) == (State.SUSPENDED, 0)
     assert job.visible_at > broker.now() + 3000
     assert broker.suspended() == {"sleep": 0, "wait": 1}
     assert send_signal(job_id, "approved", "yes") is True
@@ -105,7 +106,7 @@ def test_a_signal_wakes_the_waiting_job_with_its_payload(broker, run_log):
 def test_a_wait_without_a_timeout_waits_until_its_signal(broker):
     job_id = async_task(f"{TASKS}.approval")
     job = run(broker, job_id)
-    assert job.state == State.QUEUED
+    assert job.state == State.SUSPENDED
     assert broker.reserve(["default"], limit=10, lease=60, owner="other") == []
     send_signal(job_id, "other-signal", 1)  # not what it waits for: it does not wake
     assert broker.reserve(["default"], limit=10, lease=60, owner="other") == []
@@ -224,7 +225,7 @@ class TestSyncMode:
 
     def test_a_signal_from_the_test_resumes_a_waiting_job_inline(self, broker, run_log):
         job_id = async_task(f"{TASKS}.approval")
-        assert Job.objects.get(pk=job_id).state == State.QUEUED
+        assert Job.objects.get(pk=job_id).state == State.SUSPENDED
         assert send_signal(job_id, "approved", 42) is True
         job = Job.objects.get(pk=job_id)
         assert (job.state, job.result) == (State.SUCCEEDED, 42)
@@ -245,7 +246,7 @@ def test_a_durable_task_as_a_workflow_step_holds_its_dependents_until_it_ends(br
     wf.add("tests.tasks.add", 1, 2, name="mail", after=[first])
     workflow_id = wf.enqueue()
     approve, mail = wf.job_ids["approve"], wf.job_ids["mail"]
-    assert run(broker, approve).state == State.QUEUED  # waits for its signal: not an end
+    assert run(broker, approve).state == State.SUSPENDED  # waits for its signal: not an end
     assert Job.objects.get(pk=mail).state == State.WAITING
     send_signal(approve, "approved", "ok")
     assert run(broker, approve).state == State.SUCCEEDED

@@ -1099,6 +1099,8 @@ class OrmBroker(Broker):
         count = self._retried(self._reclaim_expired)
         if count:
             logger.warning("reclaimed %d message(s) whose lease ran out", count)
+        # The same sweep wakes durable jobs due before the next one (see durable.wake_due).
+        self._retried(lambda: durable.wake_due(self, durable.WAKE_AHEAD))
         return count
 
     def _reclaim_expired(self) -> int:

@@ -19,12 +19,15 @@ from ...exceptions import ConfigError, LeaseLost
 from ...models import NEVER_WAKES, Job, JobSignal, JobStep, StepKind
 from ...policy.states import JobState
 from ..base import Reservation, StepRecord
-from .sql import JOB, RUNNING, SUSPEND
+from .sql import GIVE, JOB, RUNNING, SUSPEND, WAKE
 
 # The functions take the ORM broker (its alias, connection, clock) as ``broker``; not imported for
 # its type, since the broker imports this module.
 OrmBroker = Any
 
+#: Seconds ahead of their wake time that the lease sweep makes suspended jobs claimable (they stay
+#: invisible until then): more than the sweeps' interval (the pusher's, about a second).
+WAKE_AHEAD = 3.0
 STEPS = JobStep._meta.db_table
 SIGNALS = JobSignal._meta.db_table
 FINAL = frozenset(s.value for s in JobState.FINAL)
@@ -93,21 +96,33 @@ def suspend(broker: OrmBroker, reservation: Reservation, wake_at: float | None, 
         if cancelled is not None:
             ended = broker.end_cancelled(reservation, "JobCancelled: cancelled while it slept or waited")
             return JobState.CANCELLED if ended else None
-        now, now_args = broker.clock.at(0)
-        visible = "%s"
-        params: list[Any] = [NEVER_WAKES if wake_at is None else float(wake_at)]
-        if signal:
-            visible = (f"CASE WHEN EXISTS (SELECT 1 FROM {SIGNALS} WHERE job_id = %s AND name = %s "
-                       f"AND consumed = %s) THEN {now} ELSE %s END")
-            params = [reservation.job_id, signal, False, *now_args, *params]
+        # (Read after the row lock: a signal sent meanwhile has committed, and this read sees it.)
+        signalled = bool(signal) and JobSignal.objects.using(broker.alias).filter(
+            job_id=reservation.job_id, name=signal, consumed=False).exists()
+        wake = NEVER_WAKES if wake_at is None else float(wake_at)
+        move, visible, params = SUSPEND, "%s", [wake]
+        if signalled:  # its signal came while it ran: given back as a deferral (not a delivery), visible now
+            move, (visible, params) = GIVE, broker.clock.at(0)
+        elif wake <= broker.now() + WAKE_AHEAD:  # it wakes before the sweep would wake it: the same, for later
+            move = GIVE
         # The delivery its claim counted is given back: a sleep is neither a delivery nor an execution.
         cursor.execute(
-            f"UPDATE {JOB} SET state = {SUSPEND.to}, visible_at = {visible}, deliveries = deliveries - 1, "
+            f"UPDATE {JOB} SET state = {move.to}, visible_at = {visible}, deliveries = deliveries - 1, "
             "lease_owner = NULL, lease_token = NULL, lease_until = NULL "
             f"WHERE id = %s AND lease_token = %s AND state = {RUNNING}",
             [*params, reservation.job_id, reservation.token],
         )
-        return SUSPEND.target if cursor.rowcount else None
+        return move.target if cursor.rowcount else None
+
+
+def wake_due(broker: OrmBroker, ahead: float) -> int:
+    """Make the suspended jobs that wake within ``ahead`` seconds claimable (QUEUED, still visible
+    only from their wake time): the sweep runs about once a second, the claim keeps the time exact."""
+    due, due_args = broker.clock.at(ahead)
+    with broker.connection.cursor() as cursor:
+        cursor.execute(f"UPDATE {JOB} SET state = {WAKE.to} WHERE state = '{JobState.SUSPENDED.value}' "
+                       f"AND visible_at <= {due}", due_args)
+        return cursor.rowcount
 
 
 def send_signal(broker: OrmBroker, job_id: str, signal: str, payload: str | None) -> bool:
@@ -121,7 +136,7 @@ def send_signal(broker: OrmBroker, job_id: str, signal: str, payload: str | None
         JobSignal.objects.using(broker.alias).create(job_id=job_id, name=signal, payload_package=payload)
         now, now_args = broker.clock.at(0)
         cursor.execute(
-            f"UPDATE {JOB} SET visible_at = {now} WHERE id = %s AND state = '{JobState.QUEUED.value}' "
+            f"UPDATE {JOB} SET state = {WAKE.to}, visible_at = {now} WHERE id = %s AND state IN {WAKE.sources} "
             f"AND EXISTS (SELECT 1 FROM {STEPS} WHERE job_id = %s AND signal_name = %s AND done = %s)",
             [*now_args, job_id, job_id, signal, False],
         )
@@ -129,10 +144,10 @@ def send_signal(broker: OrmBroker, job_id: str, signal: str, payload: str | None
 
 
 def suspended(broker: OrmBroker) -> dict[str, int]:
-    """Jobs that sleep and jobs that wait for a signal now (queued, with a sleep or wait not done)."""
+    """Jobs that sleep and jobs that wait for a signal now (suspended, with a sleep or wait not done)."""
     counts = {str(StepKind.SLEEP): 0, str(StepKind.WAIT): 0}
     rows = (JobStep.objects.using(broker.alias)
-            .filter(done=False, job__state=JobState.QUEUED.value).values_list("kind", flat=True))
+            .filter(done=False, job__state=JobState.SUSPENDED.value).values_list("kind", flat=True))
     for kind in rows:
         counts[kind] = counts.get(kind, 0) + 1
     return counts
