@@ -1,6 +1,7 @@
 """Durable tasks in the database: the steps a job's runs have done (``JobStep``), the signals sent
-to it (``JobSignal``), and the suspension of a run that sleeps or waits (the job back to QUEUED,
-visible when it wakes).
+to it (``JobSignal``), and the suspension of a run that sleeps or waits: the job ``SUSPENDED``,
+outside the claim's index of ready jobs, until the lease sweep (:func:`wake_due`) or its signal
+makes it ``QUEUED`` again.
 
 Every write a run makes is fenced: it first locks the job's row under the run's lease token
 (``SELECT ... FOR UPDATE``; SQLite's write lock), so a superseded run writes nothing, a step is
@@ -19,7 +20,7 @@ from ...exceptions import ConfigError, LeaseLost
 from ...models import NEVER_WAKES, Job, JobSignal, JobStep, StepKind
 from ...policy.states import JobState
 from ..base import Reservation, StepRecord
-from .sql import GIVE, JOB, RUNNING, SUSPEND, WAKE
+from .sql import GIVE, JOB, RUNNING, SUSPEND, WAKE, chunks, marks
 
 # The functions take the ORM broker (its alias, connection, clock) as ``broker``; not imported for
 # its type, since the broker imports this module.
@@ -84,8 +85,9 @@ def take_signal(broker: OrmBroker, reservation: Reservation, name: str, signal: 
 
 
 def suspend(broker: OrmBroker, reservation: Reservation, wake_at: float | None, signal: str) -> JobState | None:
-    """Give the job back until ``wake_at`` (broker epoch; None: until its signal); a signal already
-    sent makes it visible at once. A job whose cancellation was requested ends CANCELLED instead."""
+    """Give the job back until ``wake_at`` (broker epoch; None: until its signal): SUSPENDED, or QUEUED
+    for later when it wakes before the next sweeps would wake it, or QUEUED now when its signal was
+    sent already. A job whose cancellation was requested ends CANCELLED instead."""
     with broker.write_transaction() as cursor:
         try:
             _hold(broker, reservation)
@@ -119,10 +121,21 @@ def wake_due(broker: OrmBroker, ahead: float) -> int:
     """Make the suspended jobs that wake within ``ahead`` seconds claimable (QUEUED, still visible
     only from their wake time): the sweep runs about once a second, the claim keeps the time exact."""
     due, due_args = broker.clock.at(ahead)
+    where = f"state = '{JobState.SUSPENDED.value}' AND visible_at <= {due}"
     with broker.connection.cursor() as cursor:
-        cursor.execute(f"UPDATE {JOB} SET state = {WAKE.to} WHERE state = '{JobState.SUSPENDED.value}' "
-                       f"AND visible_at <= {due}", due_args)
-        return cursor.rowcount
+        if not broker.dialect.locks_scanned_rows:
+            cursor.execute(f"UPDATE {JOB} SET state = {WAKE.to} WHERE {where}", due_args)
+            return cursor.rowcount
+        # InnoDB would lock every suspended row the UPDATE scans (a signal or a cancel would wait):
+        # a plain read finds the due ones, then they are updated by primary key, rechecked.
+        cursor.execute(f"SELECT id FROM {JOB} WHERE {where}", due_args)
+        ids = [row[0] for row in cursor.fetchall()]
+        woken = 0
+        for part in chunks(ids):
+            cursor.execute(f"UPDATE {JOB} SET state = {WAKE.to} WHERE {where} AND id IN ({marks(len(part))})",
+                           [*due_args, *part])
+            woken += cursor.rowcount
+        return woken
 
 
 def send_signal(broker: OrmBroker, job_id: str, signal: str, payload: str | None) -> bool:
