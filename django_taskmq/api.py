@@ -1,8 +1,7 @@
 """The public enqueue and result API: ``async_task``, ``enqueue_many``, ``result``, ``fetch``, ``cancel``.
 
 The producer side. Option checks and the job template live in :mod:`.options`; running a job
-inline (sync mode) lives in :mod:`.sync`, which gets this module's ``async_task`` handed in for a
-chain's next link rather than importing it.
+inline (sync mode) lives in :mod:`.sync`.
 """
 
 from __future__ import annotations
@@ -159,7 +158,7 @@ def cancel(job_id: str) -> bool:
 
 def run_sync(job_id: str) -> None:
     """Run a stored job inline, through the same unpack/execute/record path the cluster uses."""
-    sync.run(job_id, get_broker(), get_settings(), enqueue=async_task)
+    sync.run(job_id, get_broker(), get_settings())
 
 
 def fetch(job_id: str, wait: float = 0, cached: bool = False) -> Job | None:

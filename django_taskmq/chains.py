@@ -45,13 +45,12 @@ class Chain:
         return run_links(self.links, self.group)
 
 
-def run_links(links: list[tuple[str, tuple, dict, dict]], group: str | None = None) -> str:
+def run_links(links: list[tuple[str, tuple, dict, dict]], group: str | None = None, sync: bool | None = None) -> str:
     """Queue ``links`` (``(func path, args, kwargs, options)``) as a workflow, each waiting for
-    the one before; return the first link's job id. Links run inline when their options say
-    ``sync`` (django-q2's ``async_chain(sync=True)``)."""
+    the one before; return the first link's job id. Links run inline when ``sync`` is True, or,
+    when it is None, when the first link's options say ``sync`` (django-q2's ``async_chain(sync=True)``)."""
     flow = Workflow(name=f"chain {group}" if group else "chain")
     previous: list[str] = []
-    sync = None
     for number, (func, args, kwargs, options) in enumerate(links, 1):
         options = dict(options)
         link_sync = options.pop("sync", None)

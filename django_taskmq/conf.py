@@ -176,6 +176,32 @@ def _name(key: str, value: Any) -> str:
     return value
 
 
+#: The longest cluster name (``TASKMQ['name']``, ``qcluster -n``): ``Cluster.name`` and ``Job.cluster`` hold it.
+MAX_CLUSTER_NAME = 100
+
+
+def cluster_name_problem(value: Any) -> str | None:
+    """What is wrong with ``value`` as a cluster's name (``TASKMQ['name']`` or ``qcluster -n``), or None.
+
+    The name is stored whole (heartbeat, ``Job.cluster``) and printed in log lines: at most
+    :data:`MAX_CLUSTER_NAME` characters, none of them a control character (a newline would forge log lines).
+    """
+    if not isinstance(value, str) or not value:
+        return f"must be a non-empty string of at most {MAX_CLUSTER_NAME} characters, got {value!r}"
+    if len(value) > MAX_CLUSTER_NAME:
+        return f"must be at most {MAX_CLUSTER_NAME} characters, got {len(value)}"
+    if not value.isprintable():
+        return f"must be printable characters only (no newline, tab or control character), got {value!r}"
+    return None
+
+
+def _cluster_name(key: str, value: Any) -> str:
+    problem = cluster_name_problem(value)
+    if problem:
+        raise _fail(key, problem)
+    return value
+
+
 def _queues(value: Any) -> dict[str, QueueConfig]:
     if not isinstance(value, Mapping) or not value:
         raise _fail("queues", f"must be a non-empty dict of name -> {{'weight': int}}, got {value!r}")
@@ -294,7 +320,7 @@ def _retry(value: Any) -> Retry:
 
 
 _VALIDATORS = {
-    "name": _name,
+    "name": _cluster_name,
     "workers": lambda k, v: _number(k, v, minimum=1, integer=True),
     "threads": lambda k, v: _number(k, v, minimum=1, integer=True, maximum=MAX_THREADS),
     "prefetch": lambda k, v: _number(k, v, integer=True, maximum=MAX_PREFETCH),

@@ -15,12 +15,13 @@ class Envelope:
     """A task call as it travels: dotted path, arguments and the options that shape its run.
 
     ``options`` holds what the cluster needs to run and record it: ``timeout``, ``retry``
-    (a dict), ``ack_failure``, ``hook``, ``on_dead``, ``chain`` (the next links), ``task_name``,
-    ``encrypt`` (True, or the names of the keyword arguments that were encrypted).
+    (a dict), ``ack_failure``, ``hook``, ``on_dead``, ``task_name``, ``encrypt`` (True, or the names of
+    the keyword arguments that were encrypted); ``chain`` (the next links) only in a package queued
+    before 0.2 (see :mod:`.legacy_chains`).
 
     ``secret`` holds the encrypted arguments (see :func:`seal_arguments`): the pickle of
-    ``(args, kwargs, chain)``, put back into ``args``, ``kwargs`` and ``options`` by
-    :func:`open_arguments` once ``signing`` decrypted it.
+    ``(args, kwargs)``, put back into ``args`` and ``kwargs`` by :func:`open_arguments` once
+    ``signing`` decrypted it.
     """
 
     func: str
@@ -43,30 +44,27 @@ def _rebuild(func: str, args: tuple, kwargs: dict, options: dict, secret: Sealed
 
 def seal_arguments(envelope: Envelope, keyring: Keyring) -> Envelope:
     """Return ``envelope`` with the arguments its ``encrypt`` option names moved into ``secret``,
-    encrypted: all of them and the chain's next links for ``True``, else the keyword arguments listed."""
-    encrypt, options = envelope.options.get("encrypt"), envelope.options
+    encrypted: all of them for ``True``, else the keyword arguments listed."""
+    encrypt = envelope.options.get("encrypt")
     if not encrypt:
         return envelope
     if encrypt is True:
-        # The links of a chain are calls too: their arguments go with the job's.
-        options = {k: v for k, v in options.items() if k != "chain"}
-        hidden, args, kwargs = (envelope.args, envelope.kwargs, envelope.options.get("chain")), (), {}
+        hidden, args, kwargs = (envelope.args, envelope.kwargs), (), {}
     else:
         secret = {name: value for name, value in envelope.kwargs.items() if name in encrypt}
         kwargs = {name: value for name, value in envelope.kwargs.items() if name not in secret}
-        hidden, args = ((), secret, None), envelope.args
+        hidden, args = ((), secret), envelope.args
     data = _pickled(hidden, envelope.func)
-    return Envelope(func=envelope.func, args=args, kwargs=kwargs, options=options,
+    return Envelope(func=envelope.func, args=args, kwargs=kwargs, options=envelope.options,
                     secret=keyring.encrypt(data, ARGUMENTS))
 
 
 def open_arguments(envelope: Envelope, hidden: Any) -> Envelope:
     """Return ``envelope`` with its ``secret`` replaced by ``hidden``, what it decrypted to (the
-    ``(args, kwargs, chain)`` that :func:`seal_arguments` encrypted): see ``signing.verify``."""
-    args, kwargs, chain = hidden
-    options = envelope.options if chain is None else {**envelope.options, "chain": chain}
+    ``(args, kwargs)`` that :func:`seal_arguments` encrypted): see ``signing.verify``."""
+    args, kwargs = hidden
     return Envelope(func=envelope.func, args=(*envelope.args, *args), kwargs={**envelope.kwargs, **kwargs},
-                    options=options)
+                    options=envelope.options)
 
 
 class PickleSerializer:

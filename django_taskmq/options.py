@@ -1,7 +1,7 @@
 """Enqueue options: their names, their checks, and the job template that turns a call into a row.
 
 A leaf of the producer side: ``api``, ``tasks``, ``chains``, the scheduler and the recorder (for a
-chain's next link) all build jobs here, and it imports none of them.
+chain queued before 0.2, :mod:`.legacy_chains`) all build jobs here, and it imports none of them.
 """
 
 from __future__ import annotations
@@ -27,14 +27,14 @@ from .signing import sign
 
 DELAY_MAX = 10 * 366 * 86400.0  # ten years: a longer delay is a mistake, not a plan
 # The one list of enqueue options. A @task or Task class may fix the TASK_OPTIONS as defaults;
-# async_task takes every option but "chain" as a keyword (a chain is built with Chain).
+# async_task takes every one of them as a keyword (a chain is a workflow: Chain, async_chain).
 TASK_OPTIONS = ("queue", "priority", "retry", "timeout", "max_deliveries", "ack_failure", "hook", "on_dead",
                 "concurrency_key", "concurrency_limit", "rate_limit", "encrypt")
 CALL_OPTIONS = (*TASK_OPTIONS, "key", "delay", "eta", "expires_at", "group", "task_name", "sync", "cached", "save",
                 "unique_key", "unique_for", "unique_replace")
-# "chain" is built with Chain, "workflow" (its id) by Workflow; "django_priority" is the Django task's own priority (-100..100),
+# "workflow" (its id) is set by Workflow; "django_priority" is the Django task's own priority (-100..100),
 # which the django.tasks backend stores in the package so that TaskResult reports it.
-OPTIONS = frozenset({*CALL_OPTIONS, "chain", "django_priority", "workflow"})
+OPTIONS = frozenset({*CALL_OPTIONS, "django_priority", "workflow"})
 
 
 def func_path(func: Any, what: str = "func") -> str:
@@ -212,9 +212,8 @@ def _first_position(path: str, names: tuple[str, ...]) -> int | None:
 
 # Options a schedule may not carry in Schedule.options: its own fields say them (queue, priority,
 # hook, which the allow-list checks), they are absolute times (eta, expires_at), they make no sense
-# for a scheduler tick (chain, sync), or they name code and are not checked (on_dead).
-NOT_SCHEDULE_OPTIONS = frozenset({"queue", "priority", "hook", "on_dead", "eta", "expires_at", "chain", "sync",
-                                  "workflow"})
+# for a scheduler tick (sync), or they name code and are not checked (on_dead).
+NOT_SCHEDULE_OPTIONS = frozenset({"queue", "priority", "hook", "on_dead", "eta", "expires_at", "sync", "workflow"})
 
 
 def check_schedule_options(options: Any, settings: Settings | None = None) -> dict[str, Any]:
@@ -257,7 +256,6 @@ class JobTemplate:
             "ack_failure": options.get("ack_failure"),
             "hook": options.get("hook"),
             "on_dead": options.get("on_dead"),
-            "chain": options.get("chain"),
             "workflow": options.get("workflow"),  # the workflow's id: the recorder counts the step's end
             "django_priority": options.get("django_priority"),
             # The recorder caches the result (seconds, or True: no expiry) and, with save=False,

@@ -10,11 +10,11 @@ from __future__ import annotations
 import contextlib
 import datetime
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 
 from django.db import InterfaceError, OperationalError
 
-from . import cached_results, joblog, reporting
+from . import cached_results, joblog, legacy_chains, reporting
 from . import execution as ex
 from .brokers.base import Ack, Broker
 from .conf import Settings
@@ -57,14 +57,12 @@ def _acks_failure(outcome: ex.Outcome, settings: Settings) -> bool:
     return settings.ack_failures if value is None else value
 
 
-def record(outcomes: Sequence[ex.Outcome], broker: Broker, settings: Settings,
-           enqueue: Callable[..., str] | None = None, *,
+def record(outcomes: Sequence[ex.Outcome], broker: Broker, settings: Settings, *,
            outside_transaction: bool = False, bookkeeping: bool = False) -> list[tuple[ex.Outcome, str]]:
     """Record outcomes with the broker; return (outcome, final state) for those that ended.
 
     Final states are "SUCCEEDED", "FAILED", "DEAD" and "CANCELLED"; a lost lease is logged and skipped (the
-    message belongs to another delivery now). ``enqueue`` (``async_task``) queues a chain's next
-    link; it is handed in so that recording does not depend on the producer side. Each outcome is recorded in its own savepoint: one
+    message belongs to another delivery now). Each outcome is recorded in its own savepoint: one
     that cannot be stored fails its own job with the reason and leaves the others as they are.
     Only an error of the database itself (it is away) propagates, so the caller can retry.
     ``outside_transaction``: the caller holds no transaction (the cluster's processes), so a lone
@@ -78,7 +76,7 @@ def record(outcomes: Sequence[ex.Outcome], broker: Broker, settings: Settings,
     successes = [o for o in outcomes if o.status == ex.SUCCESS]
     # Plain successes (the usual batch) are acknowledged in one transaction of their own: an outer
     # one would only add a savepoint and its release, a round trip each on PostgreSQL.
-    acks_only = len(successes) == len(outcomes) and not any(_chained(o) or _step(o) for o in successes)
+    acks_only = len(successes) == len(outcomes) and not any(legacy_chains.chained(o) or _step(o) for o in successes)
     with (broker.bookkeeping() if bookkeeping else contextlib.nullcontext(),
           contextlib.nullcontext() if acks_only else broker.atomic()):
         if successes:
@@ -91,17 +89,16 @@ def record(outcomes: Sequence[ex.Outcome], broker: Broker, settings: Settings,
                 others.append((o, state))
                 if state is not None and state in FINAL:
                     finals.append((o, state))
-        # A chain's next link is queued in the transaction that acknowledges its predecessor:
-        # a monitor killed in between cannot lose the rest of the chain, and nobody (a burst
-        # cluster deciding whether it is done) sees the ack without the next link. A link that
-        # cannot be queued rolls back only its savepoint and is logged.
+        # A package queued before 0.2 with a "chain": the rest of its chain becomes a workflow in
+        # the transaction that acknowledges it (see legacy_chains), so nobody sees the ack without
+        # it and it is queued once. One that cannot be queued rolls back only its savepoint.
         for o, state in finals:
-            if state == "SUCCEEDED" and _chained(o):
+            if state == "SUCCEEDED" and legacy_chains.chained(o):
                 try:
-                    with broker.atomic():
-                        _next_link(o, enqueue, settings)
+                    with broker.atomic(write=True):
+                        legacy_chains.queue_rest(o, broker, settings)
                 except Exception:
-                    logger.exception("could not queue the next link of job %s", o.reservation.job_id)
+                    logger.exception("could not queue the rest of the chain of job %s", o.reservation.job_id)
         # A workflow step's end is counted in the same transaction: its dependents are released
         # (or cancelled) with it or not at all, whoever records it.
         steps = [o.reservation.job_id for o, _ in finals if _step(o)]
@@ -138,11 +135,8 @@ def plain_success(o: ex.Outcome) -> bool:
     if o.status != ex.SUCCESS:
         return False
     options = o.envelope.options if o.envelope else {}
+    # ("chain": a package queued before 0.2, see legacy_chains.)
     return not (options.get("chain") or options.get("hook") or options.get("cached") or options.get("workflow"))
-
-
-def _chained(o: ex.Outcome) -> bool:
-    return bool(o.envelope and o.envelope.options.get("chain"))
 
 
 def _step(o: ex.Outcome) -> bool:
@@ -273,24 +267,6 @@ def _record_other(o: ex.Outcome, broker: Broker, settings: Settings) -> str | No
     delay = o.delay if o.delay is not None else _retry_policy(o, settings).delay(r.deliveries)
     state = broker.settle(r, requeue=requeue, delay=delay, error=o.error, traceback=o.traceback, started_at=started)
     return state.value if state is not None else None
-
-
-def _next_link(o: ex.Outcome, enqueue: Callable[..., str] | None, settings: Settings) -> None:
-    if enqueue is None or o.envelope is None:
-        raise RuntimeError("recorder.record() needs enqueue= to queue the next link of a chain")
-    chain = list(o.envelope.options["chain"])
-    func, args, kwargs, options = chain[0]
-    options = dict(options)
-    if len(chain) > 1:
-        options["chain"] = chain[1:]
-    trace = o.envelope.options.get("trace") if settings.opentelemetry else None
-    if trace:  # the next link's enqueue joins the trace of the chain's first enqueue
-        from . import tracing
-
-        with tracing.attached(trace):
-            enqueue(func, *args, q_options=options, **kwargs)
-    else:
-        enqueue(func, *args, q_options=options, **kwargs)
 
 
 def _run_hooks(finals: list[tuple[ex.Outcome, str]], broker: Broker, settings: Settings) -> None:

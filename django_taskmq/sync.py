@@ -3,19 +3,14 @@ the cluster (``async_task(..., sync=True)``, ``TASKMQ['sync']``, tests)."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
 from . import execution, recorder, reporting
 from .brokers.base import Broker
 from .conf import Settings
 from .exceptions import BadPackage
 
 
-def run(job_id: str, broker: Broker, settings: Settings, enqueue: Callable[..., str]) -> None:
-    """Reserve ``job_id`` if it is ready, run it here and record its outcome.
-
-    ``enqueue`` queues a chain's next link (``async_task``).
-    """
+def run(job_id: str, broker: Broker, settings: Settings) -> None:
+    """Reserve ``job_id`` if it is ready, run it here and record its outcome."""
     reservation = broker.reserve_job(job_id, settings.lease, owner="sync")
     if reservation is None:
         return
@@ -24,5 +19,5 @@ def run(job_id: str, broker: Broker, settings: Settings, enqueue: Callable[..., 
     except BadPackage as exc:
         broker.dead_letter_package(reservation, str(exc))
         return
-    recorder.record([execution.seal(execution.execute(message), settings)], broker, settings, enqueue)
+    recorder.record([execution.seal(execution.execute(message), settings)], broker, settings)
     reporting.deliver()

@@ -19,6 +19,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+from . import workflow_rows
 from .brokers import get_broker
 from .conf import get_settings
 from .exceptions import ConfigError
@@ -27,24 +28,13 @@ from .models import Job, State, WorkflowEdge, WorkflowStep
 from .models import Workflow as WorkflowRecord
 from .options import CALL_OPTIONS, JobTemplate
 from .policy import workflow as rules
-from .policy.states import JobState
+from .workflow_rows import StepCall
 
 __all__ = ["Workflow", "WorkflowInfo", "StepInfo", "workflow", "cancel_workflow"]
 
 # Options a step may not take: they decide whether its job exists or runs now, which the workflow
 # decides (see the "Workflows" page of the docs).
 STEP_REFUSED = ("sync", "key", "unique_key", "unique_for", "unique_replace")
-
-
-@dataclass
-class _Step:
-    name: str
-    func: Any
-    args: tuple
-    kwargs: dict
-    after: tuple[str, ...]
-    run_on_failure: bool
-    template: JobTemplate  # the step's validated options, its packages stamped from it
 
 
 class Workflow:
@@ -65,7 +55,7 @@ class Workflow:
         self.key = key
         #: The workflow's id, known before it is queued (its steps' packages carry it).
         self.id = new_id()
-        self.steps: dict[str, _Step] = {}
+        self.steps: dict[str, StepCall] = {}
         #: Each step's job id (by step name), once :meth:`enqueue` queued them.
         self.job_ids: dict[str, str] = {}
         self.queued = False
@@ -106,8 +96,8 @@ class Workflow:
                               f"its jobs exist and run{hint}")
         # Checked here, at the call, like async_task's: a bad queue or retry fails at add().
         template = JobTemplate(func, {**options, "workflow": self.id}, get_settings())
-        self.steps[name] = _Step(name, func, tuple(args), dict(kwargs or {}), rules.check_after(after, ConfigError),
-                                 run_on_failure, template)
+        self.steps[name] = StepCall(template, tuple(args), dict(kwargs or {}), rules.check_after(after, ConfigError),
+                                    run_on_failure)
         return name
 
     def enqueue(self, sync: bool | None = None) -> str:
@@ -135,16 +125,7 @@ class Workflow:
 
     def _enqueue(self, steps: list[str], settings: Any, sync: bool | None, trace: dict | None = None) -> str:
         workflow_id = self.id
-        ids = {name: new_id() for name in self.steps}
-        rows, edges = [], []
-        for name, step in self.steps.items():
-            job = step.template.values(step.args, step.kwargs, trace)
-            job["id"] = ids[name]
-            if step.after and job["state"] == JobState.QUEUED.value:
-                job["state"] = JobState.WAITING.value
-            rows.append({"job": job, "name": name, "waiting_for": len(step.after),
-                         "run_on_failure": step.run_on_failure})
-            edges += [(ids[upstream], ids[name]) for upstream in step.after]
+        ids, rows, edges = workflow_rows.rows(self.steps, trace)
         broker = get_broker()
         with broker.atomic(write=True):
             holder = broker.enqueue_workflow({"id": workflow_id, "name": self.name}, rows, edges, key=self.key)

@@ -290,7 +290,7 @@ class MemoryBroker(Broker):
         return verdict.admitted
 
     def reserve(self, queues: Sequence[str], limit: int, lease: float, owner: str,
-                above: int | None = None) -> list[Reservation]:
+                above: int | None = None, cluster: str | None = None) -> list[Reservation]:
         if limit <= 0 or not queues:
             return []
         if time.time() - self._last_reclaim >= self.reclaim_every:

@@ -30,8 +30,9 @@ from .display import between, duration, monospace, short_repr, when
 
 RESULT_SHOWN = 2000  # characters of a result's repr shown
 ARGUMENTS_SHOWN = 50  # positional and keyword arguments listed
-# A chain's next link is queued by the monitor right after its predecessor's outcome: its job id
-# (which starts with its creation time in microseconds) falls in this window after finished_at.
+# The next link of a package queued before 0.2 with a "chain" (see legacy_chains) is queued when
+# its predecessor's success is recorded: its job id (which starts with its creation time in
+# microseconds) falls in this window after finished_at. Goes with legacy_chains in 0.3.
 NEXT_LINK_WINDOW = (datetime.timedelta(seconds=-5), datetime.timedelta(minutes=10))
 
 
@@ -205,7 +206,8 @@ def dead_letters(job: Job) -> str | SafeString:
 
 
 def next_link(job: Job) -> str | SafeString:
-    """The next link of the job's chain: what it calls and, once queued, a link to its job."""
+    """The next link of a job queued before 0.2 with a chain in its package: what it calls and, once
+    queued, a link to its job (a chain queued since is a workflow, shown as one)."""
     env = envelope(job)
     if isinstance(env, str):
         return "-"

@@ -158,8 +158,9 @@ class Broker(abc.ABC):
     # -- reserve ----------------------------------------------------------------------------
     @abc.abstractmethod
     def reserve(self, queues: Sequence[str], limit: int, lease: float, owner: str,
-                above: int | None = None) -> list[Reservation]:
-        """Reserve up to ``limit`` ready messages of ``queues`` in pick order for ``lease`` seconds.
+                above: int | None = None, cluster: str | None = None) -> list[Reservation]:
+        """Reserve up to ``limit`` ready messages of ``queues`` in pick order for ``lease`` seconds,
+        held by ``owner`` (a sentinel's id) of the cluster named ``cluster`` (stored as ``Job.cluster``).
 
         Each reserved message counts one delivery. Expired leases are reclaimed first (at most
         every :attr:`reclaim_every` seconds); an expired

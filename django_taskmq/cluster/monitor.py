@@ -88,7 +88,7 @@ def run(results: ResultPipe, settings: Settings) -> None:
 def warm_up(broker: Broker) -> None:
     """Import what recording needs and connect, before the first outcome arrives: done at the first
     outcome instead, this took about 10 ms here, while the outcomes behind it piled up."""
-    from .. import api, recorder  # noqa: F401  (imported lazily by Monitor.record)
+    from .. import recorder  # noqa: F401  (imported lazily by Monitor.record)
 
     try:
         broker.connect()
@@ -166,13 +166,12 @@ class Monitor:
         The failed tries are logged (rate-limited), and the recovery.
         """
         from .. import recorder
-        from ..api import async_task
 
         started = time.monotonic()
         deadline = started + self.settings.lease / 2
         while True:
             try:
-                recorder.record(batch, self.broker, self.settings, enqueue=async_task, outside_transaction=True,
+                recorder.record(batch, self.broker, self.settings, outside_transaction=True,
                                 bookkeeping=True)
             except Exception as exc:
                 self.broker.close()

@@ -28,7 +28,7 @@ PAUSES_EVERY = 1.0  # seconds between two reads of the paused queues
 
 
 def run(pipe: Connection, settings: Settings, queues: list[str], owner: str, burst: bool = False,
-        workers: int | None = None) -> None:
+        workers: int | None = None, cluster: str | None = None) -> None:
     """Serve the sentinel's wants until it sends :class:`Stop` or the pipe closes."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
@@ -40,7 +40,7 @@ def run(pipe: Connection, settings: Settings, queues: list[str], owner: str, bur
     # Lease sweeps run after a batch is handed over (Pusher.serve), not inside the claims: a claim
     # woken by new work should not do the upkeep first.
     broker.reclaim_every = float("inf")
-    pusher = Pusher(broker, settings, queues, owner, burst, workers)
+    pusher = Pusher(broker, settings, queues, owner, burst, workers, cluster)
     waker = broker.waker(burst)
     pusher.warm_up()
     post_spawn.send(sender=run, proc_name="pusher")
@@ -55,14 +55,16 @@ def hears_every_insert(waker: Waker) -> bool:
 
 
 class Pusher:
-    """Claims what the sentinel wants from ``broker`` for the cluster ``owner``, as verified tickets."""
+    """Claims what the sentinel wants from ``broker`` for the sentinel ``owner`` (its id) of the
+    cluster named ``cluster``, as verified tickets."""
 
     def __init__(self, broker: Broker, settings: Settings, queues: list[str], owner: str, burst: bool = False,
-                 workers: int | None = None) -> None:
+                 workers: int | None = None, cluster: str | None = None) -> None:
         self.broker = broker
         self.settings = settings
         self.queues = queues
         self.owner = owner
+        self.cluster = cluster
         self.burst = burst
         self.workers = workers
         # While the database is away: one line every few seconds with a count, not a traceback a claim.
@@ -165,11 +167,11 @@ class Pusher:
         if want.room > 0:
             if check_first and not broker.has_ready(queues):
                 return []
-            reservations = broker.reserve(queues, want.room, settings.lease, owner)
+            reservations = broker.reserve(queues, want.room, settings.lease, owner, cluster=self.cluster)
         elif want.floor is not None and broker.has_ready(queues, above=want.floor):
             # The buffer is full of lower-priority work: take the urgent ones; the sentinel yields.
             reservations = broker.reserve(queues, self.workers or settings.workers, settings.lease, owner,
-                                          above=want.floor)
+                                          above=want.floor, cluster=self.cluster)
         else:
             return []
         tasks = []

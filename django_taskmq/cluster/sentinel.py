@@ -18,7 +18,6 @@ import os
 import signal
 import socket
 import time
-import uuid
 from collections.abc import Callable
 from enum import StrEnum
 from multiprocessing.connection import Connection, wait
@@ -31,6 +30,7 @@ from .. import joblog
 from ..brokers.base import Broker
 from ..conf import Settings
 from ..exceptions import JobCancelled, TaskMQError, TaskTimeout, WorkerDied
+from ..ids import cluster_id
 from ..policy import lease
 from . import dispatch, monitor, outage, processes, pusher
 from .buffer import Buffer
@@ -59,6 +59,11 @@ STOP_MARGIN = 3.0
 CANCEL_CHECK_EVERY = 1.0
 #: The error of a job the stop procedure interrupted and put back.
 INTERRUPTED_BY_STOP = "interrupted by shutdown (stop_timeout {}s); back in the queue, not counted"
+#: The error of a job a hard stop (a second stop request) killed and put back.
+INTERRUPTED_BY_HARD_STOP = "interrupted by a hard stop ({}); back in the queue, not counted"
+#: Seconds within which signals of one kind are one request: coreutils ``timeout``, and supervisors
+#: that signal the process and then its group, send the same signal twice a few milliseconds apart.
+SIGNAL_BURST = 1.0
 
 
 class ClusterState(StrEnum):
@@ -115,7 +120,9 @@ class Sentinel:
         # The name labels this cluster (heartbeat, lease owner, Job.cluster); packages are still
         # signed and verified with TASKMQ['name'], the salt every producer uses.
         self.name = name or settings.name
-        self.owner = f"{self.name}:{self.host}:{os.getpid()}:{uuid.uuid4().hex[:8]}"[:64]
+        # This sentinel's own id (heartbeat row, lease owner): unique to the process whatever the
+        # lengths of name and host; the name goes along beside it, never parsed back out of it.
+        self.owner = cluster_id(self.name, self.host, os.getpid())
         self.ctx = multiprocessing.get_context("fork")
         self.rules = dispatch.Rules(self.threads, self.depth)
         self.memory = SharedMemory(self.ctx, self.workers, self.threads, self.rules.prefetch)
@@ -129,7 +136,10 @@ class Sentinel:
         self.want_pending = False
         self.drained = False
         self.poller = Poller()  # the guard loop's wait
-        self.signals = 0
+        self.signals = 0  # stop requests: the first stops gracefully, a second stops now
+        self._last_signal: dict[int, float] = {}  # signal number -> monotonic time of its last request
+        self.stop_reason = ""  # why the cluster stops, for its log lines
+        self.given_back = {"unstarted": 0, "interrupted": 0}  # what the stop returned to the queue, uncounted
         self.state = ClusterState.STARTING
         self.counts = {"succeeded": 0, "failed": 0, "timeouts": 0, "crashes": 0, "suspended": 0, "yields": 0,
                        "reincarnations": 0,
@@ -154,40 +164,62 @@ class Sentinel:
         outage.prepare(self.settings.database, self.settings.dead_connection_timeout)
         if self.settings.listen_database is not None:
             outage.prepare(self.settings.listen_database, self.settings.dead_connection_timeout)
-        gave_up = False
+        gave_up: DatabaseAway | None = None
         try:
             self.spawn_all()  # inside: a fork that fails half-way must not leave the others behind
             self.state = ClusterState.RUNNING
-            logger.info("cluster %s started: %d workers%s, queues %s", self.owner, self.workers,
-                        f" x {self.threads} threads" if self.threads > 1 else "", ", ".join(self.queues))
+            logger.info("cluster %s started (%s): %d workers%s, queues %s, database %s%s", self.name, self.owner,
+                        self.workers, f" x {self.threads} threads" if self.threads > 1 else "",
+                        ", ".join(self.queues), self.broker.describe(), ", burst" if self.burst else "")
             try:
                 while not self.signals:
                     self.step()
                     if self.burst and self.upkeep.burst_done(self._idle()):
+                        self.stop_reason = "burst drained"
+                        logger.info("cluster %s drained queue(s) %s: %s", self.name, ", ".join(self.queues),
+                                    self._tally())
                         break
                     self.upkeep.give_up_if_away()
                 if self.signals < 2:
                     self.stop()
             except DatabaseAway as exc:
-                gave_up = True
-                logger.error("%s", exc)
+                gave_up = exc  # said by the hard stop's line
+
         except BaseException:
             # A bug here must not leave the children waiting for a sentinel that is gone: Python's
             # exit would wait for them for ever. Their leases bring back what the cluster held.
-            logger.exception("cluster %s: the sentinel failed; killing its processes", self.owner)
+            logger.exception("cluster %s: the sentinel failed; killing its processes", self.name)
             self.kill_all()
             raise
         finally:
-            if self.signals >= 2 or gave_up:
-                self.kill_all()
-            published = not gave_up and self.upkeep.publish(final=True)
-        if self.signals >= 2 or gave_up:
+            if gave_up is not None:  # nothing can be given back: the database is away
+                self._hard_stop(str(gave_up), give_back=False)
+            elif self.signals >= 2:
+                self._hard_stop(f"cluster {self.name}: hard stop ({self.stop_reason})")
+            published = gave_up is None and self.upkeep.publish(final=True)
+        if self.signals >= 2 or gave_up is not None:
             return 1
         # A burst that could not record its end (the database went away) did not surely finish.
         return 1 if self.burst and not published else 0
 
     def _on_signal(self, signum, frame) -> None:
+        """SIGTERM or SIGINT: the first request stops the cluster gracefully, a second one now.
+
+        Signals of one kind within :data:`SIGNAL_BURST` seconds of the last request are that request
+        (signalled twice, to the process and to its group); a later one, or the other kind, is a new one.
+        """
+        now = time.monotonic()
+        last = self._last_signal.get(signum)
+        if last is not None and now - last < SIGNAL_BURST:
+            return
+        self._last_signal[signum] = now
         self.signals += 1
+        name = signal.Signals(signum).name
+        self.stop_reason = name if self.signals == 1 else f"a second stop request, {name}"
+
+    def _tally(self) -> str:
+        """The outcomes so far, for the log lines of a burst and of a stop."""
+        return ", ".join(f"{self.counts[k]} {k}" for k in OUTCOMES)
 
     def spawn_all(self) -> None:
         """Spawn the pusher, the workers and the monitor (:meth:`start` does).
@@ -232,8 +264,8 @@ class Sentinel:
     def _spawn_pusher(self) -> None:
         connections.close_all()
         self.pusher_pipe, child = self.ctx.Pipe()
-        self.pusher = self._spawn(pusher.run, (child, self.settings, self.queues, self.owner, self.burst, self.workers),
-                                  "taskmq-pusher")
+        self.pusher = self._spawn(pusher.run, (child, self.settings, self.queues, self.owner, self.burst, self.workers,
+                                               self.name), "taskmq-pusher")
         child.close()
         self.want_pending = False
 
@@ -357,9 +389,9 @@ class Sentinel:
             return 0
         if self.state is RUNNING:
             self.buffer.put_back(tickets)
-        else:
-            self.upkeep.attempt(f"returning {len(tickets)} unstarted task(s) of a stopped worker",
-                                lambda: self._give_back([t.reservation for t in tickets]))
+        elif self.upkeep.attempt(f"returning {len(tickets)} unstarted task(s) of a stopped worker",
+                                 lambda: self._give_back([t.reservation for t in tickets])):
+            self.given_back["unstarted"] += len(tickets)
         return len(tickets)
 
     def _take_back_unstarted(self, slot: Slot) -> int:
@@ -650,7 +682,7 @@ class Sentinel:
         self.state = ClusterState.STOPPING
         timeout = self.settings.stop_timeout
         deadline = None if timeout is None else time.monotonic() + timeout
-        logger.info("cluster %s stopping%s", self.owner,
+        logger.info("cluster %s stopping (%s)%s", self.name, self.stop_reason or "asked to",
                     "" if timeout is None else f": running tasks have {timeout:g}s to finish")
         self.upkeep.publish()
         # 1. The pusher reserves nothing more; a batch it sends meanwhile joins the waiting list.
@@ -665,7 +697,7 @@ class Sentinel:
                     self._from_pusher()
                 self.upkeep.give_up_if_away()
             if self.pusher.is_alive():
-                logger.error("cluster %s: the pusher did not stop in time; killing it", self.owner)
+                logger.error("cluster %s: the pusher did not stop in time; killing it", self.name)
                 processes.kill(self.pusher)  # what it had reserved and not handed over comes back with its lease
         self.pusher.join(timeout=1)
         # 2. Reservations that never started go back without counting a delivery: the waiting
@@ -674,16 +706,17 @@ class Sentinel:
             for slot in list(self.slots):
                 self._revoke(slot)
         if self.buffer:
-            self.upkeep.attempt(
-                f"returning {len(self.buffer)} unstarted reservation(s) (their leases bring them back)",
-                self.buffer.give_back)
+            waiting = len(self.buffer)
+            if self.upkeep.attempt(f"returning {waiting} unstarted reservation(s) (their leases bring them back)",
+                                   self.buffer.give_back):
+                self.given_back["unstarted"] += waiting
         # 3. Poison pills: idle workers get one now, busy ones after their last task.
         for slot in self.slots:
             slot.retiring = True
             self._pill_if_done(slot)
         busy = sum(1 for s in self.slots if s.running)
         if busy:
-            logger.info("cluster %s: waiting for %d worker(s) to finish their running tasks", self.owner, busy)
+            logger.info("cluster %s: waiting for %d worker(s) to finish their running tasks", self.name, busy)
         while self.slots and self.signals < 2:
             handles: list[Connection | int] = [s.pipe for s in self.slots]
             handles += [s.process.sentinel for s in self.slots]
@@ -697,6 +730,8 @@ class Sentinel:
                 self._halt_running()
             self._flush()
             self.upkeep.stopping()
+        if self.signals >= 2:
+            return  # a second request: start() kills what is left and gives back what ran
         # 4. The monitor records what is left, then exits.
         self._flush()
         if self.results is not None:
@@ -704,7 +739,7 @@ class Sentinel:
         while self.monitor.is_alive() and self.signals < 2:
             if _past(deadline, STOP_MARGIN + CANCEL_GRACE):
                 logger.error("cluster %s: the monitor did not record the last outcomes in time; killing it "
-                             "(their leases bring those jobs back)", self.owner)
+                             "(their leases bring those jobs back)", self.name)
                 processes.kill(self.monitor)
                 break
             if self.results is not None and self.results.pending:
@@ -713,7 +748,44 @@ class Sentinel:
                 self.monitor.join(timeout=0.1)
             self.upkeep.stopping()
         self.state = ClusterState.STOPPED
-        logger.info("cluster %s stopped", self.owner)
+        logger.info("cluster %s stopped: %s; gave back %d unstarted and %d interrupted task(s), uncounted",
+                    self.name, self._tally(), self.given_back["unstarted"], self.given_back["interrupted"])
+
+    def _hard_stop(self, headline: str, give_back: bool = True) -> None:
+        """A second stop request, or a burst that gave up on the database: kill every process now,
+        then give back what they held, uncounted. One line, ``headline`` first, says what became of them.
+
+        The running tasks go back with the reason :data:`INTERRUPTED_BY_HARD_STOP`, what waited
+        unstarted as it was; a fenced write each (only what is still this cluster's goes back). When
+        the database does not take them (or without ``give_back``), their leases bring them back, a
+        delivery counted.
+        """
+        started = {job_id for s in self.slots for job_id in self.memory.started(s)}
+        tickets = [r.ticket for s in self.slots for r in s.running.values()] + self.buffer.take(len(self.buffer))
+        held = [t.reservation for t in tickets]
+        running = [r for r in held if r.job_id in started]
+        unstarted = [r for r in held if r.job_id not in started]
+        self.kill_all()
+        self.state = ClusterState.STOPPED
+        for slot in self.slots:
+            slot.running.clear()
+        why = INTERRUPTED_BY_HARD_STOP.format(self.stop_reason)
+        counts = {}
+
+        def returned() -> None:
+            counts["running"] = self._give_back(running, why) if running else 0
+            counts["unstarted"] = self._give_back(unstarted) if unstarted else 0
+
+        level = logging.WARNING if give_back else logging.ERROR
+        if not held:
+            logger.log(level, "%s: processes killed; no task was running or waiting", headline)
+        elif give_back and self.upkeep.attempt(f"returning {len(held)} task(s) of a hard stop", returned):
+            logger.log(level, "%s: processes killed; %d running task(s) interrupted and %d unstarted given back "
+                       "to the queue, uncounted", headline, counts["running"], counts["unstarted"])
+        else:
+            logger.log(level, "%s: processes killed; %d running and %d unstarted task(s) not given back: their "
+                       "leases bring them back within %gs, a delivery counted", headline, len(running),
+                       len(unstarted), self.settings.lease)
 
     def _halt_running(self) -> None:
         """``stop_timeout`` is over: interrupt what still runs and put it back in the queue uncounted.
@@ -757,8 +829,9 @@ class Sentinel:
                            ticket.reservation.job_id, timeout)
         self.counts["interrupted"] += len(tickets)
         reservations = [t.reservation for t in tickets]
-        self.upkeep.attempt(f"returning {len(tickets)} interrupted task(s) (their leases bring them back)",
-                            lambda: self._give_back(reservations, INTERRUPTED_BY_STOP.format(timeout)))
+        if self.upkeep.attempt(f"returning {len(tickets)} interrupted task(s) (their leases bring them back)",
+                               lambda: self._give_back(reservations, INTERRUPTED_BY_STOP.format(timeout))):
+            self.given_back["interrupted"] += len(tickets)
 
     def _give_back(self, reservations: list, interrupted_by: str | None = None) -> int:
         """Return reservations to the broker (unstarted, or interrupted saying why): the cluster's

@@ -114,9 +114,6 @@ def _ours(options: dict[str, Any], rest: dict[str, Any], settings: Settings) -> 
             ours[key] = options[key]
     if options.get("group") is not None:
         ours["group"] = str(options["group"])  # django-q2 stores any label as text
-    if options.get("chain"):
-        ours["chain"] = _links(options["chain"], ours.get("group"), options.get("cached"), options.get("sync"),
-                               settings)
     return ours
 
 
@@ -132,6 +129,21 @@ def _link(link: Any) -> tuple[Any, tuple, dict]:
     args = tuple(link[1]) if len(link) > 1 else ()
     kwargs = dict(link[2]) if len(link) > 2 else {}
     return func, args, kwargs
+
+
+def chained_call(func: Any, args: tuple, fn_kwargs: dict[str, Any], ours: dict[str, Any], chain: Sequence[Any],
+                 options: dict[str, Any], settings: Settings) -> list:
+    """The links of ``func(*args, **fn_kwargs)`` (its options ``ours``) followed by django-q2's
+    ``chain``, which shares its group, ``cached`` and ``sync`` (django-q2's ``options``) and, unless
+    a link names its own, its queue, as django-q2 queues the chain after the task through the same
+    broker: one workflow here (see :func:`async_task`)."""
+    first = _Chain().append(func, *args, q_options=_shadow(fn_kwargs, ours), **fn_kwargs)
+    rest = _links(chain, ours.get("group"), options.get("cached"), options.get("sync"), settings)
+    if ours.get("queue") is not None:
+        for _, _, _, link_options in rest:
+            if link_options.get("queue") is None:
+                link_options["queue"] = ours["queue"]
+    return first.links + rest
 
 
 def _links(chain: Sequence[Any], group: str | None, cached: Any, sync: Any, settings: Settings) -> list:
@@ -159,10 +171,18 @@ def async_task(func: Any, *args: Any, **kwargs: Any) -> str:
     ``task_name``, ``cluster`` (a queue here), ``chain``, ``broker`` (ignored, with a warning), as
     keywords or in ``q_options``; ``q_options`` may also hold django_taskmq's own options
     (``priority``, ``delay``, ``key``, ...).
+
+    With ``chain``, the task and the chain's tasks are queued at once as one chain (a workflow, see
+    :mod:`django_taskmq.chains`): each runs once the one before it succeeded, and after a task that
+    fails for good the rest end CANCELLED (django-q2 queues the chain after the task however it
+    ended). The task's job id is returned.
     """
     settings = get_settings()
     options, rest, fn_kwargs = _split(kwargs)
+    chain = options.pop("chain", None)
     ours = _ours(options, rest, settings)
+    if chain:
+        return run_links(chained_call(func, args, fn_kwargs, ours, chain, options, settings), ours.get("group"))
     return api.async_task(func, *args, q_options=_shadow(fn_kwargs, ours), **fn_kwargs)
 
 

@@ -39,6 +39,7 @@ from django.utils import timezone
 from django.utils.dateparse import parse_datetime
 
 from ..brokers import Broker
+from ..chains import run_links
 from ..conf import Settings
 from ..envelope import PickleSerializer
 from ..exceptions import ConfigError
@@ -46,7 +47,7 @@ from ..models import Imported, Schedule, State
 from ..options import JobTemplate, OPTIONS
 from ..policy.storable import clip_head, clip_tail
 from ..scheduler import save_schedule
-from .django_q import _links, _ours, _split
+from .django_q import _ours, _split, chained_call
 
 SCHEDULES, QUEUED, HISTORY = "django_q_schedule", "django_q_ormq", "django_q_task"
 KINDS = {SCHEDULES: "schedules", QUEUED: "queued tasks", HISTORY: "finished tasks"}
@@ -288,6 +289,9 @@ class Importer:
         kwargs = literal_kwargs(row.get("kwargs"))
         options, rest, kwargs = _split({"q_options": kwargs.pop("q_options", None) or {}, **kwargs})
         options.pop("sync", None)
+        if options.get("chain"):
+            raise ConfigError("a schedule with a chain is not carried over: schedule a function that queues "
+                              "the chain (django_taskmq.async_chain) instead")
         for key in [k for k in rest if k not in OPTIONS]:
             rest.pop(key)  # broker_name and the like: no meaning here
         cluster = row.get("cluster") or options.pop("cluster", None)
@@ -340,7 +344,7 @@ class Importer:
                 if str(task.get("id")) in done:
                     continue
                 try:
-                    built.append((row, task, self._job(row, task)))
+                    built.append((row, task, self._job(row, task) if not task.get("chain") else self._chain(row, task)))
                 except (ConfigError, ValueError, TypeError) as exc:
                     self.report.refuse(QUEUED, f"queued task {task.get('id')} ({task.get('name')})", str(exc))
             delete = f"DELETE FROM {table} WHERE id IN (%IDS%)"
@@ -351,9 +355,13 @@ class Importer:
                     # the future): a task is never in both queues, even with its cluster running.
                     built = [item for item in built if self._take(table, item[0]["id"])]
                     self._change(delete, stale)
+                plain = [job for _, _, job in built if isinstance(job, dict)]
+                if plain:
+                    self.broker.enqueue_many(plain)
+                # A task with a chain: it and its chain, one workflow queued now (see compat async_task).
+                ids = [job["id"] if isinstance(job, dict) else run_links(job, sync=False) for _, _, job in built]
                 if built:
-                    self.broker.enqueue_many([job for _, _, job in built])
-                    self._mark(QUEUED, [(str(task.get("id")), job["id"]) for _, task, job in built])
+                    self._mark(QUEUED, [(str(task.get("id")), job_id) for (_, task, _), job_id in zip(built, ids)])
             if not self.together:
                 self._change(delete, [row["id"] for row, _, _ in built] + stale)
             counts.imported += len(built)
@@ -373,8 +381,9 @@ class Importer:
                                         f"not imported")
         return taken
 
-    def _job(self, row: dict[str, Any], task: dict[str, Any]) -> dict[str, Any]:
-        options = {key: task[key] for key in ("hook", "group", "save", "cached", "ack_failure", "timeout", "chain")
+    def _options(self, row: dict[str, Any], task: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+        """django-q2's options of a queued ``task`` and ours for it."""
+        options = {key: task[key] for key in ("hook", "group", "save", "cached", "ack_failure", "timeout")
                    if task.get(key) is not None}
         if task.get("name"):
             options["task_name"] = str(task["name"])[:100]
@@ -382,6 +391,16 @@ class Importer:
         queue = self._queue(row.get("key"))
         if queue is not None:
             ours["queue"] = queue
+        return options, ours
+
+    def _chain(self, row: dict[str, Any], task: dict[str, Any]) -> list:
+        """The links of a queued ``task`` with a chain: the task, then its chain (queued when it is imported)."""
+        options, ours = self._options(row, task)
+        return chained_call(task["func"], tuple(task.get("args") or ()), dict(task.get("kwargs") or {}), ours,
+                            task["chain"], options, self.settings)
+
+    def _job(self, row: dict[str, Any], task: dict[str, Any]) -> dict[str, Any]:
+        options, ours = self._options(row, task)
         values = JobTemplate(task["func"], ours, self.settings).values(tuple(task.get("args") or ()),
                                                                         dict(task.get("kwargs") or {}))
         started = task.get("started")

@@ -71,7 +71,7 @@ def test_job_filters_and_search_find_the_job(admin_client, broker, query, field)
 
 def test_job_list_filters_by_cluster_label(admin_client, broker):
     job_id = async_task("tests.tasks.noop")
-    broker.reserve(["default"], 1, 60, "web-7:host:1:abc")
+    broker.reserve(["default"], 1, 60, "web-7:host:1:abc", cluster="web-7")
     Cluster.objects.create(id="web-7:host:1:abc", name="web-7", host="host", pid=1, state="running")
     response = admin_client.get(f"{JOBS}?cluster=web-7")
     assert [row.pk for row in response.context["cl"].result_list] == [job_id]

@@ -408,3 +408,19 @@ def test_cluster_is_a_queue(docs, taskmq_settings):
     assert Job.objects.get(pk=async_task('math.floor', 1, cluster='tests')).queue == "default"  # TASKMQ['name']
     with pytest.raises(ConfigError, match="cluster 'nowhere' is a queue here"):
         async_task('math.floor', 1, cluster='nowhere')
+
+
+def test_async_task_with_a_chain_queues_one_chain_in_the_tasks_queue(docs, taskmq_settings):
+    """django-q2 queues the chain after the task through the same broker: here all of it is one
+    chain (a workflow) at once, its links in the task's queue unless they name their own (these
+    docs' settings run it inline, link after link)."""
+    from django_taskmq.compat.django_q import async_task
+    from django_taskmq.models import WorkflowStep
+
+    first = async_task('math.floor', 1.5, cluster='emails', group='g',
+                       chain=[('math.floor', (2.5,)), ('math.floor', (3.5,), {'cluster': 'reports'})])
+    workflow_id = WorkflowStep.objects.get(job_id=first).workflow_id
+    links = Job.objects.filter(workflow_step__workflow_id=workflow_id).order_by("workflow_step__name")
+    assert [(j.queue, j.group, j.state, j.result) for j in links] == [
+        ("emails", "g", State.SUCCEEDED, 1), ("emails", "g", State.SUCCEEDED, 2), ("reports", "g", State.SUCCEEDED, 3)]
+    assert links[0].pk == first

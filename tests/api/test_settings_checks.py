@@ -32,6 +32,8 @@ BAD = {
     "idempotency_ttl 0": ({"idempotency_ttl": 0}, "idempotency_ttl"),
     "default_queue not a queue": ({"default_queue": "mail2"}, "default_queue"),
     "empty name": ({"name": ""}, "name"),
+    "name of 101 characters": ({"name": "n" * 101}, "at most 100 characters, got 101"),
+    "name with a newline": ({"name": "a\nb"}, "must be printable"),
     "compress not bool": ({"compress": 1}, "compress"),
     "poll 0": ({"poll": 0}, "poll"),
     "threads 0": ({"threads": 0}, "threads"),

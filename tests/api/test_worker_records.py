@@ -20,6 +20,7 @@ from django_taskmq.cluster.messages import (RECORDED, STOP, SUCCEEDED, Ticket, r
 from django_taskmq.cluster.worker import OneAtATime
 from django_taskmq.conf import get_settings
 from django_taskmq.models import Job, State
+from tests.legacy_packages import queue_chained
 
 pytestmark = pytest.mark.django_db(transaction=True)  # the worker thread has its own connection
 
@@ -95,7 +96,10 @@ def test_a_task_sent_alone_with_more_behind_it_is_the_monitors(broker):
 
 @pytest.mark.parametrize("options", [{"hook": "tests.tasks.noop"}, {"cached": 60}, {"chain": [("tests.tasks.noop", (), {}, {})]}])
 def test_a_success_with_more_to_do_than_its_ack_goes_to_the_monitor(broker, options):
-    job_id = async_task("tests.tasks.add", 1, 2, q_options=options)
+    if "chain" in options:  # a package queued before 0.2 (see legacy_chains)
+        job_id = queue_chained("tests.tasks.add", (1, 2), options["chain"])
+    else:
+        job_id = async_task("tests.tasks.add", 1, 2, q_options=options)
     (frame,) = Worker().run(broker, 1)
     assert read_outcome_frame(frame)[:2] == (SUCCEEDED, job_id)
     assert Job.objects.get(pk=job_id).state == State.RUNNING

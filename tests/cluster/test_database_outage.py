@@ -145,6 +145,7 @@ def test_a_burst_gives_up_within_the_bound_once_the_database_is_away(cluster):
     assert "Traceback" not in output
     assert lines[-1].startswith("qcluster --burst: giving up, database 'default' (postgresql "), output
     assert "unreachable for" in lines[-1]
+    assert "stopping the cluster: processes killed; " in lines[-1]  # then what becomes of its tasks
     # Each component said it once, then counted: a line per 5 s at most (plus the monitor's give-up).
     for component in COMPONENTS:
         assert len(component_lines(lines, component)) <= 2 + seconds / 5, output

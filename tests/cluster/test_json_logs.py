@@ -27,7 +27,7 @@ def test_the_cluster_log_parses_as_json_lines_with_the_job_fields(cluster, monke
 
     text = qc.stderr_path.read_text()
     records = [json.loads(line) for line in text.splitlines() if line.strip()]  # fails on any other line
-    assert any(r["message"].startswith("cluster ") and r["message"].endswith(" stopped") for r in records)
+    assert any(r["message"].startswith("cluster ") and " stopped: " in r["message"] for r in records)
     about_jobs = [r for r in records if "job_id" in r]
     for record in about_jobs:
         assert set(FIELDS) <= record.keys(), record

@@ -105,7 +105,9 @@ def test_queued_tasks_and_schedules_are_imported_run_once_and_fire_at_their_next
     assert qimport()[:2] == ["schedules: 0 imported, 0 already imported, 1 refused",
                              "queued tasks: 0 imported, 0 already imported, 1 refused, 0 held by a running django-q2 "
                              "cluster"]
-    assert Job.objects.count() == 4 and Schedule.objects.count() == 4
+    # (The chain's two tasks are two jobs, one workflow: the second waits for the first.)
+    assert Job.objects.count() == 5 and Schedule.objects.count() == 4
+    assert Job.objects.get(state=State.WAITING).workflow_step.name == "link-2"
 
     burst(settings)
     runs = read_run_log(run_log)

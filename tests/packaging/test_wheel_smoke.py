@@ -91,6 +91,10 @@ def test_the_wheel_runs_a_new_startproject_site(wheel_venv, site):
 
     burst = run([python, "manage.py", "qcluster", "--burst"], cwd=site, timeout=180)
     assert "Traceback" not in burst.stdout, burst.stdout
+    # No LOGGING in the site: the cluster still says what it did, once each.
+    for step in ("cluster default started (", "cluster default drained queue(s) default: 1 succeeded",
+                 "cluster default stopping (burst drained)", "cluster default stopped: 1 succeeded"):
+        assert burst.stdout.count(step) == 1, burst.stdout
     after = json.loads(run([python, "client.py", "status", job], cwd=site, **env).stdout)
     assert after == {"state": "SUCCEEDED", "result": 5}
 

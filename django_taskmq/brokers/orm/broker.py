@@ -445,7 +445,7 @@ class OrmBroker(Broker):
 
     # -- reserve ----------------------------------------------------------------------------
     def reserve(self, queues: Sequence[str], limit: int, lease: float, owner: str,
-                above: int | None = None) -> list[Reservation]:
+                above: int | None = None, cluster: str | None = None) -> list[Reservation]:
         """See :meth:`Broker.reserve`; ``above`` limits the claim to priorities greater than it."""
         if limit <= 0 or not queues:
             return []
@@ -454,19 +454,20 @@ class OrmBroker(Broker):
             self.reclaim_expired()
             self._last_reclaim = time.monotonic()
         # (A claim the database rolled back claimed and counted nothing: no delivery is counted twice.)
-        return self._retried(lambda: self._reserve(queues, limit, lease, owner, above))
+        return self._retried(lambda: self._reserve(queues, limit, lease, (owner, cluster), above))
 
-    def _reserve(self, queues: list[str], limit: int, lease: float, owner: str,
+    def _reserve(self, queues: list[str], limit: int, lease: float, holder: tuple[str, str | None],
                  above: int | None) -> list[Reservation]:
         # Read the clock after the sweep: reclaimed messages are visible from the sweep's time on,
         # and this claim must see them. A database clock is read by the heads' statement instead.
         clock = self.clock
         token = uuid.uuid4().hex
+        owner = holder[0]
         if (above is None and self._plain_next and not self.flow.seen and self.dialect.claims_plain
                 and not self.connection.in_atomic_block):
             with self.hot_cursor() as hot:
                 rows = self.dialect.claim_plain(hot, queues, self.settings.weights(), limit, clock,
-                                                *self._claim_sets(token, owner, lease))
+                                                *self._claim_sets(token, holder, lease))
             if rows is not None:
                 self._plain_next = len(rows) < limit
                 rows.sort(key=lambda r: (-r[2], r[0]))  # pick order: priority first, then the oldest id
@@ -490,7 +491,7 @@ class OrmBroker(Broker):
                 ], None)
             # The locked (PostgreSQL) or write-locked (SQLite) runnable rows are all claimed.
             counters = self._counters(runnable, candidates, served, lift=above is None)
-            reservations = self._claim(hot, runnable, token, owner, lease, counters)
+            reservations = self._claim(hot, runnable, token, holder, lease, counters)
         if above is None:
             self._plain_next = (len(reservations) < limit
                                 and sum(1 for items in candidates.values() if items) <= 1)
@@ -563,7 +564,7 @@ class OrmBroker(Broker):
                 self.dialect.insert_or_skip(plain, QSTATE, ["queue", "served"], [(q, 0) for q in missing])
         return heads, served, now if now is not None else clock.now(self.connection)
 
-    def _claim(self, cursor, chosen: list, token: str, owner: str, lease: float,
+    def _claim(self, cursor, chosen: list, token: str, holder: tuple[str, str | None], lease: float,
                counters: tuple[str, str, list] | None = None) -> list[Reservation]:
         """Reserve ``chosen`` (their rows are locked, or the write lock is held) for ``lease`` seconds
         from the statement's time; ``counters`` (see :meth:`_counters`) are updated by the same
@@ -574,21 +575,22 @@ class OrmBroker(Broker):
                 prefix, prefix_params = f"WITH {counters[0]}, counted AS ({counters[1]}) ", counters[2]
             else:
                 cursor.execute(*self._counters_statement(counters))
-        sets, values = self._claim_sets(token, owner, lease)
+        sets, values = self._claim_sets(token, holder, lease)
         ids = [c.id for c in chosen]
         rows = self.dialect.claim(cursor, sets, values, ids, prefix, prefix_params)
         return [
-            Reservation(c.id, c.queue, c.priority, rows[c.id][1], rows[c.id][2], token, owner,
+            Reservation(c.id, c.queue, c.priority, rows[c.id][1], rows[c.id][2], token, holder[0],
                         c.max_deliveries, rows[c.id][3])
             for c in chosen if c.id in rows
         ]
 
-    def _claim_sets(self, token: str, owner: str, lease: float) -> tuple[str, list]:
+    def _claim_sets(self, token: str, holder: tuple[str, str | None], lease: float) -> tuple[str, list]:
         """The claim's UPDATE without its WHERE, and its parameters: reserved for ``lease`` seconds
-        from the statement's time."""
+        from the statement's time by ``holder`` (the sentinel's id, the cluster's name)."""
         until, until_args = self.clock.at(lease)
+        owner, cluster = holder
         return (f"UPDATE {JOB} SET state = {RESERVE.to}, deliveries = deliveries + 1, lease_owner = %s, "
-                f"lease_token = %s, lease_until = {until}, cluster = %s"), [owner, token, *until_args, owner.split(":", 1)[0]]
+                f"lease_token = %s, lease_until = {until}, cluster = %s"), [owner, token, *until_args, cluster]
 
     def _counters(self, taking: list, candidates: dict, served: dict, lift: bool = True) -> tuple[str, str, list] | None:
         """Return how a claim of ``taking`` moves the served counters, or None when it moves none.

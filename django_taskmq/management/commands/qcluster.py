@@ -2,7 +2,7 @@ import dataclasses
 
 from django.core.management.base import BaseCommand, CommandError
 
-from django_taskmq.conf import MAX_THREADS, get_settings
+from django_taskmq.conf import MAX_THREADS, cluster_name_problem, get_settings
 from django_taskmq.exceptions import ConfigError
 
 
@@ -13,8 +13,9 @@ class Command(BaseCommand):
     requires_system_checks: list[str] = []
 
     def add_arguments(self, parser):
-        parser.add_argument("-n", "--name", help="label of this cluster (heartbeat, Job.cluster); default TASKMQ['name']; "
-                            "packages are always verified with TASKMQ['name']")
+        parser.add_argument("-n", "--name", help="label of this cluster (heartbeat, Job.cluster): at most 100 "
+                            "printable characters, as TASKMQ['name'], its default; packages are always verified "
+                            "with TASKMQ['name']")
         parser.add_argument("-Q", "--queues", help="comma-separated queues to serve; default all")
         parser.add_argument("-w", "--workers", type=int, help="number of workers; default TASKMQ['workers']")
         parser.add_argument("-t", "--threads", type=int,
@@ -27,9 +28,16 @@ class Command(BaseCommand):
     def handle(self, *args, **options):
         from django_taskmq.brokers import get_broker
         from django_taskmq.checks import TAG
-        from django_taskmq.cluster import outage
+        from django_taskmq.cluster import console, outage
         from django_taskmq.cluster.sentinel import Sentinel
 
+        # First: a name the heartbeat cannot hold must not wait for the checks, nor start a cluster.
+        if options["name"] is not None:
+            problem = cluster_name_problem(options["name"])
+            if problem:
+                raise CommandError(f"--name {problem} (as TASKMQ['name'])")
+        # A site without LOGGING still hears what the cluster does (-v 0: only warnings and errors).
+        console.route(options["verbosity"])
         if not options.get("skip_checks"):  # call_command skips them, as for any command
             self.check(tags=[TAG])
 
