@@ -35,14 +35,17 @@ def signature_of(target: Any) -> inspect.Signature | None:
     """Return the signature a call of ``target`` (what a task path names) is bound to, or None
     when it has none to inspect (some functions written in C): such a call is not bound.
 
-    A ``@task`` binds its function's; a ``Task`` class its ``run``'s (without ``self``); a Django
-    task its function's, without the context argument when it ``takes_context`` (the worker passes it).
+    A ``@task`` binds its function's (a ``@durable`` one without its first parameter, the context);
+    a ``Task`` class its ``run``'s (without ``self``); a Django task its function's, without the
+    context argument when it ``takes_context`` (the worker passes it).
     """
     try:
         if is_task_class(target):
             return _without_first(inspect.signature(target.run))
         if is_task(target):
-            return inspect.signature(target.func if target.func is not None else target.run)
+            signature = inspect.signature(target.func if target.func is not None else target.run)
+            # A durable task's first parameter is the context the worker passes.
+            return _without_first(signature) if getattr(target, "taskmq_durable", False) else signature
         if is_django_task(target):
             signature = inspect.signature(target.func)
             return _without_first(signature) if getattr(target, "takes_context", False) else signature

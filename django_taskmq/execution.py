@@ -19,6 +19,7 @@ from . import joblog, reporting
 from .binding import bind, path_signature
 from .brokers.base import Reservation
 from .conf import get_settings
+from .durable_context import DurableContext, Suspended
 from .envelope import Envelope
 from .exceptions import Defer, JobCancelled, Reject, RetryLater
 from .loading import callable_for, is_django_task, resolve
@@ -39,9 +40,10 @@ class Status(str, enum.Enum):
     CRASH = "crash"  # the worker process died
     UNSTORABLE = "unstorable"  # the result cannot be stored; not retried: a re-run would return it again
     CANCELLED = "cancelled"  # stopped on a cancellation request (django_taskmq.cancel); never retried
+    SUSPEND = "suspend"  # a durable task sleeps or waits: result is (wake_at, signal); not a delivery
 
 
-SUCCESS, FAILURE, RETRY, DEFER, REJECT, TIMEOUT, CRASH, UNSTORABLE, CANCELLED = Status
+SUCCESS, FAILURE, RETRY, DEFER, REJECT, TIMEOUT, CRASH, UNSTORABLE, CANCELLED, SUSPEND = Status
 
 
 class CoroutineWatch(Protocol):
@@ -139,7 +141,7 @@ def _execute(message: TaskMessage) -> Outcome:
     try:
         if pre_execute.has_listeners():
             pre_execute.send(sender=Outcome, job_id=message.reservation.job_id, func=envelope.func, envelope=envelope)
-        value = func(*_context(envelope.func, message.reservation.job_id), *envelope.args, **envelope.kwargs)
+        value = func(*_context(message), *envelope.args, **envelope.kwargs)
         if inspect.isawaitable(value):  # a coroutine function
             value = run_coroutine(value)
     except RetryLater as exc:
@@ -150,6 +152,9 @@ def _execute(message: TaskMessage) -> Outcome:
         return _outcome(message, REJECT, started, exc)
     except JobCancelled as exc:
         return _outcome(message, CANCELLED, started, exc)
+    except Suspended as exc:
+        return Outcome(message.reservation, envelope, SUSPEND, (exc.wake_at, exc.signal),
+                       started_at=started, finished_at=time.time())
     # sys.exit() in a task is its failure; so is a CancelledError (a coroutine task cancelled), unless
     # the job's cancellation was requested: that is how a coroutine task learns of it.
     except (Exception, SystemExit, KeyboardInterrupt, asyncio.CancelledError) as exc:
@@ -165,12 +170,15 @@ def _execute(message: TaskMessage) -> Outcome:
     return Outcome(message.reservation, envelope, SUCCESS, value, started_at=started, finished_at=time.time())
 
 
-def _context(path: str, job_id: str) -> tuple:
+def _context(message: TaskMessage) -> tuple:
     """Return the leading arguments of a call: a Django task with ``takes_context=True`` gets its
-    backend's ``TaskContext`` (``task_context``, duck-typed: see django_taskmq.backends.tasks)."""
-    target = resolve(path)
+    backend's ``TaskContext`` (``task_context``, duck-typed: see django_taskmq.backends.tasks); a
+    durable task (``@durable``) its :class:`~.durable_context.DurableContext`."""
+    target = resolve(message.envelope.func)
+    if getattr(target, "taskmq_durable", False):  # its steps' values are encrypted as its result would be
+        return (DurableContext(message.reservation, encrypt=bool(message.envelope.options.get("encrypt"))),)
     if is_django_task(target) and getattr(target, "takes_context", False):
-        return (target.get_backend().task_context(job_id),)
+        return (target.get_backend().task_context(message.reservation.job_id),)
     return ()
 
 

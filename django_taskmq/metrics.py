@@ -49,12 +49,14 @@ from prometheus_client.core import CounterMetricFamily, GaugeHistogramMetricFami
 from prometheus_client.registry import Collector
 
 from . import histograms, monitoring
+from .brokers import get_broker
 from .policy.distribution import BUCKETS
 from .policy.states import JobState
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 #: The heartbeat's outcome names -> the ``outcome`` label.
-OUTCOME_LABELS = {"succeeded": "succeeded", "failed": "failed", "timeouts": "timeout", "crashes": "crash"}
+OUTCOME_LABELS = {"succeeded": "succeeded", "failed": "failed", "timeouts": "timeout", "crashes": "crash",
+                  "suspended": "suspended"}
 GAUGED_STATES = [state for state in JobState if state is not JobState.SUCCEEDED]
 
 
@@ -98,6 +100,11 @@ class TaskMQCollector(Collector):
             dead.add_metric([q.name], q.dead_letters)
             oldest.add_metric([q.name], round(q.oldest_ready_age or 0.0, 3))
         yield from (ready, delayed, dead, oldest)
+        suspended = GaugeMetricFamily("taskmq_suspended_jobs", "Durable jobs that sleep or wait for a signal "
+                                      "(queued, holding no worker).", labels=["kind"])
+        for kind, count in sorted(get_broker(self.alias).suspended().items()):
+            suspended.add_metric([kind], count)
+        yield suspended
 
         yield GaugeMetricFamily("taskmq_clusters_alive", "Clusters with a fresh heartbeat that have not stopped.",
                                 value=len(clusters))

@@ -32,6 +32,7 @@ class State(models.TextChoices):
     QUEUED = JobState.QUEUED.value, _("queued")
     RUNNING = JobState.RUNNING.value, _("running")
     RETRYING = JobState.RETRYING.value, _("retrying")
+    SUSPENDED = JobState.SUSPENDED.value, _("sleeping or waiting")
     SUCCEEDED = JobState.SUCCEEDED.value, _("succeeded")
     FAILED = JobState.FAILED.value, _("failed")
     DEAD = JobState.DEAD.value, _("dead")
@@ -108,6 +109,8 @@ class Job(models.Model):
                 name="taskmq_job_ready",
             ),
             models.Index(fields=["lease_until"], condition=Q(state=State.RUNNING), name="taskmq_job_leased"),
+            # The sweep that wakes durable jobs whose sleep ends (or whose wait times out) soon.
+            models.Index(fields=["visible_at"], condition=Q(state=State.SUSPENDED), name="taskmq_job_suspended"),
             models.Index(fields=["lease_owner"], condition=Q(state=State.RUNNING), name="taskmq_job_owner"),
             models.Index(fields=["finished_at"], condition=Q(state=State.SUCCEEDED), name="taskmq_job_succeeded"),
             # The dashboard's and the metrics' failures of the last hour (FAILED and DEAD jobs).
@@ -594,3 +597,76 @@ class WorkflowEdge(models.Model):
 
     class Meta:
         verbose_name = _("workflow dependency")
+
+
+class StepKind(models.TextChoices):
+    STEP = "step", _("step")
+    SLEEP = "sleep", _("sleep")
+    WAIT = "wait", _("wait for a signal")
+
+
+#: The wake time of a wait without a timeout (9999-12-31, epoch s): only its signal makes it visible.
+NEVER_WAKES = 253402300799.0
+
+
+class JobStep(models.Model):
+    """What a durable task has done, kept so that a later run of its job does not do it again
+    (see ``durable_context.py``): a step's signed result, a sleep's wake time, a wait's deadline and the
+    signal's payload. Written once, by the delivery that holds the job's lease."""
+
+    # No database constraint: retention deletes jobs by raw statements, which delete these first.
+    job = models.ForeignKey(Job, on_delete=models.CASCADE, db_constraint=False, related_name="steps")
+    name = models.CharField(max_length=200)
+    kind = models.CharField(max_length=5, choices=StepKind.choices, default=StepKind.STEP)
+    # SHA-256 of the step's arguments: the same name reached with other arguments is an error.
+    digest = models.CharField(max_length=64, blank=True, default="")
+    # Read through ``result``, which verifies before it unpickles.
+    result_package = models.TextField(_("signed result"), null=True, blank=True, editable=False)
+    wake_at = models.FloatField(_("wakes at (epoch s)"), null=True, blank=True)
+    signal_name = models.CharField(_("waits for signal"), max_length=100, blank=True, default="")
+    done = models.BooleanField(default=False)
+    created_at = models.DateTimeField(default=timezone.now)
+    finished_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        verbose_name = _("durable step")
+        verbose_name_plural = _("durable steps")
+        ordering = ["job", "id"]
+        constraints = [models.UniqueConstraint(fields=["job", "name"], name="taskmq_jobstep_name")]
+        # Counting the jobs that sleep or wait (qinfo, metrics).
+        indexes = [models.Index(fields=["kind"], condition=Q(done=False), name="taskmq_jobstep_pending")]
+
+    def __str__(self) -> str:
+        return f"{self.job_id}: {self.name}"
+
+    @property
+    def result(self) -> Any:
+        """The step's stored value (None when there is none); raises :class:`UnreadableResult`
+        when it fails verification."""
+        if self.result_package is None:
+            return None
+        return verify_result(self.result_package, get_settings().name)
+
+    @property
+    def wake_time(self) -> datetime.datetime | None:
+        return _from_epoch(self.wake_at)
+
+
+class JobSignal(models.Model):
+    """A signal sent to a job (``django_taskmq.send_signal``): kept until a ``ctx.wait_for`` of
+    that name takes it, so a signal sent before the task reaches its wait is not lost."""
+
+    job = models.ForeignKey(Job, on_delete=models.CASCADE, db_constraint=False, related_name="signals")
+    name = models.CharField(max_length=100)
+    payload_package = models.TextField(_("signed payload"), null=True, blank=True, editable=False)
+    sent_at = models.DateTimeField(default=timezone.now)
+    consumed = models.BooleanField(default=False)
+
+    class Meta:
+        verbose_name = _("signal")
+        verbose_name_plural = _("signals")
+        ordering = ["job", "id"]
+        indexes = [models.Index(fields=["job", "name"], condition=Q(consumed=False), name="taskmq_signal_pending")]
+
+    def __str__(self) -> str:
+        return f"{self.name} -> {self.job_id}"

@@ -39,7 +39,7 @@ from .policy.progress import read as read_progress
 #: A cluster is alive while its heartbeat is younger than this (seconds) and it has not stopped.
 ALIVE_WITHIN = 30.0
 #: Outcomes a heartbeat counts per queue (``counts["queues"]``), as the sentinel names them.
-OUTCOMES = ("succeeded", "failed", "timeouts", "crashes")
+OUTCOMES = ("succeeded", "failed", "timeouts", "crashes", "suspended")  # suspended: durable tasks' sleeps and waits
 CHART_MINUTES = 60
 
 

@@ -282,6 +282,10 @@ def _record_other(o: ex.Outcome, broker: Broker, settings: Settings) -> str | No
     started = _dt(o.started_at)
     if o.status == ex.DEFER:
         return JobState.QUEUED.value if broker.defer(r, o.delay or 0) else None
+    if o.status == ex.SUSPEND:  # a durable task sleeps or waits (CANCELLED if that was requested)
+        wake_at, signal = o.result
+        suspended = broker.suspend(r, wake_at, signal)
+        return suspended.value if suspended is not None else None
     if o.status == ex.REJECT:
         broker.dead_letter(r, o.error or "rejected", o.error, o.traceback, started_at=started)
         return "DEAD"

@@ -20,6 +20,7 @@ STATE_COLOURS = {
     State.QUEUED: "#5b6f80",
     State.RUNNING: "#1f6fb2",
     State.RETRYING: "#c27a00",
+    State.SUSPENDED: "#6a5acd",
     State.SUCCEEDED: "#2e7d32",
     State.FAILED: "#c62828",
     State.DEAD: "#7b1010",

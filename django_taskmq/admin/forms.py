@@ -42,6 +42,15 @@ class RequeueForm(forms.Form):
         return data.get("target_queue") or None, data.get("target_priority")
 
 
+class SignalForm(forms.Form):
+    """A signal to send to a durable job (``django_taskmq.send_signal``): its name and a JSON payload."""
+
+    signal_name = forms.CharField(label=_("Signal"), max_length=100,
+                                  help_text=_("the name the task waits for, e.g. approved"))
+    payload = forms.JSONField(label=_("Payload"), required=False,
+                              help_text=_('JSON, e.g. {"approved": true}; what ctx.wait_for() returns'))
+
+
 class ScheduleForm(forms.ModelForm):
     """The schedule form: an allowed function, JSON arguments, a valid cron or interval, a known queue."""
 

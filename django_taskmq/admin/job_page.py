@@ -21,7 +21,7 @@ from ..conf import get_settings
 from ..envelope import Envelope
 from ..encryption import Sealed
 from ..exceptions import BadPackage, UnreadableResult
-from ..models import DeadLetter, Job, State, WorkflowStep
+from ..models import FINAL_STATES, NEVER_WAKES, DeadLetter, Job, JobSignal, JobStep, State, StepKind, WorkflowStep
 from ..policy import attempts as attempt_history
 from ..policy.redaction import redact, shown_call
 from ..signing import verify, verify_result
@@ -263,6 +263,56 @@ def workflow(job: Job) -> str | SafeString:
     step, workflow_id, name = found
     url = reverse("admin:django_taskmq_workflow_change", args=[workflow_id])
     return format_html("<a href='{}'>{}</a> (step {})", url, name or workflow_id, step)
+
+
+def durable_steps(job: Job, now: datetime.datetime | None = None) -> str | SafeString:
+    """A durable job's steps (their values, verified), its sleeps and waits with their times, the
+    signals sent to it and not taken yet, and a link to send one; ``-`` for other jobs."""
+    steps = list(JobStep.objects.using(job._state.db).filter(job_id=job.pk).order_by("id")[:200])
+    pending = list(JobSignal.objects.using(job._state.db).filter(job_id=job.pk, consumed=False).order_by("id")[:50])
+    if not steps and not pending:
+        return "-"
+    allowed = payload_access.may_see(job)
+    rows = format_html_join("", "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
+                            ((s.name, s.get_kind_display(), _step_state(s, now), _step_value(s, allowed))
+                             for s in steps))
+    if allowed and any(s.result_package for s in steps) and _encrypted(job):
+        payload_access.seen(job)
+    parts = [format_html("<table style='margin: 0;'><tr><th>step</th><th>kind</th><th>state</th><th>value</th></tr>"
+                         "{}</table>", rows)]
+    if pending:
+        parts.append(format_html("<p>signals kept for a later wait: {}</p>",
+                                 ", ".join(f"{p.name} ({when(p.sent_at, now)})" for p in pending)))
+    if job.state not in FINAL_STATES:
+        url = reverse("admin:django_taskmq_job_signal", args=[job.pk])
+        parts.append(format_html("<p><a class='button' href='{}'>Send a signal</a></p>", url))
+    return format_html("{}" * len(parts), *parts)
+
+
+def _step_state(step: JobStep, now: datetime.datetime | None) -> str:
+    if step.done:
+        return f"done {when(step.finished_at, now)}" if step.finished_at else "done"
+    waits = f"waits for the signal {step.signal_name!r}" if step.kind == StepKind.WAIT else "sleeps"
+    until = f" until {when(step.wake_time, now)}" if step.wake_at not in (None, NEVER_WAKES) else ""
+    return waits + until
+
+
+def _step_value(step: JobStep, allowed: bool) -> str | SafeString:
+    """A step's (or a signal's) value as :func:`result` shows a result: to users who may see payloads."""
+    if step.result_package is None:
+        return "-"
+    try:
+        value = verify_result(step.result_package, get_settings().name, decrypt=allowed)
+    except UnreadableResult as exc:
+        return f"unreadable value: {exc}"
+    if not allowed:
+        return f"{'an encrypted value' if isinstance(value, Sealed) else 'a value'}, {HIDDEN}"
+    return monospace(short_repr(redact(value, get_settings().redact), 200))
+
+
+def _encrypted(job: Job) -> bool:
+    env = envelope(job)
+    return not isinstance(env, str) and bool(env.options.get("encrypt"))
 
 
 def _table(rows: list[tuple[str, str]]) -> SafeString:

@@ -14,25 +14,28 @@ from __future__ import annotations
 
 from django.contrib import admin, messages
 from django.contrib.admin.views.main import ChangeList
+from django.core.exceptions import PermissionDenied
 from django.db.models import Q, QuerySet
-from django.http import HttpRequest
-from django.urls import reverse
+from django.http import Http404, HttpRequest, HttpResponseRedirect
+from django.urls import path, reverse
 from django.utils.html import format_html
 from django.utils.translation import gettext_lazy as _, ngettext
 
 from ..brokers import get_broker
+from ..durable_tasks import send_signal
+from ..exceptions import ConfigError
 from ..models import Cluster, IdempotencyKey, Job, State, UniqueKey
 from . import confirm, job_page, payload_access, progress_bar
 from .display import FitsTheWindow, between, duration, monospace, reserved_badge, short_time, shortened, state_badge
 from .filters import (ClusterFilter, ExecutionFilter, GroupFilter, PriorityFilter, QueueFilter, StateFilter,
                       WorkflowFilter, executing_now)
-from .forms import RequeueForm
+from .forms import RequeueForm, SignalForm
 from .paginator import CappedPaginator
 from .window import newest
 
 HEAVY = ("payload", "result_package", "traceback", "attempt_log")  # never loaded by a list page
 RETRYABLE = (State.FAILED, State.DEAD, State.EXPIRED, State.CANCELLED)
-CANCELLABLE = (State.WAITING, State.QUEUED, State.RETRYING, State.RUNNING)
+CANCELLABLE = (State.WAITING, State.QUEUED, State.RETRYING, State.SUSPENDED, State.RUNNING)
 TASK_SHOWN = 48  # characters of a task name in the list (the whole of it on hover and on the job's page)
 
 
@@ -90,11 +93,12 @@ class JobAdmin(ReadOnlyMixin, admin.ModelAdmin):
                                    "dead_letters")}),
         (_("Times"), {"fields": ("times",)}),
         (_("Deliveries"), {"fields": ("limits", "lease", "flow")}),
+        (_("Durable steps"), {"fields": ("durable_steps",)}),
     )
     readonly_fields = ("id", "task_name", "func", "state_display", "progress_display", "queue", "priority", "group_display",
                        "workflow_display", "key", "cluster", "arguments", "keyword_arguments", "next_link", "return_value",
                        "error_display", "traceback_display", "failed_executions", "dead_letters", "times", "limits", "lease",
-                       "flow")
+                       "flow", "durable_steps")
     change_list_template = "admin/django_taskmq/job/change_list.html"
 
     # Deleting rows bypasses the broker (a running job's lease, its dead letters): cancel instead.
@@ -141,6 +145,42 @@ class JobAdmin(ReadOnlyMixin, admin.ModelAdmin):
     def has_cancel_permission(self, request) -> bool:
         """Cancelling ends jobs: ``delete job``."""
         return self.has_model_perm(request, "delete")
+
+    def has_signal_permission(self, request) -> bool:
+        """Sending a signal changes what a job does next: ``change job``."""
+        return self.has_model_perm(request, "change")
+
+    def get_urls(self):
+        return [
+            path("<path:object_id>/signal/", self.admin_site.admin_view(self.signal_view),
+                 name="django_taskmq_job_signal"),
+            *super().get_urls(),
+        ]
+
+    def signal_view(self, request, object_id: str):
+        """Send a signal to a durable job (``django_taskmq.send_signal``), after a confirmation page."""
+        if not self.has_signal_permission(request):
+            raise PermissionDenied
+        job = Job.objects.filter(pk=object_id).only("id", "task_name", "state").first()
+        if job is None:
+            raise Http404(f"no job {object_id}")
+        back = reverse("admin:django_taskmq_job_change", args=[job.pk], current_app=self.admin_site.name)
+        form = SignalForm(request.POST if confirm.confirmed(request) else None)
+        if not confirm.confirmed(request) or not form.is_valid():
+            return confirm.page(self, request, title=_("Send a signal"), verb=_("send"), form=form, objects=[job],
+                                question=_("Send this signal to the job? A ctx.wait_for() of that name returns its "
+                                           "payload; sent before the task waits for it, it is kept for the wait."),
+                                selected=[], cancel_url=back)
+        name, payload = form.cleaned_data["signal_name"], form.cleaned_data["payload"]
+        try:
+            woke = send_signal(job.pk, name, payload)
+        except ConfigError as exc:
+            self.message_user(request, str(exc), messages.ERROR)
+            return HttpResponseRedirect(back)
+        confirm.log(request, [job], f"Sent the signal {name!r}")
+        self.message_user(request, _("Signal %(s)s sent: the job runs on.") % {"s": name} if woke else
+                          _("Signal %(s)s sent and kept until the job waits for it.") % {"s": name}, messages.SUCCESS)
+        return HttpResponseRedirect(back)
 
     # -- columns ------------------------------------------------------------------------------
     @admin.display(description=_("id / task name"), ordering="id")
@@ -240,6 +280,10 @@ class JobAdmin(ReadOnlyMixin, admin.ModelAdmin):
     @admin.display(description=_("lease"))
     def lease(self, job: Job):
         return job_page.lease(job)
+
+    @admin.display(description=_("steps, sleeps and waits"))
+    def durable_steps(self, job: Job):
+        return job_page.durable_steps(job)
 
     @admin.display(description=_("flow control"))
     def flow(self, job: Job):

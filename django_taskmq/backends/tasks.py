@@ -63,6 +63,7 @@ STATUS = {
     State.WAITING: TaskResultStatus.READY,  # a workflow step waiting for its dependencies
     State.QUEUED: TaskResultStatus.READY,
     State.RETRYING: TaskResultStatus.READY,
+    State.SUSPENDED: TaskResultStatus.READY,  # a durable task that sleeps or waits
     State.RUNNING: TaskResultStatus.RUNNING,
     State.SUCCEEDED: TaskResultStatus.SUCCESSFUL,
     State.FAILED: TaskResultStatus.FAILED,

@@ -47,6 +47,23 @@ class Ack(NamedTuple):
     finished_at: Any = None
 
 
+class StepRecord(NamedTuple):
+    """What one run of a durable task did, kept for the runs after it (see :mod:`django_taskmq.durable_context`).
+
+    ``kind`` is "step" (``result``: its signed value), "sleep" (``wake_at``: the broker's epoch it
+    wakes at) or "wait" (``signal``: the name it waits for, ``wake_at``: its deadline or None,
+    ``result``: the signal's signed payload). ``done``: a sleep or wait that is over.
+    """
+
+    name: str
+    kind: str
+    digest: str = ""
+    result: str | None = None
+    wake_at: float | None = None
+    signal: str = ""
+    done: bool = True
+
+
 class Waker(Protocol):
     """Sleeps an idle pusher until work may have arrived (see :meth:`Broker.waker`)."""
 
@@ -175,7 +192,8 @@ class Broker(abc.ABC):
 
     @abc.abstractmethod
     def reclaim_expired(self) -> int:
-        """Put messages whose lease ran out back for redelivery; return how many."""
+        """Put messages whose lease ran out back for redelivery; return how many. The same sweep
+        makes durable jobs whose sleep or wait ends within a few seconds claimable again."""
 
     # -- ending or changing a delivery (fenced by the lease token) ----------------------------
     @abc.abstractmethod
@@ -426,6 +444,41 @@ class Broker(abc.ABC):
     def cancel_workflow(self, workflow_id: str) -> int:
         """Cancel the steps of a workflow that have not ended (ask running ones to stop); return how many."""
         raise NotImplementedError(f"{type(self).__name__} does not run workflows")
+
+    # -- durable tasks (brokers that cannot run them refuse) -----------------------------------
+    def steps(self, job_id: str) -> list[StepRecord]:
+        """Return what the runs of durable job ``job_id`` did so far, in the order they did it."""
+        raise NotImplementedError(f"{type(self).__name__} does not run durable tasks")
+
+    def save_step(self, reservation: Reservation, record: StepRecord) -> None:
+        """Store ``record`` for the held job, once (its name is unique per job). Raises LeaseLost."""
+        raise NotImplementedError(f"{type(self).__name__} does not run durable tasks")
+
+    def finish_step(self, reservation: Reservation, name: str, result: str | None = None) -> None:
+        """Mark the held job's sleep or wait ``name`` over (a wait with ``result``). Raises LeaseLost."""
+        raise NotImplementedError(f"{type(self).__name__} does not run durable tasks")
+
+    def take_signal(self, reservation: Reservation, name: str, signal: str) -> tuple[bool, str | None]:
+        """Consume the oldest signal ``signal`` sent to the held job, if any, ending its wait ``name``
+        with the signal's payload (stored if the wait was not yet): ``(True, payload)``, else
+        ``(False, None)``. Raises LeaseLost."""
+        raise NotImplementedError(f"{type(self).__name__} does not run durable tasks")
+
+    def suspend(self, reservation: Reservation, wake_at: float | None, signal: str = "") -> JobState | None:
+        """Give a sleeping or waiting job's delivery back (not a delivery, not an execution): SUSPENDED
+        (not claimable; cancellable at once) until ``wake_at`` (broker epoch; None: only its signal wakes
+        it), or QUEUED and visible at once if ``signal`` was sent already. A job whose cancellation was
+        requested ends CANCELLED instead. Returns the new state, None when the lease was lost."""
+        raise NotImplementedError(f"{type(self).__name__} does not run durable tasks")
+
+    def send_signal(self, job_id: str, signal: str, payload: str | None) -> bool:
+        """Keep the signed ``payload`` for ``job_id``'s wait for ``signal``; wake the job if it waits
+        for it now (return True). Raises ConfigError for an unknown or finished job."""
+        raise NotImplementedError(f"{type(self).__name__} does not run durable tasks")
+
+    def suspended(self) -> dict[str, int]:
+        """Return how many jobs sleep (``sleep``) and wait for a signal (``wait``) now."""
+        return {"sleep": 0, "wait": 0}
 
     @abc.abstractmethod
     def stats(self) -> list[dict[str, Any]]:

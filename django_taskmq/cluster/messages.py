@@ -118,6 +118,7 @@ SUCCEEDED = b"S"  # status byte of an outcome frame: the task succeeded
 RECORDED = b"D"  # ... it succeeded and the worker recorded it: the frame carries no outcome
 FAILED = b"F"  # status byte of an outcome frame: any other outcome ...
 TIMED_OUT = b"T"  # ... but a task interrupted at its timeout (threads > 1)
+SUSPENDED = b"Z"  # ... a durable task that sleeps or waits: neither a success nor a failure
 
 
 def dump_outcome(outcome: Outcome) -> bytes:
@@ -189,7 +190,7 @@ def outcome_frame(outcome: Outcome) -> bytes:
         outcome = outcome._replace(envelope=None, status=ex.UNSTORABLE, result=None,
                                    error=f"outcome cannot be pickled: {ex.describe(exc)}", traceback="")
         data = dump_outcome(outcome)
-    status = SUCCEEDED if outcome.status == ex.SUCCESS else TIMED_OUT if outcome.status == ex.TIMEOUT else FAILED
+    status = {ex.SUCCESS: SUCCEEDED, ex.TIMEOUT: TIMED_OUT, ex.SUSPEND: SUSPENDED}.get(outcome.status, FAILED)
     return status + outcome.reservation.job_id.encode() + b"\0" + data
 
 

@@ -44,7 +44,7 @@ from .buffer import Buffer, Waiting
 from .feeder import Feeder
 from .messages import (END_OF_RESULTS, IDLE, READY, RECORDED, RETIRING, STOP, SUCCEEDED, TIMED_OUT, UNSTARTED, Batch, Stop,
                        Ticket, cancel_frame, cancel_request_frame, dump_outcome, read_outcome_frame,
-                       read_unstarted_frame)
+                       read_unstarted_frame, SUSPENDED)
 from .poller import Poller, readable
 from .result_pipe import ResultPipe
 from .slots import CANCEL_GRACE, NOT_STARTED, Process, SharedMemory, Slot
@@ -54,9 +54,9 @@ logger = logging.getLogger(__name__)
 
 IDLE_WAIT = 0.5  # seconds the guard loop may sleep while no task waits or runs
 URGENT_CHECK = 0.02  # seconds between asks for work above the buffer's lowest priority (to yield)
-#: The outcomes counted per queue in the heartbeat (``counts["queues"]``): the worker's S or F frame,
-#: a timeout, a worker that died running the task.
-OUTCOMES = ("succeeded", "failed", "timeouts", "crashes")
+#: The outcomes counted per queue in the heartbeat (``counts["queues"]``): the worker's S, F or Z (a
+#: durable task suspended) frame, a timeout, a worker that died running the task.
+OUTCOMES = ("succeeded", "failed", "timeouts", "crashes", "suspended")
 #: Seconds the stop procedure gives the monitor (and the pusher) beyond ``stop_timeout`` before it
 #: kills them: whatever the tasks and the database do, the cluster exits within ``stop_timeout``
 #: plus this plus :data:`CANCEL_GRACE`.
@@ -163,7 +163,8 @@ class Sentinel:
         self.stop_reason = ""  # why the cluster stops, for its log lines
         self.given_back = {"unstarted": 0, "interrupted": 0}  # what the stop returned to the queue, uncounted
         self.state = ClusterState.STARTING
-        self.counts = {"succeeded": 0, "failed": 0, "timeouts": 0, "crashes": 0, "yields": 0, "reincarnations": 0,
+        self.counts = {"succeeded": 0, "failed": 0, "timeouts": 0, "crashes": 0, "suspended": 0, "yields": 0,
+                       "reincarnations": 0,
                        "steals": 0, "interrupted": 0}
         self.by_queue: dict[str, dict[str, int]] = {}  # queue -> outcome -> count (see OUTCOMES)
         self._next_guard = 0.0  # monotonic time of the next timeout and liveness check
@@ -421,7 +422,8 @@ class Sentinel:
             if not slot.running:
                 slot.stuck = False  # what did not stop in time has ended after all
             slot.done += 1
-            kind = "succeeded" if status in (SUCCEEDED, RECORDED) else "timeouts" if status == TIMED_OUT else "failed"
+            kind = ("succeeded" if status in (SUCCEEDED, RECORDED) else "timeouts" if status == TIMED_OUT
+                    else "suspended" if status == SUSPENDED else "failed")
             self.counts[kind] += 1
             if running is not None:
                 self._count(running.ticket.reservation.queue, kind)

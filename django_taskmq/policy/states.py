@@ -30,6 +30,7 @@ class JobState(str, enum.Enum):
     QUEUED = "QUEUED"  # Waiting, possibly not visible yet (delay/eta).
     RUNNING = "RUNNING"  # Held by a cluster under a lease: reserved or executing.
     RETRYING = "RETRYING"  # A delivery failed; waiting for redelivery.
+    SUSPENDED = "SUSPENDED"  # A durable task sleeps or waits for a signal: not claimable until it wakes.
     SUCCEEDED = "SUCCEEDED"
     FAILED = "FAILED"  # Failure acknowledged (ack_failures); not redelivered.
     DEAD = "DEAD"  # In the dead-letter queue.
@@ -67,6 +68,8 @@ class Event(str, enum.Enum):
     RELEASE = "RELEASE"  # A workflow step's last dependency was satisfied: it can run.
     REOPEN = "REOPEN"  # A workflow step cancelled by a dependency's end waits again (that step was replayed).
     REPLAY = "REPLAY"  # Out of the dead-letter queue (or a failed, expired or cancelled job) back to the queue.
+    SUSPEND = "SUSPEND"  # A durable task sleeps or waits for a signal: its worker given back, not a delivery.
+    WAKE = "WAKE"  # A suspended job's wake time is near, or its signal came: it can run again.
 
     def __str__(self) -> str:
         return self.value
@@ -93,6 +96,9 @@ def _table() -> Mapping[tuple[JobState, Event], JobState]:
             (s.RUNNING, e.DEAD_LETTER): s.DEAD,
             (s.RUNNING, e.DEFER): s.QUEUED,
             (s.RUNNING, e.YIELD): s.QUEUED,
+            (s.RUNNING, e.SUSPEND): s.SUSPENDED,
+            (s.SUSPENDED, e.WAKE): s.QUEUED,  # visible from its wake time (at once for a signal)
+            (s.SUSPENDED, e.CANCEL): s.CANCELLED,  # cancelled while it sleeps or waits: at once
             (s.RUNNING, e.RECLAIM): s.RETRYING,
             (s.RUNNING, e.EXPIRE): s.EXPIRED,
             (s.RUNNING, e.CANCEL_RUNNING): s.CANCELLED,

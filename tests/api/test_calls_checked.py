@@ -129,3 +129,15 @@ def test_a_schedule_due_time_stand_in_is_not_stored():
     when = timezone.now() + datetime.timedelta(hours=1)
     item = schedule("tests.tasks.echo", name="e", next_run=when, intended_date_kwarg="due")
     assert item.kwargs == {}
+
+
+def test_a_durable_tasks_call_is_bound_without_its_context():
+    """The context is the worker's first argument, never the caller's: the call is bound to the rest."""
+    from tests.cluster.tasks_durable import three_steps
+
+    with pytest.raises(TypeError, match="missing a required argument: 'marker'"):
+        three_steps.delay(1)
+    with pytest.raises(TypeError, match="too many positional arguments"):
+        async_task("tests.cluster.tasks_durable.three_steps", "ctx", 1, "m")
+    assert stored() == (0, 0)
+    assert Job.objects.filter(pk=three_steps.delay(1, "m")).exists()

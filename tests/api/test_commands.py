@@ -74,3 +74,10 @@ def test_qinfo_shows_the_counts_per_queue(broker):
     rows = {line.split()[0]: line.split()[1:] for line in out.splitlines()[2:]}
     assert rows["a"] == ["1", "0", "0", "0", "0", "0", "5:1"]  # ready, delayed, retrying, running, reserved, dead
     assert rows["b"] == ["0", "0", "0", "0", "0", "1", "-"]
+
+
+def test_qinfo_counts_the_durable_jobs_that_sleep_or_wait(broker):
+    from tests.api.test_durable import run as run_once
+
+    run_once(broker, async_task("tests.cluster.tasks_durable.approval"))
+    assert "durable jobs: sleeping 0, waiting for a signal 1" in run("qinfo")

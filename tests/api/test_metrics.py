@@ -103,3 +103,14 @@ def test_metrics_url_is_named(client):
     from django.urls import reverse
 
     assert reverse("django_taskmq:metrics") == URL
+
+
+def test_sleeping_and_waiting_durable_jobs_are_gauged(client, broker, token):
+    from tests.api.test_durable import run
+
+    run(broker, async_task("tests.cluster.tasks_durable.sleeper", 600))
+    run(broker, async_task("tests.cluster.tasks_durable.approval"))
+    run(broker, async_task("tests.cluster.tasks_durable.approval", 600))
+    found = samples(client.get(URL, headers={"Authorization": f"Bearer {TOKEN}"}))
+    assert found["taskmq_suspended_jobs", (("kind", "sleep"),)] == 1
+    assert found["taskmq_suspended_jobs", (("kind", "wait"),)] == 2

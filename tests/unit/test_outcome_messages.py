@@ -4,7 +4,8 @@ import pickle
 
 from django_taskmq import execution as ex
 from django_taskmq.brokers.base import Reservation
-from django_taskmq.cluster.messages import dump_outcome, outcome_frame, read_outcome_frame
+from django_taskmq.cluster.messages import (FAILED, SUCCEEDED, SUSPENDED, dump_outcome, outcome_frame,
+                                            read_outcome_frame)
 from django_taskmq.envelope import Envelope
 
 OPTIONS = {"timeout": 5, "hook": "tests.tasks.noop", "chain": [("tests.tasks.noop", (1,), {}, {})],
@@ -29,3 +30,10 @@ def test_the_arguments_stay_behind_the_function_and_options_travel():
 def test_an_outcome_without_an_envelope_is_pickled_as_it_is():
     outcome = ex.Outcome(Reservation("job2", "default", 0, 1, 0, "token"), None, ex.CRASH, error="gone")
     assert pickle.loads(dump_outcome(outcome)) == outcome
+
+
+def test_a_suspension_travels_with_its_wake_time_as_neither_a_success_nor_a_failure():
+    outcome = ex.Outcome(Reservation("job3", "default", 0, 1, 0, "token"), None, ex.SUSPEND, (1234.5, "approved"))
+    status, job_id, framed = read_outcome_frame(outcome_frame(outcome))
+    assert (status, job_id, pickle.loads(framed).result) == (SUSPENDED, "job3", (1234.5, "approved"))
+    assert SUSPENDED not in (SUCCEEDED, FAILED)

@@ -29,6 +29,9 @@ LEGAL = {
     (S.RUNNING, E.DEAD_LETTER): S.DEAD,
     (S.RUNNING, E.DEFER): S.QUEUED,
     (S.RUNNING, E.YIELD): S.QUEUED,
+    (S.RUNNING, E.SUSPEND): S.SUSPENDED,
+    (S.SUSPENDED, E.WAKE): S.QUEUED,
+    (S.SUSPENDED, E.CANCEL): S.CANCELLED,
     (S.RUNNING, E.RECLAIM): S.RETRYING,
     (S.RUNNING, E.EXPIRE): S.EXPIRED,
     (S.RUNNING, E.CANCEL_RUNNING): S.CANCELLED,
@@ -50,11 +53,11 @@ ILLEGAL = [pair for pair in itertools.product(JobState, Event) if pair not in LE
 
 def test_values_are_the_names():
     assert [s.value for s in JobState] == [
-        "WAITING", "QUEUED", "RUNNING", "RETRYING", "SUCCEEDED", "FAILED", "DEAD", "EXPIRED", "CANCELLED",
+        "WAITING", "QUEUED", "RUNNING", "RETRYING", "SUSPENDED", "SUCCEEDED", "FAILED", "DEAD", "EXPIRED", "CANCELLED",
     ]
     assert [e.value for e in Event] == [
         "RESERVE", "ACK", "FAIL_RETRY", "FAIL_FINAL", "DEAD_LETTER", "EXPIRE", "CANCEL", "CANCEL_RUNNING",
-        "DEFER", "YIELD", "RECLAIM", "RELEASE", "REOPEN", "REPLAY",
+        "DEFER", "YIELD", "RECLAIM", "RELEASE", "REOPEN", "REPLAY", "SUSPEND", "WAKE",
     ]
     assert all(s == s.name and str(s) == s.name for s in JobState)
     assert all(e == e.name and str(e) == e.name for e in Event)
@@ -65,9 +68,9 @@ def test_groups():
     assert JobState.FINAL == {S.SUCCEEDED, S.FAILED, S.DEAD, S.EXPIRED, S.CANCELLED}
     assert isinstance(JobState.READY, frozenset) and isinstance(JobState.FINAL, frozenset)
     # The groups are not members.
-    assert len(JobState) == 9
-    # Every state is waiting, ready, running or final, exactly once.
-    assert {S.WAITING} | JobState.READY | {S.RUNNING} | JobState.FINAL == set(JobState)
+    assert len(JobState) == 10
+    # Every state is waiting, ready, running, suspended or final, exactly once.
+    assert {S.WAITING} | JobState.READY | {S.RUNNING, S.SUSPENDED} | JobState.FINAL == set(JobState)
     assert not JobState.READY & JobState.FINAL
 
 

@@ -207,7 +207,8 @@ def test_a_graceful_stop(cluster):
     assert (counts["succeeded"], counts["failed"], counts["crashes"]) == (1, 0, 0)
     # The heartbeat's per-queue outcome counts (the metrics' counters).
     report = cluster.sentinel.report().counts
-    assert report["queues"] == {"default": {"succeeded": 1, "failed": 0, "timeouts": 0, "crashes": 0}}
+    assert report["queues"] == {"default": {"succeeded": 1, "failed": 0, "timeouts": 0, "crashes": 0,
+                                            "suspended": 0}}
     assert report["tasks"] == [] and report["running"] == 0
     assert cluster.sentinel.state == "stopped"
     assert cluster.broker.heartbeats[cluster.sentinel.owner]["state"] == "stopping"
@@ -223,7 +224,8 @@ def test_a_success_its_worker_recorded_is_counted_and_not_sent_to_the_monitor(cl
     counts = cluster.sentinel.counts
     assert (counts["succeeded"], counts["failed"], counts["crashes"]) == (1, 0, 0)
     report = cluster.sentinel.report().counts
-    assert report["queues"] == {"default": {"succeeded": 1, "failed": 0, "timeouts": 0, "crashes": 0}}
+    assert report["queues"] == {"default": {"succeeded": 1, "failed": 0, "timeouts": 0, "crashes": 0,
+                                            "suspended": 0}}
 
 
 def test_when_the_broker_cannot_take_the_waiting_tasks_back_their_leases_will(cluster):

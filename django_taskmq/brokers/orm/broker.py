@@ -38,7 +38,7 @@ from ...policy.workflow import KEY_PREFIX, WorkflowState
 from ...signals import job_dead
 from ...signing import seal_result
 from .. import pooling
-from ..base import Ack, Broker, Reservation
+from ..base import Ack, Broker, Reservation, StepRecord
 from ..clock import Clock, FromNow, Skew
 from .dialect import Dialect, dialect_for
 from .flow import FlowGate
@@ -46,7 +46,7 @@ from .sql import (ACK, BURY, CANCEL, CHORE, DEAD_LETTER, EXPIRE, FAIL, FINISHED,
                   QSTATE, READY_SQL, RECLAIM, REPLAY, RESERVE, RETRY, RUNNING, STOPPED, UNIQUE_KEYS, chunks,
                   finished_in, literal, marks)
 from .flow import status as flow_status
-from . import workflows
+from . import durable, workflows
 
 logger = logging.getLogger(__name__)
 
@@ -1003,6 +1003,28 @@ class OrmBroker(Broker):
             running = sorted(j for j, state in ids.items() if state == JobState.RUNNING.value)
             return self.cancel(waiting) + self.request_cancel(running)
 
+    # -- durable tasks (see .durable) ---------------------------------------------------------
+    def steps(self, job_id: str) -> list[StepRecord]:
+        return durable.steps(self, job_id)
+
+    def save_step(self, reservation: Reservation, record: StepRecord) -> None:
+        durable.save_step(self, reservation, record)
+
+    def finish_step(self, reservation: Reservation, name: str, result: str | None = None) -> None:
+        durable.finish_step(self, reservation, name, result)
+
+    def take_signal(self, reservation: Reservation, name: str, signal: str) -> tuple[bool, str | None]:
+        return durable.take_signal(self, reservation, name, signal)
+
+    def suspend(self, reservation: Reservation, wake_at: float | None, signal: str = "") -> JobState | None:
+        return durable.suspend(self, reservation, wake_at, signal)
+
+    def send_signal(self, job_id: str, signal: str, payload: str | None) -> bool:
+        return durable.send_signal(self, job_id, signal, payload)
+
+    def suspended(self) -> dict[str, int]:
+        return durable.suspended(self)
+
     def request_cancel(self, job_ids: Sequence[str]) -> int:
         """See :meth:`Broker.request_cancel`: one statement per 500 ids; a repeated request keeps the first time."""
         return self._update_each(job_ids, "cancel_requested_at = COALESCE(cancel_requested_at, {now})",
@@ -1094,6 +1116,8 @@ class OrmBroker(Broker):
         count = self._retried(self._reclaim_expired)
         if count:
             logger.warning("reclaimed %d message(s) whose lease ran out", count)
+        # The same sweep wakes durable jobs due before the next one (see durable.wake_due).
+        self._retried(lambda: durable.wake_due(self, durable.WAKE_AHEAD))
         return count
 
     def _reclaim_expired(self) -> int:
@@ -1251,6 +1275,7 @@ class OrmBroker(Broker):
         jobs_, job_args = self.dialect.among("id", ids)
         with self.write_transaction() as cursor:
             cursor.execute(f"DELETE FROM {DEAD_LETTER} WHERE {letters}", letter_args)
+            durable.delete_for(cursor, letters, letter_args)  # a durable job's steps and signals go with it
             cursor.execute(f"DELETE FROM {JOB} WHERE {jobs_} AND state = %s", [*job_args, state])
             return cursor.rowcount
 

@@ -109,6 +109,7 @@ RESERVE, ACK, RETRY, FAIL, BURY, EXPIRE, CANCEL, GIVE, RECLAIM, REPLAY = (
                        Event.EXPIRE, Event.CANCEL, Event.DEFER, Event.RECLAIM, Event.REPLAY)
 )
 STOPPED = move(Event.CANCEL_RUNNING)
+SUSPEND, WAKE = move(Event.SUSPEND), move(Event.WAKE)
 assert STOPPED.allowed == {JobState.RUNNING}  # "state = RUNNING" in the broker (request_cancel, cancel_requested)
 assert move(Event.YIELD) == GIVE  # defer and yield are the same move
 

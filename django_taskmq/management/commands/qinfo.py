@@ -51,6 +51,8 @@ class Command(OperatorCommand):
         self._flow(get_broker().flow_status())
         workflows = monitoring.workflow_counts()
         self.stdout.write("workflows: " + ", ".join(f"{state.lower()} {n}" for state, n in workflows.items()))
+        suspended = get_broker().suspended()
+        self.stdout.write(f"durable jobs: sleeping {suspended['sleep']}, waiting for a signal {suspended['wait']}")
         self._pruning(monitoring.pruning())
 
     def _pruning(self, pruning: dict) -> None:
