@@ -10,6 +10,7 @@ as dates with durations, counters against their limits.
 from __future__ import annotations
 
 import datetime
+from typing import Any
 from urllib.parse import urlencode
 
 from django.urls import reverse
@@ -96,17 +97,26 @@ def keyword_arguments(job: Job) -> SafeString:
     return monospace("\n".join(lines))
 
 
+def _opened(package: Any, allowed: bool, noun: str) -> tuple[str | None, Any]:
+    """``(None, value)`` for a signed value (a result, a step's) a user ``allowed`` to see payloads may
+    see, else ``(what to show instead, None)``: why it cannot be read, or that it is withheld."""
+    try:
+        value = verify_result(package, get_settings().name, decrypt=allowed)
+    except UnreadableResult as exc:
+        return f"unreadable {noun}: {exc}", None
+    if not allowed:
+        return f"{'an encrypted ' if isinstance(value, Sealed) else 'a '}{noun}, {HIDDEN}", None
+    return None, value
+
+
 def result(job: Job) -> SafeString | str:
     """The verified return value (shortened, redacted), or why it cannot be read or shown."""
     if job.result_package is None:
         return "-"
     allowed = payload_access.may_see(job)
-    try:
-        value = verify_result(job.result_package, get_settings().name, decrypt=allowed)
-    except UnreadableResult as exc:
-        return f"unreadable result: {exc}"
-    if not allowed:
-        return f"{'an encrypted result' if isinstance(value, Sealed) else 'a result'}, {HIDDEN}"
+    withheld, value = _opened(job.result_package, allowed, "result")
+    if withheld is not None:
+        return withheld
     env = envelope(job)
     if not isinstance(env, str) and env.options.get("encrypt"):
         payload_access.seen(job)
@@ -301,12 +311,9 @@ def _step_value(step: JobStep, allowed: bool) -> str | SafeString:
     """A step's (or a signal's) value as :func:`result` shows a result: to users who may see payloads."""
     if step.result_package is None:
         return "-"
-    try:
-        value = verify_result(step.result_package, get_settings().name, decrypt=allowed)
-    except UnreadableResult as exc:
-        return f"unreadable value: {exc}"
-    if not allowed:
-        return f"{'an encrypted value' if isinstance(value, Sealed) else 'a value'}, {HIDDEN}"
+    withheld, value = _opened(step.result_package, allowed, "value")
+    if withheld is not None:
+        return withheld
     return monospace(short_repr(redact(value, get_settings().redact), 200))
 
 
