@@ -53,6 +53,11 @@ def fail(message: str = "boom") -> None:
     raise TaskFailed(message)
 
 
+def fail_with(message: str = "boom", **details: Any) -> None:
+    """Raise :class:`TaskFailed` with ``message``; ``details`` are only stored (a dead letter's payload)."""
+    raise TaskFailed(message)
+
+
 def reject(reason: str = "rejected by task") -> None:
     """Ask for the dead-letter queue by raising :class:`~django_taskmq.Reject`."""
     raise Reject(reason)

@@ -29,7 +29,7 @@ def test_only_a_user_with_view_job_payload_reads_the_payload(cluster, live_serve
     monkeypatch.setenv("DJANGO_ALLOW_ASYNC_UNSAFE", "true")
     cluster.configure(encryption_keys=[generate_key()])
     done = async_task("tests.tasks.record_secret", MARKER, encrypt=True)
-    dead = async_task("tests.tasks.fail", "refused", email=MARKER, encrypt=True, max_deliveries=1)
+    dead = async_task("tests.tasks.fail_with", "refused", email=MARKER, encrypt=True, max_deliveries=1)
     flow = Workflow(name="billing")
     flow.add("tests.tasks.record_secret", MARKER, name="invoice", q_options={"encrypt": True})
     flow.enqueue()

@@ -78,7 +78,7 @@ def test_a_busy_cluster_on_the_defaults_prints_no_lock_error(defaults_db, tmp_pa
     path, env = defaults_db
     qc = QCluster(["-w", "2"], env, tmp_path / "qcluster.log")
     try:
-        wait_for(lambda: "started:" in qc.output(), "the cluster to start", qc)
+        wait_for(lambda: " started (" in qc.output(), "the cluster to start", qc)
         finish(start_script(WRITER, "1000", env=env), timeout=DEADLINE)
         wait_for(lambda: states(path).get("SUCCEEDED") == 1000, "1000 jobs to succeed", qc)
         qc.send(signal.SIGTERM)
@@ -128,7 +128,7 @@ def test_concurrent_enqueuers_and_a_cluster_on_the_defaults_lose_nothing(default
     path, env = defaults_db
     qc = QCluster(["-w", "2"], env, tmp_path / "qcluster.log")
     try:
-        wait_for(lambda: "started:" in qc.output(), "the cluster to start", qc)
+        wait_for(lambda: " started (" in qc.output(), "the cluster to start", qc)
         writers = [start_script(ENQUEUER, f"w{n}", str(ROUNDS), env=env) for n in range(ENQUEUERS)]
         outputs = []
         for writer in writers:
