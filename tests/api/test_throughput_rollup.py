@@ -9,11 +9,11 @@ import time
 import pytest
 from django.db import transaction
 
-from django_taskmq import async_task, monitoring, recorder
+from django_taskmq import async_task, histograms, monitoring, recorder
 from django_taskmq import execution as ex
 from django_taskmq.api import run_sync
 from django_taskmq.conf import get_settings
-from django_taskmq.models import Job, OutcomeCount
+from django_taskmq.models import Job, OutcomeCount, TimingCount
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -76,13 +76,13 @@ def test_old_slots_go_when_a_new_one_starts(broker):
 
     old = throughput.slot_of(timezone.now() - throughput.KEPT - datetime.timedelta(minutes=1))
     OutcomeCount.objects.create(at=old, queue="default", succeeded=7)
+    TimingCount.objects.create(at=old, queue="default", task_name="tests.tasks.noop", bucket=0, waits=7, runs=7)
     run_sync(async_task("tests.tasks.noop"))
     assert list(OutcomeCount.objects.values_list("succeeded", flat=True)) == [1]
+    assert sum(TimingCount.objects.values_list("runs", flat=True)) == 1 and not TimingCount.objects.filter(at=old)
 
 
 def test_the_histograms_count_outcomes_whose_rows_were_deleted(broker):
-    from django_taskmq import histograms
-    from django_taskmq.models import TimingCount
 
     for i in range(4):
         async_task("tests.tasks.noop", i, queue="emails")
@@ -103,8 +103,6 @@ def test_the_histograms_count_outcomes_whose_rows_were_deleted(broker):
 
 
 def test_a_timing_that_rolls_back_counts_nothing(broker):
-    from django_taskmq.models import TimingCount
-
     async_task("tests.tasks.noop")
     (reservation,) = broker.reserve(["default"], 1, 30, "owner-a")
     with pytest.raises(RuntimeError), transaction.atomic():
