@@ -1,16 +1,17 @@
 """Wait and run time distributions of the jobs that finished in the last hour, per task and queue.
 
-Read from the job table, so any web process serves them (the metrics endpoint, the dashboard):
-one statement per read, whose two branches (successes, failures) each walk a partial index of
-finished jobs by ``finished_at`` (``taskmq_job_succeeded``, ``taskmq_job_failed``) over the last
-hour only; the buckets are summed in the database. Only what the table holds is counted: successes pruned by
-``save_limit`` are gone from it.
+Read from the timing rollup (:class:`.models.TimingCount`), written in the transaction that records
+each outcome (``Broker.time_outcomes``), so any web process serves them (the metrics endpoint, the
+dashboard) and pruning job rows (retention, ``save_limit``) takes nothing from them: one indexed
+range read of the last hour's slots, summed in the database per task, queue and bucket.
 
 * wait: from enqueue to the first execution's start (``first_started_at - enqueued_at``; a
   requested ``delay`` or ``eta`` is part of it);
 * run: the latest execution (``finished_at - started_at``).
 
-Jobs that never started (dead-lettered unopened, expired) are not counted.
+Only final outcomes that count as throughput are timed (SUCCEEDED, FAILED, DEAD); jobs that never
+started (dead-lettered unopened, expired) are not counted. Like the throughput, the last hour is
+every slot of :data:`.policy.throughput.SLOT` seconds that overlaps it, counted whole.
 """
 
 from __future__ import annotations
@@ -18,14 +19,13 @@ from __future__ import annotations
 import datetime
 from dataclasses import dataclass, field
 
-from django.db import connections
+from django.db.models import Sum
 from django.utils import timezone
 
-from .brokers.orm.dialect import dialect_named
-from .brokers.orm.sql import finished_index
 from .conf import get_settings
-from .policy.distribution import BUCKETS, merged, quantile
-from .policy.states import JobState
+from .models import TimingCount
+from .policy import throughput as throughput_policy
+from .policy.distribution import BUCKETS, cumulative, merged, quantile
 
 WINDOW = datetime.timedelta(hours=1)
 
@@ -56,45 +56,26 @@ class Timing:
     run: Histogram = field(default_factory=Histogram)
 
 
-def _statement(vendor: str, quote) -> str:
-    """One statement: the buckets of both histograms per task and queue, over two index ranges."""
-    dialect = dialect_named(vendor)
-    assert dialect is not None  # the broker's engine
-    seconds = dialect.seconds_between
-    wait = seconds(quote("first_started_at"), quote("enqueued_at"))
-    run = seconds(quote("finished_at"), quote("started_at"))
-    sums = ", ".join(f"SUM(CASE WHEN {kind} <= {bound!r} THEN 1 ELSE 0 END)"
-                     for kind in ("w", "r") for bound in BUCKETS)
-    # One branch per partial index of finished jobs by finished_at (successes; FAILED and DEAD),
-    # over a range closed on both ends; SQLite takes those indexes only when named (see
-    # monitoring.throughput).
-    branches = " UNION ALL ".join(
-        f"SELECT {quote('task_name')} AS task_name, {quote('queue')} AS queue, {wait} AS w, {run} AS r "
-        f"{finished_index(state, dialect.finished_indexed)} AND {quote('finished_at')} >= %s "
-        f"AND {quote('finished_at')} <= %s AND {quote('started_at')} IS NOT NULL "
-        f"AND {quote('first_started_at')} IS NOT NULL"
-        for state in (JobState.SUCCEEDED, JobState.FAILED))
-    return (f"SELECT task_name, queue, COUNT(*), SUM(w), SUM(r), {sums} FROM ({branches}) AS finished "
-            f"GROUP BY task_name, queue")
-
-
 def last_hour(alias: str | None = None, now: datetime.datetime | None = None) -> dict[tuple[str, str], Timing]:
     """Return ``{(task name, queue): Timing}`` for the jobs that finished in the last hour."""
     alias = alias or get_settings().database
-    now = now or timezone.now()
-    connection = connections[alias]
-    adapt = connection.ops.adapt_datetimefield_value
-    since, until = adapt(now - WINDOW), adapt(now + datetime.timedelta(days=1))
+    since = (now or timezone.now()) - WINDOW - datetime.timedelta(seconds=throughput_policy.SLOT)
+    per_bucket: dict[tuple[str, str], tuple[list[int], list[int], list[float]]] = {}
+    rows = (TimingCount.objects.using(alias).filter(at__gt=since).order_by().values("task_name", "queue", "bucket")
+            .annotate(w=Sum("waits"), ws=Sum("wait_seconds"), r=Sum("runs"), rs=Sum("run_seconds")))
+    for row in rows:
+        waits, runs, sums = per_bucket.setdefault((row["task_name"], row["queue"]),
+                                                  ([0] * (len(BUCKETS) + 1), [0] * (len(BUCKETS) + 1), [0.0, 0.0]))
+        bucket = min(int(row["bucket"]), len(BUCKETS))
+        waits[bucket] += int(row["w"] or 0)
+        runs[bucket] += int(row["r"] or 0)
+        sums[0] += float(row["ws"] or 0)
+        sums[1] += float(row["rs"] or 0)
     timings: dict[tuple[str, str], Timing] = {}
-    n = len(BUCKETS)
-    with connection.cursor() as cursor:
-        cursor.execute(_statement(connection.vendor, connection.ops.quote_name), [since, until] * 2)
-        for row in cursor.fetchall():
-            task, queue, count, wait_sum, run_sum = row[:5]
-            counts = [int(c or 0) for c in row[5:]]
-            timing = timings.setdefault((task, queue), Timing())
-            timing.wait.add(counts[:n], int(count), float(wait_sum or 0))
-            timing.run.add(counts[n:], int(count), float(run_sum or 0))
+    for key, (waits, runs, (wait_sum, run_sum)) in sorted(per_bucket.items()):
+        timing = timings[key] = Timing()
+        timing.wait.add(cumulative(waits), sum(waits), wait_sum)
+        timing.run.add(cumulative(runs), sum(runs), run_sum)
     return timings
 
 

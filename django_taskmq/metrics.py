@@ -20,8 +20,9 @@ Gauges, read from the database at each scrape (:mod:`.monitoring`):
     each cluster's host clock minus the database's at its last heartbeat (server engines only;
     the queue uses the database's clock, so this is for alerting on hosts that drift)
 
-Histograms of the jobs that finished in the last hour, per task and queue (:mod:`.histograms`;
-gauge histograms: a window, not counters since start, so ``_gcount`` and ``_gsum``):
+Histograms of the jobs that finished in the last hour, per task and queue (:mod:`.histograms`, read
+from the timing rollup, so pruning takes nothing from them; gauge histograms: a window, not
+counters since start, so cumulative ``_bucket``, ``_gcount`` and ``_gsum``):
 
 ``taskmq_job_wait_seconds{task, queue, le}``
     from enqueue to the first execution's start

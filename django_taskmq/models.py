@@ -467,6 +467,32 @@ class OutcomeCount(models.Model):
         return f"{self.queue} at {self.at}: {self.succeeded} succeeded, {self.failed} failed"
 
 
+class TimingCount(models.Model):
+    """The timing rollup behind the wait and run time histograms: per queue, task and
+    :data:`~django_taskmq.policy.throughput.SLOT` of seconds, for one bucket of
+    :data:`~django_taskmq.policy.distribution.BUCKETS` (its index; one past the last is +Inf), the
+    final outcomes whose wait and whose run fell in it and their seconds (see
+    :mod:`~django_taskmq.policy.timings`). Written with :class:`OutcomeCount`, kept as long."""
+
+    at = models.DateTimeField(_("slot start"))
+    queue = models.CharField(max_length=100)
+    task_name = models.CharField(_("task name"), max_length=255)
+    bucket = models.PositiveSmallIntegerField()
+    waits = models.PositiveBigIntegerField(default=0)
+    wait_seconds = models.FloatField(default=0.0)
+    runs = models.PositiveBigIntegerField(default=0)
+    run_seconds = models.FloatField(default=0.0)
+
+    class Meta:
+        verbose_name = _("timing count")
+        constraints = [models.UniqueConstraint(fields=["at", "queue", "task_name", "bucket"],
+                                               name="taskmq_timing_slot")]
+
+    def __str__(self) -> str:
+        return (f"{self.task_name} in {self.queue} at {self.at}, bucket {self.bucket}: "
+                f"{self.waits} waits, {self.runs} runs")
+
+
 class Chore(models.Model):
     """Upkeep that one cluster at a time does for all (deleting old jobs): who holds it, until when
     (epoch seconds, renewed while the holder runs), and what it did."""

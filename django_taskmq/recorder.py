@@ -2,10 +2,11 @@
 
 Successes of a batch are acknowledged in one transaction; other outcomes are rare and go one by
 one. Hooks, cached results, chains and signals cost a query only when a job has them or someone
-listens. Each final outcome is counted in the throughput rollup (``Broker.count_outcomes``) in the
-transaction that records it, so the dashboard's throughput does not depend on job rows that
-retention and ``save_limit`` delete; a lone success recorded outside any transaction (an idle
-cluster's, one statement that commits by itself) is counted by the statement right after it.
+listens. Each final outcome is counted in the throughput rollup (``Broker.count_outcomes``) and
+timed in the timing rollup (``Broker.time_outcomes``) in the transaction that records it, so the
+dashboard's throughput and histograms do not depend on job rows that retention and ``save_limit``
+delete; a lone success recorded outside any transaction (an idle cluster's, one statement that
+commits by itself) is counted and timed by the statements right after it.
 """
 
 from __future__ import annotations
@@ -209,11 +210,14 @@ def _ack(successes: list[ex.Outcome], broker: Broker, settings: Settings,
 
 
 def count(broker: Broker, finals: Sequence[tuple[ex.Outcome, str]]) -> None:
-    """Add final outcomes to the throughput rollup, by the slot of their finish time and their queue."""
+    """Add final outcomes to the throughput rollup, by the slot of their finish time and their
+    queue, and their wait and run times to the timing rollup (the histograms), by task too."""
     if finals:
-        broker.count_outcomes(throughput_policy.tally(
-            (as_datetime(o.finished_at if isinstance(o.finished_at, (int, float)) and o.finished_at else time.time()),
-             o.reservation.queue, state) for o, state in finals))
+        finished = [(as_datetime(o.finished_at if isinstance(o.finished_at, (int, float)) and o.finished_at
+                                 else time.time()), o, state) for o, state in finals]
+        broker.count_outcomes(throughput_policy.tally((at, o.reservation.queue, state) for at, o, state in finished))
+        broker.time_outcomes({o.reservation.job_id: at for at, o, state in finished
+                              if state == "SUCCEEDED" or state in throughput_policy.FAILED})
 
 
 def counted(broker: Broker, store: Callable[[ex.Outcome], str | None]) -> Callable[[ex.Outcome], str | None]:

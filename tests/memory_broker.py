@@ -31,6 +31,7 @@ from django_taskmq.brokers.base import Ack, Broker, Reservation, Waker
 from django_taskmq.conf import Settings
 from django_taskmq.exceptions import ConfigError, LeaseLost
 from django_taskmq.policy import attempts, flow, pick
+from django_taskmq.policy import timings as timings_policy
 from django_taskmq.policy.priority import validate_priority
 from django_taskmq.policy.states import Event, InvalidTransition, JobState, transition
 from django_taskmq.policy.unique import REPLACEABLE, Unique
@@ -54,6 +55,7 @@ class Job:
     max_deliveries: int = 5
     yields: int = 0
     visible_at: float = 0.0
+    enqueued_at: float = 0.0
     expires_at: float | None = None
     lease_owner: str | None = None
     lease_token: str | None = None
@@ -133,6 +135,7 @@ class MemoryBroker(Broker):
         self._unique: dict[str, tuple[str, str]] = {}  # coalescing key -> (job id, states column)
         self._served: dict[str, int] = {}
         self._counts: dict[tuple[Any, str], list[int]] = {}  # the throughput rollup: (slot, queue) -> [ok, failed]
+        self.timings: dict[tuple[Any, str, str, int], list] = {}  # the timing rollup (policy.timings)
         self._arrivals = itertools.count()
         self._depth = 0
         self.transactions = 0  # outermost atomic() blocks
@@ -161,16 +164,16 @@ class MemoryBroker(Broker):
             yield
         except BaseException:
             (self._jobs, self.letters, self.heartbeats, self._keys, self._unique, self._served, self._tats,
-             self.paused, self._chores, self._counts) = saved
+             self.paused, self._chores, self._counts, self.timings) = saved
             raise
         finally:
             self._depth -= 1
 
     def _stored(self) -> tuple[Any, ...]:
         """Everything a database would hold (and roll back): jobs, letters, heartbeats, keys,
-        served counters, rate limits, pauses, chores, the throughput rollup."""
+        served counters, rate limits, pauses, chores, the throughput and timing rollups."""
         return (self._jobs, self.letters, self.heartbeats, self._keys, self._unique, self._served, self._tats,
-                self.paused, self._chores, self._counts)
+                self.paused, self._chores, self._counts, self.timings)
 
     def close(self) -> None:
         self.closes += 1
@@ -234,7 +237,8 @@ class MemoryBroker(Broker):
             func=job.get("func") or "", concurrency_key=job.get("concurrency_key"),
             concurrency_limit=job.get("concurrency_limit"), rate_limit=job.get("rate_limit"),
             max_deliveries=job.get("max_deliveries") or self.settings.max_deliveries,
-            visible_at=job.get("visible_at") or 0.0, expires_at=job.get("expires_at"), arrival=next(self._arrivals))
+            visible_at=job.get("visible_at") or 0.0, enqueued_at=now, expires_at=job.get("expires_at"),
+            arrival=next(self._arrivals))
         return job["id"]
 
     def enqueue_many(self, rows: Sequence[Mapping[str, Any]]) -> list[str]:
@@ -403,6 +407,18 @@ class MemoryBroker(Broker):
             total = self._counts.setdefault(key, [0, 0])
             total[0] += ok
             total[1] += failed
+
+    def time_outcomes(self, finished) -> None:
+        timed = []
+        for job_id, at in finished.items():
+            job = self._jobs.get(job_id)
+            if job is not None and job.started_at is not None and job.first_started_at is not None:
+                timed.append((at, job.queue, job.func, (_moment(job.first_started_at) - _moment(job.enqueued_at))
+                              .total_seconds(), (_moment(job.finished_at) - _moment(job.started_at)).total_seconds()))
+        for key, sums in timings_policy.tally(timed).items():
+            total = self.timings.setdefault(key, [0, 0.0, 0, 0.0])
+            for i, value in enumerate(sums):
+                total[i] += value
 
     def ack_many(self, acks: Iterable[Ack]) -> list[Reservation]:
         lost = []

@@ -213,6 +213,13 @@ class Broker(abc.ABC):
         start, queue), ``(succeeded, failed)``. Called in the transaction that records the outcomes."""
 
     @abc.abstractmethod
+    def time_outcomes(self, finished: Mapping[str, datetime.datetime]) -> None:
+        """Add to the timing rollup (see :mod:`~django_taskmq.policy.timings`) the wait and run
+        times of the jobs ``{job id: finished at}`` that just ended SUCCEEDED, FAILED or DEAD,
+        read from their rows; a job that never started is not timed. Called in the transaction
+        that records the outcomes, before anything can prune their rows."""
+
+    @abc.abstractmethod
     def settle(self, reservation: Reservation, *, requeue: bool = True, delay: float = 0, error: str = "",
                traceback: str = "", started_at: datetime.datetime | None = None) -> JobState | None:
         """Record a failed execution and return the job's new state.

@@ -7,6 +7,7 @@ last, unbounded bucket reads as the largest finite bound.
 
 from __future__ import annotations
 
+import bisect
 from collections.abc import Sequence
 
 #: Upper bounds (seconds) of the wait and run time buckets: from 5 ms to an hour (then +Inf).
@@ -31,3 +32,19 @@ def quantile(q: float, bounds: Sequence[float], cumulative: Sequence[int], total
 def merged(*cumulatives: Sequence[int]) -> list[int]:
     """Bucket counts of several histograms with the same bounds, added up."""
     return [sum(counts) for counts in zip(*cumulatives)]
+
+
+def bucket_of(seconds: float, bounds: Sequence[float] = BUCKETS) -> int:
+    """The index of the first of ``bounds`` at or above ``seconds`` (``len(bounds)``: above them
+    all, the +Inf bucket). A negative duration (clocks of two hosts) is in the first bucket."""
+    return bisect.bisect_left(bounds, seconds)
+
+
+def cumulative(counts: Sequence[int], bounds: Sequence[float] = BUCKETS) -> list[int]:
+    """Per-bucket counts (indexes of :func:`bucket_of`, the last one +Inf) as the cumulative
+    counts at or below each of ``bounds``, as Prometheus's ``le`` buckets are."""
+    totals, running = [], 0
+    for count in counts[:len(bounds)]:
+        running += count
+        totals.append(running)
+    return totals + [running] * (len(bounds) - len(totals))

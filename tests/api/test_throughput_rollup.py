@@ -9,11 +9,11 @@ import time
 import pytest
 from django.db import transaction
 
-from django_taskmq import async_task, monitoring, recorder
+from django_taskmq import async_task, histograms, monitoring, recorder
 from django_taskmq import execution as ex
 from django_taskmq.api import run_sync
 from django_taskmq.conf import get_settings
-from django_taskmq.models import Job, OutcomeCount
+from django_taskmq.models import Job, OutcomeCount, TimingCount
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -76,5 +76,37 @@ def test_old_slots_go_when_a_new_one_starts(broker):
 
     old = throughput.slot_of(timezone.now() - throughput.KEPT - datetime.timedelta(minutes=1))
     OutcomeCount.objects.create(at=old, queue="default", succeeded=7)
+    TimingCount.objects.create(at=old, queue="default", task_name="tests.tasks.noop", bucket=0, waits=7, runs=7)
     run_sync(async_task("tests.tasks.noop"))
     assert list(OutcomeCount.objects.values_list("succeeded", flat=True)) == [1]
+    assert sum(TimingCount.objects.values_list("runs", flat=True)) == 1 and not TimingCount.objects.filter(at=old)
+
+
+def test_the_histograms_count_outcomes_whose_rows_were_deleted(broker):
+
+    for i in range(4):
+        async_task("tests.tasks.noop", i, queue="emails")
+    async_task("tests.tasks.fail", "kaput", queue="emails", max_deliveries=1)
+    reservations = broker.reserve(["emails"], 5, 30, "owner-a")
+    failing = next(r for r in reservations if Job.objects.get(pk=r.job_id).func == "tests.tasks.fail")
+    recorder.record([outcome(r) for r in reservations if r is not failing]
+                    + [outcome(failing, ex.FAILURE, error="kaput")], broker, get_settings(), outside_transaction=True)
+    run_sync(async_task("tests.tasks.noop", queue="emails"))
+    before = histograms.last_hour()
+    Job.objects.all().delete()  # what retention and save_limit do
+    after = histograms.last_hour()
+    assert after == before and set(after) == {("tests.tasks.noop", "emails"), ("tests.tasks.fail", "emails")}
+    noop, failed = after["tests.tasks.noop", "emails"], after["tests.tasks.fail", "emails"]
+    assert (noop.wait.count, noop.run.count, failed.wait.count, failed.run.count) == (5, 5, 1, 1)
+    assert noop.wait.buckets[-1] == noop.run.buckets[-1] == 5 and noop.wait.total >= 0
+    assert sum(TimingCount.objects.values_list("waits", flat=True)) == 6
+
+
+def test_a_timing_that_rolls_back_counts_nothing(broker):
+    async_task("tests.tasks.noop")
+    (reservation,) = broker.reserve(["default"], 1, 30, "owner-a")
+    with pytest.raises(RuntimeError), transaction.atomic():
+        recorder.record([outcome(reservation)], broker, get_settings())
+        assert TimingCount.objects.exists()
+        raise RuntimeError("the caller's transaction rolls back")
+    assert not TimingCount.objects.exists()

@@ -7,7 +7,7 @@ import signal
 
 import pytest
 
-from django_taskmq import enqueue_many, monitoring
+from django_taskmq import enqueue_many, histograms, monitoring
 from django_taskmq.models import Cluster, Job
 
 from .conftest import job_states
@@ -32,8 +32,9 @@ def test_1000_tasks_through_2_workers_each_run_once(cluster):
 
 def test_the_dashboard_s_last_minute_survives_save_limit(cluster):
     """With ``save_limit=10`` and 1,000 successes in a minute, the clusters delete nearly every
-    success row as they go; the dashboard's last-minute figure (the rollup) stays within 5 % of
-    1,000, where counting job rows would show what is left."""
+    success row as they go; the dashboard's last-minute figure (the rollup) and the wait and run
+    time histograms' counts (the timing rollup) stay within 5 % of 1,000, where counting job rows
+    would show what is left."""
     cluster.configure(save_limit=10)
     qc = cluster.start("-w", "2")
     enqueue_many("tests.tasks.noop", [() for _ in range(1000)])
@@ -46,9 +47,13 @@ def test_the_dashboard_s_last_minute_survives_save_limit(cluster):
                        lambda: f"save_limit to prune; {Job.objects.filter(state='SUCCEEDED').count()} rows left",
                        alive=[qc])
     figures = monitoring.throughput()
+    timing = histograms.last_hour()[("tests.tasks.noop", "default")]
     rows = Job.objects.filter(state="SUCCEEDED").count()
     qc.send(signal.SIGTERM)
     assert qc.wait() == 0, qc.output()
     print(f"last minute: {figures.succeeded_minute} from the rollup; {rows} success rows left")
     assert 950 <= figures.succeeded_minute <= 1050, figures
     assert figures.succeeded_hour == figures.succeeded_minute == sum(ok for _, ok, _f in figures.per_minute)
+    # The histograms too (the timing rollup): every outcome timed once, in both, whatever was pruned.
+    assert 950 <= timing.wait.count <= 1050 and timing.run.count == timing.wait.count, timing
+    assert timing.wait.buckets[-1] <= timing.wait.count and timing.run.buckets == sorted(timing.run.buckets)

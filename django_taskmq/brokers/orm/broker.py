@@ -31,6 +31,7 @@ from ...models import (Chore, Cluster, DeadLetter, IdempotencyKey, Job, QueuePau
                       State, UniqueKey, Workflow, WorkflowStep)
 from ...policy import attempts, pick
 from ...policy import throughput as throughput_policy
+from ...policy import timings as timings_policy
 from ...policy.priority import validate_priority
 from ...policy.states import HAS_DELIVERIES_LEFT_SQL, JobState, used_up
 from ...policy.unique import REPLACEABLE, Unique
@@ -42,9 +43,9 @@ from ..base import Ack, Broker, Reservation, StepRecord
 from ..clock import Clock, FromNow, Skew
 from .dialect import Dialect, dialect_for
 from .flow import FlowGate
-from .sql import (ACK, BURY, CANCEL, CHORE, DEAD_LETTER, EXPIRE, FAIL, FINISHED, GIVE, JOB, JOB_LABEL, KEYS, OUTCOMES,
-                  QSTATE, READY_SQL, RECLAIM, REPLAY, RESERVE, RETRY, RUNNING, STOPPED, UNIQUE_KEYS, chunks,
-                  finished_in, literal, marks)
+from .sql import (ACK, BURY, CANCEL, CHORE, CHUNK, DEAD_LETTER, EXPIRE, FAIL, FINISHED, GIVE, JOB, JOB_LABEL, KEYS,
+                  OUTCOMES, QSTATE, READY_SQL, RECLAIM, REPLAY, RESERVE, RETRY, RUNNING, STOPPED, TIMINGS, UNIQUE_KEYS,
+                  chunks, finished_in, literal, marks)
 from .flow import status as flow_status
 from . import durable, workflows
 
@@ -717,13 +718,37 @@ class OrmBroker(Broker):
             return
         adapt = self.connection.ops.adapt_datetimefield_value
         with self.connection.cursor() as cursor:
-            self.dialect.add_counts(cursor, [(adapt(at), queue, ok, failed) for (at, queue), (ok, failed)
-                                             in counts.items()])
-            # Slots older than the rollup keeps go when a new slot starts (once per slot, per process).
+            self.dialect.add_to(cursor, OUTCOMES, ("at", "queue"), ("succeeded", "failed"),
+                                [(adapt(at), queue, ok, failed) for (at, queue), (ok, failed) in counts.items()])
+            # Slots older than the rollups keep go when a new slot starts (once per slot, per process).
             newest = max(at for at, _queue in counts)
             if newest != self._rollup_slot:
                 self._rollup_slot = newest
-                cursor.execute(f"DELETE FROM {OUTCOMES} WHERE at < %s", [adapt(newest - throughput_policy.KEPT)])
+                for table in (OUTCOMES, TIMINGS):
+                    cursor.execute(f"DELETE FROM {table} WHERE at < %s", [adapt(newest - throughput_policy.KEPT)])
+
+    def time_outcomes(self, finished: Mapping[str, datetime.datetime]) -> None:
+        if not finished:
+            return
+        seconds = self.dialect.seconds_between
+        timed = []
+        with self.connection.cursor() as cursor:
+            # The rows were written in this transaction: the pruning that deletes them has not seen them.
+            for part in chunks(sorted(finished), CHUNK):
+                cursor.execute(
+                    f"SELECT id, queue, task_name, {seconds('first_started_at', 'enqueued_at')}, "
+                    f"{seconds('finished_at', 'started_at')} FROM {JOB} WHERE id IN ({marks(len(part))}) "
+                    f"AND first_started_at IS NOT NULL AND started_at IS NOT NULL AND finished_at IS NOT NULL",
+                    part)
+                timed += [(finished[job_id], queue, task, float(wait), float(run))
+                          for job_id, queue, task, wait, run in cursor.fetchall()]
+            rows = timings_policy.tally(timed)
+            if rows:
+                adapt = self.connection.ops.adapt_datetimefield_value
+                self.dialect.add_to(cursor, TIMINGS, ("at", "queue", "task_name", "bucket"),
+                                    ("waits", "wait_seconds", "runs", "run_seconds"),
+                                    [(adapt(at), queue, task, bucket, *sums)
+                                     for (at, queue, task, bucket), sums in rows.items()])
 
     def _ack_rows(self, acks: Sequence[Ack]) -> int:
         """Mark acknowledged rows SUCCEEDED in one transaction; return how many were still held."""

@@ -20,7 +20,7 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from ...exceptions import ConfigError
-from .sql import JOB, KEY_FREE, OUTCOMES, QSTATE, READY_SQL, Head, chunks, marks
+from .sql import JOB, KEY_FREE, QSTATE, READY_SQL, Head, chunks, marks
 
 if TYPE_CHECKING:
     from ..clock import Clock
@@ -220,12 +220,15 @@ class Dialect:
         holder, held_for = cursor.fetchone()
         return holder, held_for
 
-    def add_counts(self, cursor: Any, rows: Sequence[tuple[Any, str, int, int]]) -> None:
-        """Add ``(slot, queue, succeeded, failed)`` rows to the throughput rollup: a new slot is
-        inserted, an existing one incremented (sorted: concurrent recorders lock in one order)."""
-        cursor.executemany(f"INSERT INTO {OUTCOMES} (at, queue, succeeded, failed) VALUES (%s, %s, %s, %s) "
-                           f"ON CONFLICT (at, queue) DO UPDATE SET succeeded = {OUTCOMES}.succeeded + "
-                           f"excluded.succeeded, failed = {OUTCOMES}.failed + excluded.failed", sorted(rows))
+    def add_to(self, cursor: Any, table: str, keys: Sequence[str], sums: Sequence[str],
+               rows: Sequence[tuple]) -> None:
+        """Add rows (values of ``keys``, then of ``sums``) to a rollup (the throughput's, the
+        timings'): a new key is inserted, an existing one has the sums added (sorted: concurrent
+        recorders lock in one order)."""
+        added = ", ".join(f"{column} = {table}.{column} + excluded.{column}" for column in sums)
+        columns = ", ".join([*keys, *sums])
+        cursor.executemany(f"INSERT INTO {table} ({columns}) VALUES ({marks(len(keys) + len(sums))}) "
+                           f"ON CONFLICT ({', '.join(keys)}) DO UPDATE SET {added}", sorted(rows))
 
     def insert_many(self, cursor: Any, table: str, columns: str, width: int, rows: list[list]) -> None:
         """Insert ``rows`` (values of ``columns``) into ``table``: multi-row INSERTs."""

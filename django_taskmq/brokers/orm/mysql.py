@@ -37,7 +37,7 @@ from django.db import transaction
 from ...policy.connections import keepalive_options
 from ..clock import MYSQL, Clock
 from .dialect import Dialect, register
-from .sql import ACK, BUCKET, CHUNK, JOB, OUTCOMES, QSTATE, Head, chunks, marks
+from .sql import ACK, BUCKET, CHUNK, JOB, QSTATE, Head, chunks, marks
 from .wakeup import Waker
 
 MIN_VERSION = (8, 0, 1)  # SKIP LOCKED
@@ -82,10 +82,12 @@ class MysqlDialect(Dialect):
         holder, held_for = cursor.fetchone()
         return holder, held_for
 
-    def add_counts(self, cursor: Any, rows: Sequence[tuple[Any, str, int, int]]) -> None:
-        cursor.executemany(f"INSERT INTO {OUTCOMES} (at, queue, succeeded, failed) VALUES (%s, %s, %s, %s) "
-                           f"ON DUPLICATE KEY UPDATE succeeded = succeeded + VALUES(succeeded), "
-                           f"failed = failed + VALUES(failed)", sorted(rows))
+    def add_to(self, cursor: Any, table: str, keys: Sequence[str], sums: Sequence[str],
+               rows: Sequence[tuple]) -> None:
+        added = ", ".join(f"{column} = {column} + VALUES({column})" for column in sums)
+        columns = ", ".join([*keys, *sums])
+        cursor.executemany(f"INSERT INTO {table} ({columns}) VALUES ({marks(len(keys) + len(sums))}) "
+                           f"ON DUPLICATE KEY UPDATE {added}", sorted(rows))
 
     def connection_limit(self, connection: Any) -> tuple[int, str] | None:
         with connection.cursor() as cursor:

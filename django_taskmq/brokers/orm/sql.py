@@ -7,7 +7,8 @@ from __future__ import annotations
 from collections.abc import Iterator, Sequence
 from typing import NamedTuple
 
-from ...models import Chore, DeadLetter, FlowBucket, IdempotencyKey, Job, OutcomeCount, QueueState, UniqueKey
+from ...models import (Chore, DeadLetter, FlowBucket, IdempotencyKey, Job, OutcomeCount, QueueState, TimingCount,
+                       UniqueKey)
 from ...policy.states import TRANSITIONS, Event, JobState
 
 
@@ -35,6 +36,7 @@ CHORE = Chore._meta.db_table
 KEYS = IdempotencyKey._meta.db_table
 UNIQUE_KEYS = UniqueKey._meta.db_table
 OUTCOMES = OutcomeCount._meta.db_table
+TIMINGS = TimingCount._meta.db_table
 CHUNK = 500  # rows per statement: well under SQLite's variable limit
 
 #: The partial index of jobs by finish time that holds each finished state (see ``Job.Meta``), and
