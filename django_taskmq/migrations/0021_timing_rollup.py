@@ -6,7 +6,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('django_taskmq', '0019_throughput_rollup'),
+        ('django_taskmq', '0020_durable_steps'),
     ]
 
     operations = [
