@@ -31,6 +31,8 @@ from typing import Any, NamedTuple
 
 from django.db import connections
 
+from .poller import pause
+
 logger = logging.getLogger(__name__)
 
 
@@ -113,7 +115,7 @@ class Chores:
         return whether all finished."""
         deadline = time.monotonic() + timeout
         while not self.idle and time.monotonic() < deadline:
-            time.sleep(0.01)
+            pause(0.01)
         self.settle()
         return self.idle
 

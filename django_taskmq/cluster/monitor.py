@@ -23,6 +23,7 @@ from ..policy import retention as retention_policy
 from ..policy.connections import RECONNECT
 from . import outage
 from .messages import END_OF_RESULTS, load_outcomes, says_idle
+from .poller import pause
 from .result_pipe import ResultPipe
 
 logger = logging.getLogger(__name__)
@@ -192,7 +193,7 @@ class Monitor:
                     logger.error("monitor: gave up recording %d outcome(s) after %.0f s (%s); their leases will "
                                  "bring them back", len(batch), time.monotonic() - started, outage.cause(exc))
                     return
-                time.sleep(RECONNECT.delay(max(self.failures.failures, 1)))
+                pause(RECONNECT.delay(max(self.failures.failures, 1)))
             else:
                 self.failures.succeeded()
                 return

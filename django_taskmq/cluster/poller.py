@@ -66,3 +66,15 @@ def readable(pipe: Connection) -> bool:
     poller = select.poll()
     poller.register(fd, select.POLLIN)
     return bool(poller.poll(0))
+
+
+def pause(seconds: float) -> None:
+    """Sleep ``seconds`` from now, in ``poll(2)`` (the cluster's processes sleep only this way).
+
+    Not :func:`time.sleep`: since Python 3.11 it sleeps until an absolute time of the monotonic clock
+    (``clock_nanosleep`` with ``TIMER_ABSTIME``), which libfaketime's shifted clocks (the clock-skew
+    test's clusters, ``DONT_FAKE_MONOTONIC``) now and then refuse with EINVAL; a relative ``poll``,
+    as in every wait of the guard loop, is never refused.
+    """
+    if seconds > 0:
+        select.poll().poll(math.ceil(seconds * 1000))

@@ -45,7 +45,7 @@ from .feeder import Feeder
 from .messages import (END_OF_RESULTS, IDLE, READY, RECORDED, RETIRING, STOP, SUCCEEDED, TIMED_OUT, UNSTARTED, Batch, Stop,
                        Ticket, cancel_frame, cancel_request_frame, dump_outcome, read_outcome_frame,
                        read_unstarted_frame, SUSPENDED)
-from .poller import Poller, readable
+from .poller import Poller, pause, readable
 from .result_pipe import ResultPipe
 from .slots import CANCEL_GRACE, NOT_STARTED, Process, SharedMemory, Slot
 from .upkeep import DatabaseAway, Report, Upkeep
@@ -522,7 +522,7 @@ class Sentinel:
                      "those outcomes", self.owner, self.monitor.pid, stalled, len(self.unrecorded))
         if self.monitor.pid is not None:
             os.kill(self.monitor.pid, signal.SIGUSR1)
-            time.sleep(0.2)  # (once per wedge) the dump is written before the kill
+            pause(0.2)  # (once per wedge) the dump is written before the kill
         processes.kill(self.monitor)
         self.counts["reincarnations"] += 1
         connections.close_all()

@@ -21,6 +21,7 @@ from collections.abc import Callable
 from ..brokers.base import Broker
 from ..conf import Settings
 from . import outage
+from .poller import pause
 
 logger = logging.getLogger(__name__)
 
@@ -53,7 +54,7 @@ def run(settings: Settings) -> None:
             next_analyze = now + ANALYZE_EVERY
             # A no-op on some engines: its success says nothing about the database.
             _attempt("ANALYZE", broker.analyze, failures, broker, proof=False)
-        time.sleep(max(0.0, min(NAP, next_tick - time.monotonic(), next_analyze - time.monotonic())))
+        pause(min(NAP, next_tick - time.monotonic(), next_analyze - time.monotonic()))
     broker.close()
 
 
