@@ -16,6 +16,7 @@ from .conf import get_settings
 from .durable_context import MAX_SIGNAL
 from .exceptions import BadPackage, ConfigError
 from .models import Job
+from .options import check_names
 from .signing import seal_result, verify
 from .tasks import OPTION_NAMES, Task
 
@@ -34,9 +35,7 @@ def durable(func: Callable | None = None, /, *, name: str | None = None, **optio
     The function's first parameter is the context (``ctx.step``, ``ctx.sleep``, ``ctx.sleep_until``,
     ``ctx.wait_for``); the arguments of the enqueue follow it.
     """
-    unknown = set(options) - set(OPTION_NAMES)
-    if unknown:
-        raise ConfigError(f"@durable got unknown option(s) {sorted(unknown)}; known: {list(OPTION_NAMES)} and name")
+    check_names(options, OPTION_NAMES, "@durable got ")
 
     def wrap(f: Callable) -> DurableTask:
         if inspect.iscoroutinefunction(f):
