@@ -394,14 +394,6 @@ class MemoryBroker(Broker):
         """The result as stored (workers send it sealed already, ``execution.seal``)."""
         return seal_result(result, self.settings.name, self.settings.compress)
 
-    def ack(self, reservation: Reservation, result: Any = None) -> bool:
-        job = self._held(reservation)
-        if job is None:
-            return False
-        self._end(job, Event.ACK)
-        job.result_package = self._seal(result)
-        return True
-
     def count_outcomes(self, counts) -> None:
         for key, (ok, failed) in counts.items():
             total = self._counts.setdefault(key, [0, 0])
@@ -446,11 +438,6 @@ class MemoryBroker(Broker):
         job.visible_at = time.time() + max(delay, 0)
         return JobState.RETRYING
 
-    def nack(self, reservation: Reservation, requeue: bool = True, delay: float = 0, error: str = "",
-             traceback: str = "", started_at: Any = None) -> bool:
-        return self.settle(reservation, requeue=requeue, delay=delay, error=error, traceback=traceback,
-                           started_at=started_at) is not None
-
     def fail(self, reservation: Reservation, error: str, traceback: str = "", started_at: Any = None,
              finished_at: Any = None) -> bool:
         job = self._held(reservation)
@@ -490,12 +477,6 @@ class MemoryBroker(Broker):
         self._give_back(job, delay)
         job.yields += 1
         return True
-
-    def extend_lease(self, reservation: Reservation, seconds: float) -> None:
-        job = self._held(reservation)
-        if job is None:
-            raise LeaseLost(f"job {reservation.job_id}: no longer leased")
-        job.lease_until = time.time() + seconds
 
     def extend_leases(self, owner: str, job_ids: Sequence[str], seconds: float) -> int:
         renewed = 0

@@ -197,15 +197,9 @@ class Broker(abc.ABC):
 
     # -- ending or changing a delivery (fenced by the lease token) ----------------------------
     @abc.abstractmethod
-    def ack(self, reservation: Reservation, result: Any = None) -> bool:
-        """Record success. Return False when this holder already acknowledged it (a no-op).
-
-        Raises LeaseLost when the lease ran out and the message was reclaimed.
-        """
-
-    @abc.abstractmethod
     def ack_many(self, acks: Iterable[Ack]) -> list[Reservation]:
-        """Record many successes at once; return the reservations whose lease was lost."""
+        """Record successes (one or many, in few statements); return the reservations whose lease
+        was lost. A holder's repeated ack changes nothing and is not lost."""
 
     @abc.abstractmethod
     def count_outcomes(self, counts: Mapping[tuple[datetime.datetime, str], tuple[int, int]]) -> None:
@@ -227,11 +221,6 @@ class Broker(abc.ABC):
         RETRYING (visible after ``delay``) while deliveries are left; DEAD when they are used up
         or ``requeue`` is False. None when this holder already recorded it. Raises LeaseLost.
         """
-
-    @abc.abstractmethod
-    def nack(self, reservation: Reservation, requeue: bool = True, delay: float = 0, error: str = "",
-             traceback: str = "", started_at: datetime.datetime | None = None) -> bool:
-        """:meth:`settle`, answering True when something was recorded."""
 
     @abc.abstractmethod
     def fail(self, reservation: Reservation, error: str, traceback: str = "",
@@ -258,10 +247,6 @@ class Broker(abc.ABC):
 
         Returns False (and keeps the reservation) once the message has yielded ``max_yields`` times.
         """
-
-    @abc.abstractmethod
-    def extend_lease(self, reservation: Reservation, seconds: float) -> None:
-        """Renew one lease for ``seconds`` from now. Raises LeaseLost."""
 
     @abc.abstractmethod
     def extend_leases(self, owner: str, job_ids: Sequence[str], seconds: float) -> int:

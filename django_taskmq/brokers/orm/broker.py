@@ -701,12 +701,6 @@ class OrmBroker(Broker):
         if row is None or row[1] != reservation.token:
             raise LeaseLost(f"job {reservation.job_id}: lease lost (token {reservation.token} no longer holds it)")
 
-    def ack(self, reservation: Reservation, result: Any = None) -> bool:
-        if self._ack_rows([Ack(reservation, result)]):
-            return True
-        self._raise_if_lost(reservation)
-        return False
-
     def ack_many(self, acks: Iterable[Ack]) -> list[Reservation]:
         acks = list(acks)
         if not acks or self._ack_rows(acks) == len(acks):
@@ -791,11 +785,6 @@ class OrmBroker(Broker):
             Job.objects.using(self.alias).filter(pk__in=[r.job_id for r in reservations]).values_list("id", "lease_token")
         )
         return [r for r in reservations if tokens.get(r.job_id) != r.token]
-
-    def nack(self, reservation: Reservation, requeue: bool = True, delay: float = 0, error: str = "",
-             traceback: str = "", started_at: datetime.datetime | None = None) -> bool:
-        return self.settle(reservation, requeue=requeue, delay=delay, error=error, traceback=traceback,
-                           started_at=started_at) is not None
 
     def settle(self, reservation: Reservation, *, requeue: bool = True, delay: float = 0, error: str = "",
                traceback: str = "", started_at: datetime.datetime | None = None) -> JobState | None:
@@ -897,11 +886,6 @@ class OrmBroker(Broker):
                 return True
         self._raise_if_lost(reservation)
         return False
-
-    def extend_lease(self, reservation: Reservation, seconds: float) -> None:
-        until, until_args = self.clock.at(seconds)
-        if not self._fenced(reservation, f"lease_until = {until}", until_args):
-            raise LeaseLost(f"job {reservation.job_id}: no longer leased")
 
     def extend_leases(self, owner: str, job_ids: Sequence[str], seconds: float) -> int:
         """Renew the leases ``owner`` holds on ``job_ids`` (one statement per 500); return how many.
