@@ -249,6 +249,11 @@ class Broker(abc.ABC):
         """
 
     @abc.abstractmethod
+    def report_progress(self, reservation: Reservation, report: Mapping[str, Any]) -> bool:
+        """Store ``report`` as the held job's progress (``Job.progress_report``); return False when
+        the job is no longer held under this lease (the report is dropped, nothing raised)."""
+
+    @abc.abstractmethod
     def extend_leases(self, owner: str, job_ids: Sequence[str], seconds: float) -> int:
         """Renew the leases ``owner`` still holds on ``job_ids``; return how many."""
 
@@ -406,15 +411,6 @@ class Broker(abc.ABC):
         the broker's clock is this host's."""
 
     @abc.abstractmethod
-    def due_schedules(self, now: datetime.datetime, limit: int = 100) -> list[Any]:
-        """Return the due schedules that are neither used up nor paused, locked against other clusters until the enclosing
-        :meth:`atomic` block ends; call it inside ``atomic(write=True)``."""
-
-    @abc.abstractmethod
-    def disable_schedule(self, schedule_id: int) -> None:
-        """Stop a schedule from firing again (``repeats = 0``)."""
-
-    @abc.abstractmethod
     def jobs(self, job_ids: Sequence[str]) -> dict[str, Any]:
         """Return the state records (``models.Job``) of ``job_ids`` that exist, by id."""
 
@@ -436,6 +432,34 @@ class Broker(abc.ABC):
     def cancel_workflow(self, workflow_id: str) -> int:
         """Cancel the steps of a workflow that have not ended (ask running ones to stop); return how many."""
         raise NotImplementedError(f"{type(self).__name__} does not run workflows")
+
+    # -- schedules (``models.Schedule`` rows; brokers that keep none refuse) ------------------
+    def due_schedules(self, now: datetime.datetime, limit: int = 100) -> list[Any]:
+        """Return the due schedules that are neither used up nor paused, locked against other clusters until the enclosing
+        :meth:`atomic` block ends; call it inside ``atomic(write=True)``."""
+        raise NotImplementedError(f"{type(self).__name__} does not keep schedules")
+
+    def disable_schedule(self, schedule_id: int) -> None:
+        """Stop a schedule from firing again (``repeats = 0``)."""
+        raise NotImplementedError(f"{type(self).__name__} does not keep schedules")
+
+    def store_schedule(self, name: str, values: Mapping[str, Any], replace: bool = False) -> Any:
+        """Create the schedule ``name`` with ``values`` (its fields by name), or with ``replace``
+        update the one of that name; return it. The values are stored as given (a new cron
+        schedule keeps the ``next_run`` given). Raises ConfigError when it exists and not ``replace``."""
+        raise NotImplementedError(f"{type(self).__name__} does not keep schedules")
+
+    def save_schedule(self, schedule: Any, fields: Sequence[str] | None = None) -> None:
+        """Store a new or changed schedule (a ``models.Schedule``; ``fields``: only these)."""
+        raise NotImplementedError(f"{type(self).__name__} does not keep schedules")
+
+    def pause_schedules(self, schedule_ids: Sequence[int], paused: bool) -> int:
+        """Pause (``paused``) or resume the schedules of ``schedule_ids``; return how many changed."""
+        raise NotImplementedError(f"{type(self).__name__} does not keep schedules")
+
+    def delete_schedules(self, schedule_ids: Sequence[int]) -> int:
+        """Delete the schedules of ``schedule_ids``; return how many."""
+        raise NotImplementedError(f"{type(self).__name__} does not keep schedules")
 
     # -- durable tasks (brokers that cannot run them refuse) -----------------------------------
     def steps(self, job_id: str) -> list[StepRecord]:

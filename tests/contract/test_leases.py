@@ -276,3 +276,19 @@ def test_atomic_rolls_back_a_failed_inner_block_only(broker):
             raise RuntimeError("roll back")
     assert (job(broker, ra.job_id).state, job(broker, rb.job_id).state) == (JobState.SUCCEEDED, JobState.RUNNING)
     ack(broker, rb)  # its lease still holds
+
+
+def test_progress_is_stored_only_under_the_holders_lease(broker):
+    """report_progress stores the holder's report; the old holder's is dropped (False), not raised."""
+    job_id = put(broker)
+    old = reserve_one(broker, lease=SHORT, owner="old")
+    expire_leases()
+    broker.reclaim_expired()
+    new = reserve_one(broker, owner="new")
+    assert broker.report_progress(old, {"done": 1, "total": 9}) is False
+    assert job(broker, job_id).progress_report is None
+    assert broker.report_progress(new, {"done": 2, "total": 9}) is True
+    assert job(broker, job_id).progress_report == {"done": 2, "total": 9}
+    ack(broker, new)
+    assert broker.report_progress(new, {"done": 3, "total": 9}) is False
+    assert job(broker, job_id).progress_report == {"done": 2, "total": 9}

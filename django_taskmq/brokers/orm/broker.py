@@ -47,7 +47,7 @@ from .sql import (ACK, BURY, CANCEL, CHORE, CHUNK, DEAD_LETTER, EXPIRE, FAIL, FI
                   OUTCOMES, QSTATE, READY_SQL, RECLAIM, REPLAY, RESERVE, RETRY, RUNNING, STOPPED, TIMINGS, UNIQUE_KEYS,
                   chunks, finished_in, literal, marks)
 from .flow import status as flow_status
-from . import durable, workflows
+from . import durable, schedules, workflows
 
 logger = logging.getLogger(__name__)
 
@@ -887,6 +887,11 @@ class OrmBroker(Broker):
         self._raise_if_lost(reservation)
         return False
 
+    def report_progress(self, reservation: Reservation, report: Mapping[str, Any]) -> bool:
+        return bool(Job.objects.using(self.alias).filter(
+            pk=reservation.job_id, lease_token=reservation.token, state=JobState.RUNNING.value,
+        ).update(progress_report=dict(report)))
+
     def extend_leases(self, owner: str, job_ids: Sequence[str], seconds: float) -> int:
         """Renew the leases ``owner`` holds on ``job_ids`` (one statement per 500); return how many.
 
@@ -1351,13 +1356,22 @@ class OrmBroker(Broker):
         return expired
 
     def due_schedules(self, now: datetime.datetime, limit: int = 100) -> list[Schedule]:
-        return list(
-            Schedule.objects.using(self.alias).select_for_update(skip_locked=True)
-            .filter(next_run__lte=now, paused=False).exclude(repeats=0).order_by("next_run")[:limit]
-        )
+        return schedules.due(self, now, limit)
 
     def disable_schedule(self, schedule_id: int) -> None:
         Schedule.objects.using(self.alias).filter(pk=schedule_id).update(repeats=0)
+
+    def store_schedule(self, name: str, values: Mapping[str, Any], replace: bool = False) -> Schedule:
+        return schedules.store(self, name, values, replace)
+
+    def save_schedule(self, schedule: Schedule, fields: Sequence[str] | None = None) -> None:
+        schedules.save(self, schedule, fields)
+
+    def pause_schedules(self, schedule_ids: Sequence[int], paused: bool) -> int:
+        return schedules.set_paused(self, schedule_ids, paused)
+
+    def delete_schedules(self, schedule_ids: Sequence[int]) -> int:
+        return schedules.delete(self, schedule_ids)
 
     def jobs(self, job_ids: Sequence[str]) -> dict[str, Job]:
         return Job.objects.using(self.alias).in_bulk(list(job_ids))
