@@ -81,6 +81,19 @@ class Waker(Protocol):
 class Broker(abc.ABC):
     """Stores messages and hands them out under leases, in pick order.
 
+    The contract is what the cluster and the operator's actions claim and write: every write that
+    changes a job, a schedule, a dead letter or their bookkeeping is a member here, and nothing
+    outside ``brokers/`` writes those rows (``tests/unit/test_architecture.py`` checks it). The
+    reads declared here are the ones the cluster decides on and the operator's commands act on
+    (:meth:`jobs`, :meth:`dead_letters`, :meth:`stats`, :meth:`flow_status`, :meth:`count_finished`),
+    which the contract suite checks on every broker.
+
+    Other reads are plain ORM queries on :mod:`django_taskmq.models`, outside this contract: a
+    job's result and status (``fetch``, ``result``, ``Job.result``, the ``django.tasks`` backend),
+    workflow info, monitoring and metrics, the admin's lists and pages, the health view. A broker
+    that kept its rows elsewhere could not serve them, and this class does not pretend it could.
+    Schedules, workflows and durable steps are the ORM's too: their members have defaults that refuse.
+
     The cluster, the recorder, the scheduler, the API, the admin and the commands use a broker
     only through the members declared here. A broker owns its transactions: callers that need
     several writes to commit together ask for :meth:`atomic`, never open one themselves.
