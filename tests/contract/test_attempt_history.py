@@ -44,7 +44,8 @@ def test_failed_executions_are_listed_oldest_first_and_a_success_adds_none(broke
     job_id = put(broker, func="tests.tasks.fail", max_deliveries=5)
     for n, kind in enumerate(("KeyError", "tests.tasks.Boom"), start=1):
         r = reserve_one(broker)
-        assert broker.settle(r, delay=0, error=f"{kind}: failure {n}", traceback=f"Traceback {n}", started_at=at(n)) is not None
+        assert broker.settle(r, delay=0, error=f"{kind}: failure {n}", traceback=f"Traceback {n}",
+                             started_at=at(n)) == JobState.RETRYING
     r = reserve_one(broker)
     assert broker.ack_many([Ack(r, None, at(3), at(4))]) == []
     job = job_of(broker, job_id)

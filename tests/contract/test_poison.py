@@ -27,7 +27,7 @@ def test_failed_deliveries_up_to_max_deliveries_go_to_the_dlq(broker):
     for delivery in (1, 2):
         (r,) = reserve(broker)
         assert r.deliveries == delivery
-        assert broker.settle(r, requeue=True, error=f"failure {delivery}") is not None
+        assert broker.settle(r, requeue=True, error=f"failure {delivery}") == JobState.RETRYING
         assert job(broker, job_id).state == JobState.RETRYING
     (r,) = reserve(broker)
     assert r.deliveries == 3
