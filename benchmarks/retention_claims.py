@@ -104,7 +104,7 @@ def claims_run(count: int) -> None:
     """In a fresh process (``--claims-run``): enqueue, claim one at a time, print the timings (ms)."""
     django_here({})
     from django_taskmq import enqueue_many
-    from django_taskmq.brokers import get_broker
+    from django_taskmq.brokers import Ack, get_broker
 
     broker = get_broker()
     enqueue_many("tests.tasks.noop", [()] * count)
@@ -113,7 +113,7 @@ def claims_run(count: int) -> None:
         started = time.perf_counter()
         (reservation,) = broker.reserve(["default"], 1, 60, "bench:host:1:claims")
         timings.append((time.perf_counter() - started) * 1000)
-        broker.ack(reservation)
+        broker.ack_many([Ack(reservation)])
     print(json.dumps([round(t, 3) for t in timings]))
 
 

@@ -10,7 +10,7 @@ from django.apps import apps
 from django.conf import settings
 from django.core import checks
 
-from .brokers.orm.dialect import ADVICE, dialect_named, engine_problem
+from .brokers import database
 from .compat import q_cluster
 from .conf import read
 from .exceptions import ConfigError
@@ -35,10 +35,10 @@ def check_settings(app_configs=None, **kwargs) -> list[checks.CheckMessage]:
             f"TASKMQ['database'] {conf.database!r} is not in DATABASES",
             hint=f"Use one of {sorted(settings.DATABASES)}.", id="taskmq.E002",
         )]
-    problem = engine_problem(conf.database)
+    problem = database.engine_problem(conf.database)
     if problem:
         # Without a dialect the broker's SQL would fail at every claim: refuse before anything runs.
-        return messages + [checks.Error(problem, hint=ADVICE, id="taskmq.E006")]
+        return messages + [checks.Error(problem, hint=database.ADVICE, id="taskmq.E006")]
     messages += check_listen_database(conf)
     if conf.error_reporter is not None:
         from .reporting import reporter_problem
@@ -118,19 +118,15 @@ def connections_needed(workers: int, threads: int) -> int:
 def connection_budget_problem(alias: str, workers: int, threads: int) -> str | None:
     """Say why one cluster of ``workers`` x ``threads`` may exhaust the connections the database
     ``alias`` allows (PostgreSQL's ``max_connections``); None when it fits or the engine has no limit."""
-    from django.db import connections
-
-    connection = connections[alias]
-    dialect = dialect_named(connection.vendor)
-    found = dialect.connection_limit(connection) if dialect is not None else None
-    if dialect is None or found is None:
+    found = database.connection_limit(alias)
+    if found is None:
         return None
-    limit, how = found
+    limit, how, engine = found
     needed = connections_needed(workers, threads)
     if needed <= limit:
         return None
     return (f"one cluster of {workers} workers x {threads} threads opens up to {needed} database connections "
-            f"(workers x threads + 3), more than the {limit} {dialect.name} allows ({how})")
+            f"(workers x threads + 3), more than the {limit} {engine} allows ({how})")
 
 
 def check_database(app_configs=None, databases=None, **kwargs) -> list[checks.CheckMessage]:
@@ -163,14 +159,8 @@ def check_database_server(app_configs=None, databases=None, **kwargs) -> list[ch
         return []
     if not databases or conf.database not in databases:
         return []
-    from django.db import connections
-
-    connection = connections[conf.database]
-    dialect = dialect_named(connection.vendor)
-    if dialect is None:
-        return []  # taskmq.E006
     try:
-        problems = dialect.server_problems(connection)
+        problems = database.server_problems(conf.database)  # none for a refused engine: taskmq.E006
     except Exception:  # the database does not answer: qcluster's start-up check says so
         return []
     return [checks.Error(problem, hint=hint, id=check_id) for check_id, problem, hint in problems]

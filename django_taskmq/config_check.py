@@ -20,7 +20,7 @@ from django.core.exceptions import ValidationError
 from django.db import connections
 from django.db.migrations.executor import MigrationExecutor
 
-from .brokers.orm.dialect import dialect_named
+from .brokers import database
 from .conf import Settings, get_settings
 from .exceptions import ConfigError
 from .binding import bind, path_signature
@@ -55,8 +55,7 @@ def _database(settings: Settings) -> Iterator[str]:
     from .cluster import outage
 
     connection = connections[settings.database]
-    dialect = dialect_named(connection.vendor)
-    if dialect is not None and dialect.created_by_connecting(connection):
+    if database.file_missing(settings.database):
         yield f"database: {outage.check(settings.database, get_broker().describe())}"  # (not created by us)
         return
     try:

@@ -14,7 +14,7 @@ class ConfigError(TaskMQError, ValueError):
 class LeaseLost(TaskMQError):
     """The reservation's lease ran out and the message now belongs to someone else.
 
-    Raised by ``ack``/``nack``/``defer``/... of a holder whose lease token no longer
+    Raised by ``settle``/``defer``/``dead_letter``/... of a holder whose lease token no longer
     matches; nothing was changed.
     """
 

@@ -98,13 +98,11 @@ class Writer:
     def _write(self, reservation: Reservation, values: dict[str, Any]) -> None:
         from django.db import close_old_connections
 
-        from .models import Job, State
+        from .brokers import get_broker
 
         stored = {**values, "at": time.time(), "delivery": reservation.deliveries}
         try:
-            Job.objects.using(self.database).filter(
-                pk=reservation.job_id, lease_token=reservation.token, state=State.RUNNING,
-            ).update(progress_report=stored)
+            get_broker(self.database).report_progress(reservation, stored)
             self.writes += 1
         except Exception:
             # A report is worth less than the job: drop it; a broken connection is replaced.

@@ -92,24 +92,12 @@ def save_schedule(func: Any, args: Sequence[Any] = (), kwargs: dict[str, Any] | 
     if next_run is None and kind is cron_policy.ScheduleType.CRON:  # the expression's next match, not now
         first = cron_policy.next_after(kind, first, cron=cron, tz=Schedule(tz=tz or "").zone()) or first
     name = name or f"{path}-{timezone.now().timestamp():.0f}"
-    # The write lock first: these read and then write, which on SQLite's default (deferred)
-    # transactions fails at once with "database is locked" when another writer got in between.
-    broker = get_broker()
-    with broker.atomic(write=True):
-        if not replace and Schedule.objects.using(settings.database).filter(name=name).exists():
-            raise ConfigError(f"a schedule named {name!r} exists already")
-        obj, created = Schedule.objects.using(settings.database).update_or_create(
-            name=name,
-            defaults=dict(func=path, args=list(args), kwargs=kwargs, schedule_type=kind.value, minutes=minutes,
-                          cron=cron, repeats=repeats, next_run=first, queue=queue,
-                          priority=priority, catch_up=catch_up, hook=hook, intended_date_kwarg=intended_date_kwarg,
-                          options=options, tz=tz or ""),
-        )
-        if created and kind is cron_policy.ScheduleType.CRON and next_run is not None:
-            # Schedule.save() gave the new row the expression's next run; the caller named its own.
-            Schedule.objects.using(settings.database).filter(pk=obj.pk).update(next_run=next_run)
-            obj.next_run = next_run
-    return obj
+    return get_broker().store_schedule(
+        name, dict(func=path, args=list(args), kwargs=kwargs, schedule_type=kind.value, minutes=minutes,
+                   cron=cron, repeats=repeats, next_run=first, queue=queue,
+                   priority=priority, catch_up=catch_up, hook=hook, intended_date_kwarg=intended_date_kwarg,
+                   options=options, tz=tz or ""),
+        replace=replace)
 
 
 def stored_arguments(args: Sequence[Any], kwargs: dict, options: dict, settings: Settings) -> tuple[list, dict]:
@@ -175,7 +163,7 @@ def tick(settings: Settings | None = None, now: datetime.datetime | None = None,
                 # A savepoint per schedule: one broken schedule (edited in the admin, say) is
                 # disabled and logged, and the others still fire.
                 with broker.atomic():
-                    fired.append(_fire(item, settings, now))
+                    fired.append(_fire(item, settings, now, broker))
             except DatabaseError:
                 raise  # the database is away: leave every schedule as it is for the next tick
             except ConfigError as exc:
@@ -187,7 +175,7 @@ def tick(settings: Settings | None = None, now: datetime.datetime | None = None,
     return fired
 
 
-def _fire(item: Schedule, settings: Settings, now: datetime.datetime) -> str:
+def _fire(item: Schedule, settings: Settings, now: datetime.datetime, broker: Broker) -> str:
     """Enqueue one due schedule and move it to its next run; return the job id."""
     # The row is not signed: whoever can edit it chooses func and hook, so only allowed functions fire.
     check_allowed(item.func, settings)
@@ -218,5 +206,5 @@ def _fire(item: Schedule, settings: Settings, now: datetime.datetime) -> str:
         item.repeats = 0
     else:
         item.next_run = following
-    item.save(update_fields=["last_job", "next_run", "repeats"])
+    broker.save_schedule(item, fields=["last_job", "next_run", "repeats"])
     return job_id

@@ -96,7 +96,6 @@ def problems() -> list[str]:
                       lambda got: lease_until(got[0].job_id), 50)
     if held.job_id != ready:
         found.append(f"reserve() took {held.job_id}, not the one job visible now ({ready}; {delayed} is delayed)")
-    bracket("extend_lease(70)", lambda: broker.extend_lease(held, 70), lambda _: lease_until(held.job_id), 70)
     bracket("extend_leases(80)", lambda: broker.extend_leases(owner, [held.job_id], 80),
             lambda _: lease_until(held.job_id), 80)
     bracket("settle(delay=40).visible_at", lambda: broker.settle(held, delay=40, error="x"),

@@ -13,7 +13,8 @@ tests on it and on the ORM broker.
 ``atomic()`` nests like savepoints (a block that raises restores what it changed) and counts the
 outermost blocks in ``transactions``; ``closes`` counts ``close()``. ``job(id)`` and ``letters``
 show the state. Members neither the cluster's pure parts nor the contract suite call raise
-NotImplementedError: groups, the waker and schedules.
+NotImplementedError: groups and the waker; schedules, workflows and durable steps are the ORM's
+(the contract's defaults refuse them).
 """
 from __future__ import annotations
 
@@ -68,6 +69,7 @@ class Job:
     first_started_at: Any = None
     finished_at: Any = None
     attempt_log: dict[str, Any] | None = None
+    progress_report: dict[str, Any] | None = None
 
     @property
     def result(self) -> Any:
@@ -394,14 +396,6 @@ class MemoryBroker(Broker):
         """The result as stored (workers send it sealed already, ``execution.seal``)."""
         return seal_result(result, self.settings.name, self.settings.compress)
 
-    def ack(self, reservation: Reservation, result: Any = None) -> bool:
-        job = self._held(reservation)
-        if job is None:
-            return False
-        self._end(job, Event.ACK)
-        job.result_package = self._seal(result)
-        return True
-
     def count_outcomes(self, counts) -> None:
         for key, (ok, failed) in counts.items():
             total = self._counts.setdefault(key, [0, 0])
@@ -446,11 +440,6 @@ class MemoryBroker(Broker):
         job.visible_at = time.time() + max(delay, 0)
         return JobState.RETRYING
 
-    def nack(self, reservation: Reservation, requeue: bool = True, delay: float = 0, error: str = "",
-             traceback: str = "", started_at: Any = None) -> bool:
-        return self.settle(reservation, requeue=requeue, delay=delay, error=error, traceback=traceback,
-                           started_at=started_at) is not None
-
     def fail(self, reservation: Reservation, error: str, traceback: str = "", started_at: Any = None,
              finished_at: Any = None) -> bool:
         job = self._held(reservation)
@@ -491,11 +480,15 @@ class MemoryBroker(Broker):
         job.yields += 1
         return True
 
-    def extend_lease(self, reservation: Reservation, seconds: float) -> None:
-        job = self._held(reservation)
+    def report_progress(self, reservation: Reservation, report: Mapping[str, Any]) -> bool:
+        try:
+            job = self._held(reservation)
+        except LeaseLost:
+            return False
         if job is None:
-            raise LeaseLost(f"job {reservation.job_id}: no longer leased")
-        job.lease_until = time.time() + seconds
+            return False
+        job.progress_report = dict(report)
+        return True
 
     def extend_leases(self, owner: str, job_ids: Sequence[str], seconds: float) -> int:
         renewed = 0
@@ -731,12 +724,6 @@ class MemoryBroker(Broker):
 
     def clock_skew(self) -> None:
         return None
-
-    def due_schedules(self, now: Any, limit: int = 100) -> list[Any]:
-        raise _unused("due_schedules")
-
-    def disable_schedule(self, schedule_id: int) -> None:
-        raise _unused("disable_schedule")
 
     def jobs(self, job_ids: Sequence[str]) -> dict[str, Any]:
         return {i: replace(self._jobs[i]) for i in job_ids if i in self._jobs}

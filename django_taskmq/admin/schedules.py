@@ -20,6 +20,7 @@ from django.utils.formats import date_format
 from django.utils.html import format_html, format_html_join
 from django.utils.translation import gettext_lazy as _, ngettext
 
+from ..brokers import get_broker
 from ..conf import get_settings
 from ..exceptions import ConfigError
 from ..models import Job, Schedule
@@ -79,7 +80,13 @@ class ScheduleAdmin(FitsTheWindow, admin.ModelAdmin):
             obj.args, obj.kwargs = stored_arguments(obj.args, obj.kwargs, obj.options or {}, get_settings())
         except ConfigError as exc:  # sealed under a key no longer listed: kept as they are
             self.message_user(request, f"The arguments were left as stored: {exc}", messages.WARNING)
-        super().save_model(request, obj, form, change)
+        get_broker().save_schedule(obj)
+
+    def delete_model(self, request, obj):
+        get_broker().delete_schedules([obj.pk])
+
+    def delete_queryset(self, request, queryset):
+        get_broker().delete_schedules(list(queryset.values_list("pk", flat=True)))
 
     def get_urls(self):
         return [
@@ -168,7 +175,7 @@ class ScheduleAdmin(FitsTheWindow, admin.ModelAdmin):
                 if paused else _("Resume the selected schedules? Each fires again at its next run time."),
                 selected=None if action is None else [])
         changing = list(queryset.exclude(paused=paused))
-        Schedule.objects.filter(pk__in=[s.pk for s in changing]).update(paused=paused)
+        get_broker().pause_schedules([s.pk for s in changing], paused)
         confirm.log(request, changing, "Paused" if paused else "Resumed")
         self.message_user(request, (ngettext("%d schedule paused.", "%d schedules paused.", len(changing)) if paused
                                     else ngettext("%d schedule resumed.", "%d schedules resumed.", len(changing)))

@@ -81,6 +81,19 @@ class Waker(Protocol):
 class Broker(abc.ABC):
     """Stores messages and hands them out under leases, in pick order.
 
+    The contract is what the cluster and the operator's actions claim and write: every write that
+    changes a job, a schedule, a dead letter or their bookkeeping is a member here, and nothing
+    outside ``brokers/`` writes those rows (``tests/unit/test_architecture.py`` checks it). The
+    reads declared here are the ones the cluster decides on and the operator's commands act on
+    (:meth:`jobs`, :meth:`dead_letters`, :meth:`stats`, :meth:`flow_status`, :meth:`count_finished`),
+    which the contract suite checks on every broker.
+
+    Other reads are plain ORM queries on :mod:`django_taskmq.models`, outside this contract: a
+    job's result and status (``fetch``, ``result``, ``Job.result``, the ``django.tasks`` backend),
+    workflow info, monitoring and metrics, the admin's lists and pages, the health view. A broker
+    that kept its rows elsewhere could not serve them, and this class does not pretend it could.
+    Schedules, workflows and durable steps are the ORM's too: their members have defaults that refuse.
+
     The cluster, the recorder, the scheduler, the API, the admin and the commands use a broker
     only through the members declared here. A broker owns its transactions: callers that need
     several writes to commit together ask for :meth:`atomic`, never open one themselves.
@@ -197,15 +210,9 @@ class Broker(abc.ABC):
 
     # -- ending or changing a delivery (fenced by the lease token) ----------------------------
     @abc.abstractmethod
-    def ack(self, reservation: Reservation, result: Any = None) -> bool:
-        """Record success. Return False when this holder already acknowledged it (a no-op).
-
-        Raises LeaseLost when the lease ran out and the message was reclaimed.
-        """
-
-    @abc.abstractmethod
     def ack_many(self, acks: Iterable[Ack]) -> list[Reservation]:
-        """Record many successes at once; return the reservations whose lease was lost."""
+        """Record successes (one or many, in few statements); return the reservations whose lease
+        was lost. A holder's repeated ack changes nothing and is not lost."""
 
     @abc.abstractmethod
     def count_outcomes(self, counts: Mapping[tuple[datetime.datetime, str], tuple[int, int]]) -> None:
@@ -227,11 +234,6 @@ class Broker(abc.ABC):
         RETRYING (visible after ``delay``) while deliveries are left; DEAD when they are used up
         or ``requeue`` is False. None when this holder already recorded it. Raises LeaseLost.
         """
-
-    @abc.abstractmethod
-    def nack(self, reservation: Reservation, requeue: bool = True, delay: float = 0, error: str = "",
-             traceback: str = "", started_at: datetime.datetime | None = None) -> bool:
-        """:meth:`settle`, answering True when something was recorded."""
 
     @abc.abstractmethod
     def fail(self, reservation: Reservation, error: str, traceback: str = "",
@@ -260,8 +262,9 @@ class Broker(abc.ABC):
         """
 
     @abc.abstractmethod
-    def extend_lease(self, reservation: Reservation, seconds: float) -> None:
-        """Renew one lease for ``seconds`` from now. Raises LeaseLost."""
+    def report_progress(self, reservation: Reservation, report: Mapping[str, Any]) -> bool:
+        """Store ``report`` as the held job's progress (``Job.progress_report``); return False when
+        the job is no longer held under this lease (the report is dropped, nothing raised)."""
 
     @abc.abstractmethod
     def extend_leases(self, owner: str, job_ids: Sequence[str], seconds: float) -> int:
@@ -421,15 +424,6 @@ class Broker(abc.ABC):
         the broker's clock is this host's."""
 
     @abc.abstractmethod
-    def due_schedules(self, now: datetime.datetime, limit: int = 100) -> list[Any]:
-        """Return the due schedules that are neither used up nor paused, locked against other clusters until the enclosing
-        :meth:`atomic` block ends; call it inside ``atomic(write=True)``."""
-
-    @abc.abstractmethod
-    def disable_schedule(self, schedule_id: int) -> None:
-        """Stop a schedule from firing again (``repeats = 0``)."""
-
-    @abc.abstractmethod
     def jobs(self, job_ids: Sequence[str]) -> dict[str, Any]:
         """Return the state records (``models.Job``) of ``job_ids`` that exist, by id."""
 
@@ -451,6 +445,34 @@ class Broker(abc.ABC):
     def cancel_workflow(self, workflow_id: str) -> int:
         """Cancel the steps of a workflow that have not ended (ask running ones to stop); return how many."""
         raise NotImplementedError(f"{type(self).__name__} does not run workflows")
+
+    # -- schedules (``models.Schedule`` rows; brokers that keep none refuse) ------------------
+    def due_schedules(self, now: datetime.datetime, limit: int = 100) -> list[Any]:
+        """Return the due schedules that are neither used up nor paused, locked against other clusters until the enclosing
+        :meth:`atomic` block ends; call it inside ``atomic(write=True)``."""
+        raise NotImplementedError(f"{type(self).__name__} does not keep schedules")
+
+    def disable_schedule(self, schedule_id: int) -> None:
+        """Stop a schedule from firing again (``repeats = 0``)."""
+        raise NotImplementedError(f"{type(self).__name__} does not keep schedules")
+
+    def store_schedule(self, name: str, values: Mapping[str, Any], replace: bool = False) -> Any:
+        """Create the schedule ``name`` with ``values`` (its fields by name), or with ``replace``
+        update the one of that name; return it. The values are stored as given (a new cron
+        schedule keeps the ``next_run`` given). Raises ConfigError when it exists and not ``replace``."""
+        raise NotImplementedError(f"{type(self).__name__} does not keep schedules")
+
+    def save_schedule(self, schedule: Any, fields: Sequence[str] | None = None) -> None:
+        """Store a new or changed schedule (a ``models.Schedule``; ``fields``: only these)."""
+        raise NotImplementedError(f"{type(self).__name__} does not keep schedules")
+
+    def pause_schedules(self, schedule_ids: Sequence[int], paused: bool) -> int:
+        """Pause (``paused``) or resume the schedules of ``schedule_ids``; return how many changed."""
+        raise NotImplementedError(f"{type(self).__name__} does not keep schedules")
+
+    def delete_schedules(self, schedule_ids: Sequence[int]) -> int:
+        """Delete the schedules of ``schedule_ids``; return how many."""
+        raise NotImplementedError(f"{type(self).__name__} does not keep schedules")
 
     # -- durable tasks (brokers that cannot run them refuse) -----------------------------------
     def steps(self, job_id: str) -> list[StepRecord]:

@@ -22,7 +22,7 @@ from __future__ import annotations
 from django.db import connections
 from django.db.backends.signals import connection_created
 
-from ..brokers.orm.dialect import dialect_named
+from ..brokers import database
 from ..conf import DEAD_CONNECTION_TIMEOUT
 from ..failures import FailureLog, cause  # the cluster's components reach them here
 
@@ -40,14 +40,13 @@ def prepare(alias: str, dead_connection_timeout: float | None = DEAD_CONNECTION_
     settings_dict = connections.settings[alias]
     conn = connections[alias]
     options = dict(settings_dict.get("OPTIONS") or {})  # a copy: the dict may be shared with another alias
-    dialect = dialect_named(conn.vendor)
-    if dialect is None:  # an engine the broker refuses (a system check says why)
+    tune = database.tune_connections(alias, options, dead_connection_timeout)
+    if tune is None:  # an engine the broker refuses (a system check says why)
         return
-    dialect.prepare(options, dead_connection_timeout)
 
     def connected(sender, connection, **kwargs) -> None:
         if connection.alias == alias:
-            dialect.connected(connection, dead_connection_timeout)
+            tune(connection)
 
     # One receiver per alias (the latest call's), for the connections opened from now on.
     uid = f"django_taskmq.outage.prepare:{alias}"
@@ -70,8 +69,7 @@ def check(alias: str, where: str) -> str | None:
 
     conn = connections[alias]
     where = f"database {where}"
-    dialect = dialect_named(conn.vendor)
-    if dialect is not None and dialect.created_by_connecting(conn):
+    if database.file_missing(alias):
         # sqlite3 would create an empty file; say what is wrong instead.
         return f"cannot reach {where}: the file does not exist (run manage.py migrate)"
     try:

@@ -27,7 +27,7 @@ from django.db import close_old_connections, connections
 from .. import execution as ex
 from .. import reporting
 from ..brokers.base import Broker
-from ..brokers.orm.dialect import dialect_named
+from ..brokers import database
 from ..conf import Settings
 from ..exceptions import JobCancelled, TaskTimeout
 from .interrupts import Interrupts, Running, guard_thread_starts
@@ -275,12 +275,7 @@ def _brief_lock_wait(alias: str) -> Iterator[None]:
     while; the monitor may wait for it, an idle worker's own ack should not: it gives the outcome to
     the monitor instead, and stays free for the next task (and clear of its task's timeout).
     """
-    conn = connections[alias]
-    dialect = dialect_named(conn.vendor)
-    if dialect is None:
-        yield
-        return
-    with dialect.lock_wait(conn, LOCK_WAIT):
+    with database.lock_wait(alias, LOCK_WAIT):
         yield
 
 

@@ -346,6 +346,18 @@ def test_schedules_pause_and_resume(admin_client, broker):
                 .order_by("pk").values_list("change_message", flat=True))[-2:] == ["Paused", "Resumed"]
 
 
+def test_schedules_are_deleted_one_or_selected(admin_client, broker):
+    """Deleting from a schedule's page and with "delete selected" (Broker.delete_schedules) deletes and logs."""
+    for name in ("one", "two", "three"):
+        admin_client.post(f"{SCHEDULES}add/", schedule_form(name=name))
+    one, two, three = (Schedule.objects.get(name=n).pk for n in ("one", "two", "three"))
+    admin_client.post(f"{SCHEDULES}{one}/delete/", {"post": "yes"})
+    assert sorted(Schedule.objects.values_list("name", flat=True)) == ["three", "two"]
+    admin_client.post(SCHEDULES, {"action": "delete_selected", "_selected_action": [two], "post": "yes"})
+    assert list(Schedule.objects.values_list("pk", flat=True)) == [three]
+    assert LogEntry.objects.filter(content_type__model="schedule", action_flag=DELETION).count() == 2
+
+
 # -- the dashboard ---------------------------------------------------------------------------------
 
 def test_dashboard_shows_queues_clusters_and_throughput(admin_client, broker):

@@ -14,6 +14,7 @@ from django.test.utils import CaptureQueriesContext
 from django_taskmq import async_task
 from django_taskmq.api import run_sync
 from django_taskmq.models import DeadLetter, Job, State
+from tests.contract.helpers import ack
 from tests.tasks import read_run_log
 
 pytestmark = pytest.mark.django_db
@@ -108,7 +109,7 @@ def test_cancel_goes_through_the_broker_and_asks_running_jobs_to_stop(admin_clie
     (r,) = broker.reserve(["default"], limit=1, lease=300, owner="t")
     assert r.job_id == running
     (f,) = broker.reserve(["default"], limit=1, lease=300, owner="t")
-    broker.ack(f)
+    ack(broker, f)
     selected = [queued, running, finished]
     # The action's first POST shows its confirmation page and changes nothing.
     page = admin_client.post(JOBS, {"action": "cancel_jobs", "_selected_action": selected})

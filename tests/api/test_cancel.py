@@ -16,6 +16,7 @@ from django_taskmq import joblog
 from django_taskmq.brokers.base import Reservation
 from django_taskmq.models import Job, State
 from django_taskmq.signals import post_execute
+from tests.contract.helpers import ack
 from tests.tasks import read_run_log
 
 pytestmark = pytest.mark.django_db
@@ -72,7 +73,7 @@ def test_retry_of_a_job_cancelled_while_running_forgets_the_request(broker):
 
 def test_cancel_of_a_finished_or_unknown_job_is_false_and_a_bad_id_a_config_error(broker):
     job_id = async_task("tests.tasks.noop")
-    broker.ack(broker.reserve(["default"], limit=1, lease=60, owner="t")[0])
+    ack(broker, broker.reserve(["default"], limit=1, lease=60, owner="t")[0])
     assert cancel(job_id) is False
     assert cancel("no-such-job") is False
     for bad in (None, 42, ""):
@@ -132,7 +133,7 @@ def test_qcancel_cancels_waiting_jobs_asks_running_ones_and_names_the_rest(broke
     running = async_task("tests.tasks.noop")
     broker.reserve(["default"], limit=1, lease=60, owner="t")
     done = async_task("tests.tasks.noop")
-    broker.ack(broker.reserve(["default"], limit=1, lease=60, owner="t")[0])
+    ack(broker, broker.reserve(["default"], limit=1, lease=60, owner="t")[0])
     lines = run("qcancel", waiting, running, done).splitlines()
     assert lines[0] == f"{waiting} cancelled"
     assert lines[1].startswith(f"{running} running: asked to stop")

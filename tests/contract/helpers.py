@@ -3,7 +3,7 @@
 ``put`` and ``put_many`` build a job's values exactly as ``async_task`` and ``enqueue_many`` do
 (``options.JobTemplate``: the same option checks, signed package, FromNow delay) and hand them to
 ``broker.enqueue`` / ``broker.enqueue_many``, so a test enqueues into the broker it was given,
-whichever that is. ``job``, ``jobs``, ``states`` and ``letters`` read back through ``Broker.jobs``
+whichever that is. ``ack`` records one success as the recorder does (``Broker.ack_many``). ``job``, ``jobs``, ``states`` and ``letters`` read back through ``Broker.jobs``
 and ``Broker.dead_letters``; ``run`` runs one stored job here, as sync mode does, on that broker.
 
 Packages for the pusher's checks: ``signed`` (a good one), ``forged`` (a pickle that would run code,
@@ -20,13 +20,21 @@ from typing import Any
 
 from django.core import signing as django_signing
 
-from django_taskmq.brokers.base import Broker
+from django_taskmq.brokers.base import Ack, Broker, Reservation
 from django_taskmq.envelope import Envelope
+from django_taskmq.exceptions import LeaseLost
 from django_taskmq.options import JobTemplate
 from django_taskmq.policy.states import JobState
 from django_taskmq.signing import sign, sign_bytes
 
 NOOP = "tests.tasks.noop"
+
+
+def ack(broker: Broker, reservation: Reservation, result: Any = None) -> None:
+    """Record one success through ``broker.ack_many``, as the recorder does; raise LeaseLost when
+    the lease was lost (a holder's repeated ack changes nothing and raises nothing)."""
+    if broker.ack_many([Ack(reservation, result)]):
+        raise LeaseLost(f"job {reservation.job_id}: lease lost (token {reservation.token} no longer holds it)")
 
 
 def put(broker: Broker, *args: Any, func: str = NOOP, payload: str | None = None, **options: Any) -> str:

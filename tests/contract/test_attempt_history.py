@@ -44,7 +44,8 @@ def test_failed_executions_are_listed_oldest_first_and_a_success_adds_none(broke
     job_id = put(broker, func="tests.tasks.fail", max_deliveries=5)
     for n, kind in enumerate(("KeyError", "tests.tasks.Boom"), start=1):
         r = reserve_one(broker)
-        assert broker.nack(r, delay=0, error=f"{kind}: failure {n}", traceback=f"Traceback {n}", started_at=at(n))
+        assert broker.settle(r, delay=0, error=f"{kind}: failure {n}", traceback=f"Traceback {n}",
+                             started_at=at(n)) == JobState.RETRYING
     r = reserve_one(broker)
     assert broker.ack_many([Ack(r, None, at(3), at(4))]) == []
     job = job_of(broker, job_id)
@@ -75,7 +76,7 @@ def test_an_acknowledged_failure_and_a_dead_letter_that_ran_are_recorded(broker)
 
     rejected = put(broker, func="tests.tasks.fail")
     r = reserve_one(broker)
-    broker.nack(r, delay=0, error="KeyError: first", started_at=at(3))
+    broker.settle(r, delay=0, error="KeyError: first", started_at=at(3))
     r = reserve_one(broker)
     assert broker.dead_letter(r, "rejected", "RuntimeError: reject", "tb reject", started_at=at(4))
     job = job_of(broker, rejected)
@@ -88,7 +89,7 @@ def test_the_poison_guards_last_failure_is_recorded_with_the_others(broker):
     """max_deliveries=3: three failed executions, three entries; the third dead-letters the job."""
     job_id = put(broker, func="tests.tasks.fail", max_deliveries=3)
     for n in (1, 2, 3):
-        broker.nack(reserve_one(broker), delay=0, error=f"ValueError: {n}", started_at=at(n))
+        broker.settle(reserve_one(broker), delay=0, error=f"ValueError: {n}", started_at=at(n))
     job = job_of(broker, job_id)
     assert job.state == JobState.DEAD
     assert [e["attempt"] for e in attempts.entries(job.attempt_log)] == [1, 2, 3]
@@ -117,9 +118,9 @@ def test_a_stale_holder_writes_no_entry(broker):
     broker.reclaim_expired()
     new = reserve_one(broker)
     with pytest.raises(LeaseLost):
-        broker.nack(old, delay=0, error="ValueError: late", started_at=at(1))
+        broker.settle(old, delay=0, error="ValueError: late", started_at=at(1))
     assert log_of(broker, job_id) is None
-    broker.nack(new, delay=0, error="ValueError: current", started_at=at(2))
+    broker.settle(new, delay=0, error="ValueError: current", started_at=at(2))
     assert [(e["attempt"], e["error"]) for e in attempts.entries(log_of(broker, job_id))] == [(1, "ValueError: current")]
 
 
@@ -129,7 +130,7 @@ def test_the_history_is_capped_to_the_newest_entries_and_counts_the_dropped(brok
     job_id = put(broker, func="tests.tasks.fail", max_deliveries=total + 1)
     long_traceback = "frame\n" * 5_000 + "the frame that raised"
     for n in range(1, total + 1):
-        broker.nack(reserve_one(broker), delay=0, error=f"ValueError: {n} " + "x" * 5_000,
+        broker.settle(reserve_one(broker), delay=0, error=f"ValueError: {n} " + "x" * 5_000,
                     traceback=long_traceback, started_at=at(n))
     job = job_of(broker, job_id)
     assert job.state == JobState.RETRYING and job.attempt == total
@@ -147,10 +148,10 @@ def test_the_history_is_capped_to_the_newest_entries_and_counts_the_dropped(brok
 
 def test_a_replayed_job_keeps_its_history_and_goes_on_numbering(broker):
     job_id = put(broker, func="tests.tasks.fail", max_deliveries=1)
-    broker.nack(reserve_one(broker), delay=0, error="ValueError: before", started_at=at(1))
+    broker.settle(reserve_one(broker), delay=0, error="ValueError: before", started_at=at(1))
     (letter,) = letters(broker)
     broker.replay_dead(letter.pk)
-    broker.nack(reserve_one(broker), delay=0, error="ValueError: after", started_at=at(2))
+    broker.settle(reserve_one(broker), delay=0, error="ValueError: after", started_at=at(2))
     job = job_of(broker, job_id)
     assert [(e["attempt"], e["error"]) for e in attempts.entries(job.attempt_log)] == [
         (1, "ValueError: before"), (2, "ValueError: after")]
@@ -209,7 +210,7 @@ def test_migration_0008_adds_two_columns_without_rebuilding_the_table_and_old_ro
         old = Job.objects.get(pk="d" * 24)
         assert (old.attempt_log, old.first_started_at, old.started_at) == (None, None, at(2))
         assert broker.retry_jobs([old.pk]) == 1
-        broker.nack(reserve_one(broker), delay=0, error="KeyError: new", traceback="new tb", started_at=at(9))
+        broker.settle(reserve_one(broker), delay=0, error="KeyError: new", traceback="new tb", started_at=at(9))
         old = Job.objects.get(pk="d" * 24)
         assert (old.first_started_at, old.started_at) == (at(2), at(9))
         assert [(e["attempt"], e["error"]) for e in attempts.entries(old.attempt_log)] == [(3, "KeyError: new")]

@@ -11,7 +11,7 @@ import pytest
 
 from django_taskmq import ConfigError
 from django_taskmq.policy.states import JobState
-from tests.contract.helpers import job, jobs, letters, put, states
+from tests.contract.helpers import ack, job, jobs, letters, put, states
 
 LONG = 300
 
@@ -42,7 +42,7 @@ def test_a_dead_letter_without_an_error_keeps_the_jobs_last_one(broker):
     """Without ``error`` the job keeps its last error and its letter carries it."""
     job_id = put(broker, queue="a")
     (r,) = broker.reserve(["a"], 1, LONG, "t")
-    broker.nack(r, error="KeyError: first")
+    broker.settle(r, error="KeyError: first")
     (r,) = broker.reserve(["a"], 1, LONG, "t")
     assert broker.dead_letter(r, "gave up") is True
     assert broker.dead_letter(r, "gave up") is False  # the holder's repeated call
@@ -67,7 +67,7 @@ def test_replay_dead_requeues_the_same_job_with_counters_reset(broker):
     r = broker.reserve(["a"], 1, LONG, "t")[0]
     broker.yield_reservation(r)
     r = broker.reserve(["a"], 1, LONG, "t")[0]
-    broker.nack(r, error="first")
+    broker.settle(r, error="first")
     r = broker.reserve(["a"], 1, LONG, "t")[0]
     broker.dead_letter(r, "gave up", error="second")
     before = job(broker, job_id)
@@ -219,7 +219,7 @@ def test_stats_count_ready_delayed_reserved_dead_per_queue_and_priority(broker):
     done = put(broker, queue="emails")
     (r,) = broker.reserve(["emails"], 1, LONG, "t")
     assert r.job_id == done
-    broker.ack(r)
+    ack(broker, r)
 
     rows = [(s["queue"], s["priority"], {k: s[k] for k in ("ready", "delayed", "reserved", "dead")})
             for s in broker.stats()]

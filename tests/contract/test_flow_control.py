@@ -14,7 +14,7 @@ from django_taskmq import ConfigError, Priority
 from django_taskmq.conf import from_mapping
 from django_taskmq.policy.states import JobState
 from tests import tasks
-from tests.contract.helpers import job, put
+from tests.contract.helpers import ack, job, put
 
 LONG = 300
 
@@ -36,7 +36,7 @@ def test_a_job_whose_key_is_taken_is_not_delivered_until_the_key_frees(broker):
     assert (held.state, held.deliveries, held.attempt, held.lease_token) == (JobState.QUEUED, 0, 0, None)
     assert claim(broker) == []
     assert broker.has_ready(["default"]) is False  # nothing deliverable: an idle pusher may sleep
-    broker.ack(r)
+    ack(broker, r)
     (r2,) = claim(broker)
     assert (r2.job_id, r2.deliveries) == (second, 1)
 
@@ -97,7 +97,7 @@ def test_a_queue_concurrency_cap_holds_across_claims(reconfigure):
     got = claim(broker, queues=["default", "reports"])
     assert set(ids(got)) == {other, *jobs[:2]}
     assert claim(broker, queues=["default", "reports"]) == []
-    broker.ack(next(r for r in got if r.job_id == jobs[0]))
+    ack(broker, next(r for r in got if r.job_id == jobs[0]))
     assert ids(claim(broker, queues=["default", "reports"])) == [jobs[2]]
 
 

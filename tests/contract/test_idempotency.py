@@ -14,7 +14,7 @@ import pytest
 from django_taskmq.models import Job
 from django_taskmq.policy.states import JobState
 from tests.conftest import finish, start_script
-from tests.contract.helpers import job, put
+from tests.contract.helpers import ack, job, put
 
 ATTEMPTS = """
     import sys
@@ -52,7 +52,7 @@ def test_same_key_after_the_job_finished_still_returns_it_within_the_ttl(broker)
     """The key holds for the TTL, not only while the job is queued."""
     first = put(broker, key="k")
     (r,) = broker.reserve(["default"], 1, 60, "t")
-    broker.ack(r)
+    ack(broker, r)
     assert put(broker, key="k") == first
     assert ready(broker) == 0
     assert job(broker, first).state == JobState.SUCCEEDED

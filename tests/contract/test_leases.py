@@ -13,7 +13,7 @@ import pytest
 
 from django_taskmq import LeaseLost
 from django_taskmq.policy.states import JobState
-from tests.contract.helpers import job, letters, put
+from tests.contract.helpers import ack, job, letters, put
 
 SHORT = 0.2  # seconds: a lease that runs out during the test
 LONG = 300
@@ -57,7 +57,7 @@ def test_reclaim_leaves_live_leases_alone(broker):
     live = reserve_one(broker, lease=LONG)
     assert broker.reclaim_expired() == 0
     assert job(broker, live.job_id).state == JobState.RUNNING
-    assert broker.ack(live) is True
+    ack(broker, live)
 
 
 def test_reserve_itself_reclaims_expired_leases(broker):
@@ -87,9 +87,9 @@ def test_old_holder_ack_after_reclaim_raises_lease_lost_and_changes_nothing(brok
     new = reserve_one(broker, owner="new")
     before = snapshot(broker, job_id)
     with pytest.raises(LeaseLost):
-        broker.ack(old, result=3)
+        ack(broker, old, result=3)
     assert snapshot(broker, job_id) == before
-    assert broker.ack(new, result=3) is True
+    ack(broker, new, result=3)
     assert job(broker, job_id).state == JobState.SUCCEEDED
 
 
@@ -101,7 +101,7 @@ def test_old_holder_ack_before_redelivery_raises_lease_lost(broker):
     broker.reclaim_expired()
     state = job(broker, job_id).state
     with pytest.raises(LeaseLost):
-        broker.ack(old)
+        ack(broker, old)
     assert job(broker, job_id).state == state != JobState.SUCCEEDED
 
 
@@ -119,32 +119,33 @@ def test_old_holder_nack_after_reclaim_raises_lease_lost_and_changes_nothing(bro
     """The old holder's nack (requeue or not) raises LeaseLost and changes nothing."""
     job_id, old, before = stolen_reservation(broker)
     with pytest.raises(LeaseLost):
-        broker.nack(old, requeue=True, error="late failure")
+        broker.settle(old, requeue=True, error="late failure")
     with pytest.raises(LeaseLost):
-        broker.nack(old, requeue=False, error="late failure")
+        broker.settle(old, requeue=False, error="late failure")
     assert snapshot(broker, job_id) == before
     assert letters(broker) == []
 
 
 def test_old_holder_defer_yield_extend_and_dead_letter_raise_lease_lost(broker):
-    """Every write that ends or changes a delivery is fenced: defer, yield, extend_lease, dead_letter,
-    fail and end_cancelled."""
+    """Every write that ends or changes a delivery is fenced: defer, yield, dead_letter, fail and
+    end_cancelled; the old holder's renewal renews nothing."""
     job_id, old, before = stolen_reservation(broker)
     for write in (lambda: broker.defer(old), lambda: broker.yield_reservation(old),
-                  lambda: broker.extend_lease(old, 60), lambda: broker.dead_letter(old, "late"),
+                  lambda: broker.dead_letter(old, "late"),
                   lambda: broker.fail(old, "late"), lambda: broker.end_cancelled(old, "late")):
         with pytest.raises(LeaseLost):
             write()
+    assert broker.extend_leases("old", [job_id], 60) == 0
     assert snapshot(broker, job_id) == before
     assert letters(broker) == []
 
 
 def test_second_ack_by_the_holder_is_a_no_op(broker):
-    """A repeated ack by the same holder returns False, raises nothing and keeps the first result."""
+    """A repeated ack by the same holder raises nothing and keeps the first result."""
     job_id = put(broker, 1, 2, func="tests.tasks.add")
     r = reserve_one(broker)
-    assert broker.ack(r, result=3) is True
-    assert broker.ack(r, result=99) is False
+    ack(broker, r, result=3)
+    ack(broker, r, result=99)
     j = job(broker, job_id)
     assert (j.state, j.result) == (JobState.SUCCEEDED, 3)
 
@@ -153,10 +154,10 @@ def test_extend_lease_keeps_the_message_from_being_reclaimed(broker):
     """A renewed lease outlives its original length: the reclaim sweep leaves it alone."""
     job_id = put(broker)
     r = reserve_one(broker, lease=SHORT)
-    broker.extend_lease(r, LONG)
+    assert broker.extend_leases("t", [job_id], LONG) == 1
     expire_leases()
     assert broker.reclaim_expired() == 0
-    assert broker.ack(r) is True
+    ack(broker, r)
     assert job(broker, job_id).state == JobState.SUCCEEDED
 
 
@@ -200,13 +201,13 @@ def test_yield_returns_false_once_max_yields_is_reached(reconfigure):
     assert results == [True, True, False]
     j = job(broker, job_id)
     assert (j.state, j.yields, j.deliveries, j.lease_token) == (JobState.RUNNING, 2, 1, r.token)
-    assert broker.ack(r) is True
+    ack(broker, r)
 
 
 def test_nack_with_delay_hides_the_redelivery(broker):
     """nack(delay) counts the failed delivery and hides the message until the delay passed."""
     job_id = put(broker)
-    broker.nack(reserve_one(broker), delay=LONG, error="later")
+    broker.settle(reserve_one(broker), delay=LONG, error="later")
     assert broker.reserve(["default"], limit=1, lease=LONG, owner="t") == []
     j = job(broker, job_id)
     assert (j.state, j.deliveries, j.error) == (JobState.RETRYING, 1, "later")
@@ -225,7 +226,9 @@ def test_extend_leases_renews_only_the_named_jobs_of_one_owner(broker):
     assert job(broker, theirs).state == JobState.RETRYING
     assert job(broker, mine[2]).state == JobState.RETRYING
     assert {job(broker, i).state for i in mine[:2]} == {JobState.RUNNING}
-    assert all(broker.ack(r) for r in got_mine if r.job_id in mine[:2])
+    for r in got_mine:
+        if r.job_id in mine[:2]:
+            ack(broker, r)
 
 
 def held_and_lost(broker):
@@ -267,9 +270,25 @@ def test_atomic_rolls_back_a_failed_inner_block_only(broker):
     put(broker, 1)
     ra, rb = broker.reserve(["default"], 2, LONG, "t")
     with broker.atomic(write=True):
-        assert broker.ack(ra) is True
+        ack(broker, ra)
         with pytest.raises(RuntimeError), broker.atomic(write=True):
-            assert broker.ack(rb) is True
+            ack(broker, rb)
             raise RuntimeError("roll back")
     assert (job(broker, ra.job_id).state, job(broker, rb.job_id).state) == (JobState.SUCCEEDED, JobState.RUNNING)
-    assert broker.ack(rb) is True  # its lease still holds
+    ack(broker, rb)  # its lease still holds
+
+
+def test_progress_is_stored_only_under_the_holders_lease(broker):
+    """report_progress stores the holder's report; the old holder's is dropped (False), not raised."""
+    job_id = put(broker)
+    old = reserve_one(broker, lease=SHORT, owner="old")
+    expire_leases()
+    broker.reclaim_expired()
+    new = reserve_one(broker, owner="new")
+    assert broker.report_progress(old, {"done": 1, "total": 9}) is False
+    assert job(broker, job_id).progress_report is None
+    assert broker.report_progress(new, {"done": 2, "total": 9}) is True
+    assert job(broker, job_id).progress_report == {"done": 2, "total": 9}
+    ack(broker, new)
+    assert broker.report_progress(new, {"done": 3, "total": 9}) is False
+    assert job(broker, job_id).progress_report == {"done": 2, "total": 9}

@@ -27,11 +27,11 @@ def test_failed_deliveries_up_to_max_deliveries_go_to_the_dlq(broker):
     for delivery in (1, 2):
         (r,) = reserve(broker)
         assert r.deliveries == delivery
-        assert broker.nack(r, requeue=True, error=f"failure {delivery}") is True
+        assert broker.settle(r, requeue=True, error=f"failure {delivery}") == JobState.RETRYING
         assert job(broker, job_id).state == JobState.RETRYING
     (r,) = reserve(broker)
     assert r.deliveries == 3
-    broker.nack(r, requeue=True, error="failure 3")
+    broker.settle(r, requeue=True, error="failure 3")
     j = job(broker, job_id)
     assert (j.state, j.deliveries) == (JobState.DEAD, 3)
     (letter,) = letters(broker)
@@ -56,10 +56,10 @@ def test_setting_max_deliveries_applies_when_the_call_gives_none(reconfigure):
     broker = reconfigure(max_deliveries=2)
     job_id = put(broker, func="tests.tasks.fail")
     (r,) = reserve(broker)
-    broker.nack(r, error="one")
+    broker.settle(r, error="one")
     assert job(broker, job_id).state == JobState.RETRYING
     (r,) = reserve(broker)
-    broker.nack(r, error="two")
+    broker.settle(r, error="two")
     assert job(broker, job_id).state == JobState.DEAD
     assert [x.job_id for x in letters(broker)] == [job_id]
 
@@ -68,7 +68,7 @@ def test_nack_without_requeue_dead_letters_at_once(broker):
     """nack(requeue=False) sends the message straight to the DLQ on its first delivery."""
     job_id = put(broker, func="tests.tasks.fail", queue="b")
     (r,) = reserve(broker, queues=["b"])
-    broker.nack(r, requeue=False, error="bad input")
+    broker.settle(r, requeue=False, error="bad input")
     assert job(broker, job_id).state == JobState.DEAD
     (letter,) = letters(broker)
     assert (letter.queue, letter.deliveries, letter.reason) == ("b", 1, "bad input")
@@ -143,5 +143,5 @@ def test_retry_max_attempts_caps_deliveries(broker):
     job_id = put(broker, func="tests.tasks.fail", retry=Retry(max_attempts=2), max_deliveries=5)
     for _ in range(2):
         (r,) = reserve(broker)
-        broker.nack(r, error="boom")
+        broker.settle(r, error="boom")
     assert job(broker, job_id).state == JobState.DEAD

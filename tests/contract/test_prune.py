@@ -12,7 +12,7 @@ import time
 
 from django.db.models.signals import post_delete
 
-from tests.contract.helpers import jobs, letters, put
+from tests.contract.helpers import ack, jobs, letters, put
 
 LONG = 300
 
@@ -23,7 +23,8 @@ def succeeded(broker, count: int) -> list[str]:
     for i in range(count):
         job_id = put(broker, i, 1, func="tests.tasks.add")
         (r,) = broker.reserve(["default"], 1, LONG, "t")
-        assert r.job_id == job_id and broker.ack(r, result=i + 1)
+        assert r.job_id == job_id
+        ack(broker, r, result=i + 1)
         ids.append(job_id)
         time.sleep(0.01)
     return ids
@@ -32,7 +33,7 @@ def succeeded(broker, count: int) -> list[str]:
 def test_prune_keeps_the_newest_successes_and_nothing_else_is_touched(broker):
     old = succeeded(broker, 5)
     failed = put(broker, func="tests.tasks.fail", max_deliveries=1)
-    broker.nack(broker.reserve(["default"], 1, LONG, "t")[0], error="boom")
+    broker.settle(broker.reserve(["default"], 1, LONG, "t")[0], error="boom")
     queued = put(broker, 1, 2, func="tests.tasks.add")
     everything = [*old, failed, queued]
 
@@ -57,7 +58,7 @@ def test_orm_prune_takes_the_dead_letters_of_a_job_that_later_succeeded(orm_brok
     revived = put(broker)
     broker.dead_letter(broker.reserve(["default"], 1, LONG, "t")[0], "died once")
     broker.replay_dead(letters(broker)[0].pk)
-    broker.ack(broker.reserve(["default"], 1, LONG, "t")[0])
+    ack(broker, broker.reserve(["default"], 1, LONG, "t")[0])
     time.sleep(0.01)
     newer = succeeded(broker, 1)
     assert DeadLetter.objects.filter(job_id=revived).exists()

@@ -60,7 +60,7 @@ def test_delete_finished_takes_the_old_jobs_of_one_state_only(broker):
     retrying = put(broker, queue="a")
     got = broker.reserve(["a"], 2, LONG, "t")
     assert [r.job_id for r in got] == [running, retrying]
-    broker.nack(got[1], delay=HOUR, error="later")
+    broker.settle(got[1], delay=HOUR, error="later")
     queued = put(broker, queue="a")
 
     assert broker.count_finished(JobState.DEAD, cutoff) == 3

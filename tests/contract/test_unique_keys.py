@@ -16,7 +16,7 @@ import pytest
 from django_taskmq.models import Job, UniqueKey
 from django_taskmq.policy.states import JobState
 from tests.conftest import finish, start_script
-from tests.contract.helpers import job, put, run, states
+from tests.contract.helpers import ack, job, put, run, states
 
 ADD = "tests.tasks.add"
 
@@ -66,7 +66,7 @@ def test_unique_for_running_holds_the_key_while_it_runs(broker):
     r = claim(broker)
     assert put(broker, unique_key="k", unique_for=("queued", "running")) == first
     assert waiting(broker) == 0
-    broker.ack(r)
+    ack(broker, r)
     second = put(broker, unique_key="k", unique_for=("queued", "running"))
     assert second != first and waiting(broker) == 1
 
@@ -81,11 +81,11 @@ def test_the_states_of_the_holder_decide(broker):
 
 def test_a_retrying_job_holds_its_key_by_default_not_with_queued_only(broker):
     first = put(broker, unique_key="k")
-    broker.nack(claim(broker), delay=3600)
+    broker.settle(claim(broker), delay=3600)
     assert job(broker, first).state == JobState.RETRYING
     assert put(broker, unique_key="k") == first
     other = put(broker, unique_key="q", unique_for=("queued",))
-    broker.nack(claim(broker), delay=3600)
+    broker.settle(claim(broker), delay=3600)
     assert put(broker, unique_key="q", unique_for=("queued",)) != other
 
 
@@ -96,7 +96,7 @@ def test_after_the_job_ended_a_new_job_is_made(broker, end):
         assert broker.cancel([first]) == 1
     else:
         r = claim(broker)
-        broker.ack(r) if end == "ack" else broker.fail(r, "boom")
+        ack(broker, r) if end == "ack" else broker.fail(r, "boom")
     second = put(broker, unique_key="k")
     assert second != first
     assert job(broker, second).state == JobState.QUEUED
@@ -166,7 +166,7 @@ def test_replace_never_touches_a_running_job(broker):
 def test_idempotency_keys_are_unchanged(broker):
     """``key=`` still holds for the TTL whatever the state, and does not meet a unique_key of the same text."""
     first = put(broker, key="k")
-    broker.ack(claim(broker))
+    ack(broker, claim(broker))
     assert put(broker, key="k") == first
     assert put(broker, unique_key="k") != first
 

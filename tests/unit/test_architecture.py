@@ -1,7 +1,9 @@
 """The architecture's rules, read from the source: no import cycles (also inside functions), every
 member used on a broker is declared on the Broker contract, nothing outside ``brokers/`` opens
-a transaction on the broker's database, and the ORM broker's engines are reached only through its
-dialect seam (``brokers/orm/dialect.py``), so that a new engine is a new module."""
+a transaction on the broker's database, the ORM broker's engines are reached only through its
+dialect seam (``brokers/orm/dialect.py``), so that a new engine is a new module, nothing outside
+``brokers/`` imports ``brokers/orm/`` or a private name of ``brokers/``, and nothing outside
+``brokers/`` writes a job, a schedule, a dead letter or their bookkeeping."""
 
 from __future__ import annotations
 
@@ -180,3 +182,121 @@ def test_every_engine_module_registers_a_complete_dialect_named_for_its_vendor()
         assert isinstance(dialect.clock, Clock) and isinstance(dialect.row_locks, bool) and dialect.greatest
         assert dialect.name
         assert dialect.seconds_between("b", "a")  # every engine's own: the base has none
+
+
+# -- the broker owns its rows: nothing outside brokers/ writes them or reaches into brokers/orm/ --
+
+#: The tables of jobs, schedules and dead letters and their bookkeeping: only the broker writes them.
+BROKER_TABLES = {"Job", "Schedule", "DeadLetter", "IdempotencyKey", "UniqueKey", "QueuePause", "QueueState",
+                 "FlowBucket", "Chore", "OutcomeCount", "TimingCount", "Cluster", "Workflow", "WorkflowStep",
+                 "WorkflowEdge", "JobStep", "JobSignal"}
+WRITES = {"save", "update", "delete", "create", "bulk_create", "bulk_update", "get_or_create", "update_or_create"}
+#: Receivers that are a model row or a queryset of one without naming the model: the admin's
+#: ``obj`` and ``queryset`` (ModelAdmin's hooks and actions).
+ROW_NAMES = {"obj", "queryset"}
+
+
+def _chain_names(node: ast.AST) -> set[str]:
+    """The names an attribute or call chain starts from: ``Job.objects.filter(...)`` -> {"Job"}."""
+    names = set()
+    while isinstance(node, (ast.Attribute, ast.Call, ast.Subscript)):
+        node = node.func if isinstance(node, ast.Call) else node.value
+    if isinstance(node, ast.Name):
+        names.add(node.id)
+    return names
+
+
+def direct_writes(source: str) -> list[tuple[str, int]]:
+    """Writes of the broker's tables in ``source``: ``Job.objects....update()``, ``Schedule(...).save()``,
+    ``item.save()`` of a parameter annotated with one of those models (in its function),
+    ``queryset.update()``, ``obj.save()``: (what, line), in line order."""
+    tree = ast.parse(source)
+    found = set()
+    scopes: list[ast.AST] = [tree, *(n for n in ast.walk(tree) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)))]
+    for scope in scopes:
+        typed = set()  # this function's parameters annotated with a broker table
+        if not isinstance(scope, ast.Module):
+            typed = {a.arg for a in ast.walk(scope.args) if isinstance(a, ast.arg) and a.annotation is not None
+                     and _chain_names(a.annotation) & BROKER_TABLES}
+        for node in ast.walk(scope):
+            if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in WRITES:
+                names = _chain_names(node.func.value)
+                if names & (BROKER_TABLES | typed | ROW_NAMES):
+                    found.add((f"{'/'.join(sorted(names))}...{node.func.attr}()", node.lineno))
+    return sorted(found, key=lambda item: item[1])
+
+
+def reaches_into_the_orm_broker(source: str, name: str) -> list[str]:
+    """What the module ``name`` (its ``source``) imports of ``brokers/orm/`` (an engine, the dialect
+    seam, any of its modules), and the private names it imports from ``brokers/``."""
+    package = name.split(".")[:-1]
+    found = set()
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Import):
+            found |= {a.name for a in node.names if a.name.startswith("django_taskmq.brokers.orm")}
+        elif isinstance(node, ast.ImportFrom):
+            target = ".".join(package[: len(package) - node.level + 1] + ([node.module] if node.module else [])) \
+                if node.level else node.module or ""
+            for alias in node.names:
+                sub = f"{target}.{alias.name}"
+                if sub.startswith("django_taskmq.brokers.orm") or (
+                        target.startswith("django_taskmq.brokers") and alias.name.startswith("_")):
+                    found.add(target if target.startswith("django_taskmq.brokers.orm") and not _exists(sub) else sub)
+    return sorted(found)
+
+
+OUTSIDE_BROKERS = [p for p in SOURCES if "brokers" not in p.relative_to(PACKAGE).parts]
+
+
+@pytest.mark.parametrize("path", OUTSIDE_BROKERS, ids=lambda p: str(p.relative_to(PACKAGE)))
+def test_nothing_outside_the_brokers_imports_the_orm_brokers_internals(path):
+    """Engines and the dialect seam are the ORM broker's own: the rest asks ``brokers/`` (the
+    contract, ``get_broker``, ``clock``, ``database``)."""
+    assert reaches_into_the_orm_broker(path.read_text(), module_name(path)) == []
+
+
+@pytest.mark.parametrize("path", [p for p in OUTSIDE_BROKERS if p.name != "models.py"],
+                         ids=lambda p: str(p.relative_to(PACKAGE)))
+def test_nothing_outside_the_brokers_writes_a_job_schedule_or_dead_letter(path):
+    """Every write that changes a job, a schedule, a dead letter or their bookkeeping is the
+    broker's (models.py defines them: ``Schedule.save`` is the model's own)."""
+    assert direct_writes(path.read_text()) == [], f"{path.name} writes the broker's rows: ask the broker"
+
+
+def test_the_write_rule_finds_direct_writes():
+    """Each way the package wrote rows before the broker took them over is found."""
+    source = '''
+def report(reservation, stored):
+    Job.objects.using(db).filter(pk=reservation.job_id).update(progress_report=stored)
+
+def fire(item: Schedule) -> None:
+    item.save(update_fields=["next_run"])
+
+def made(name):
+    Schedule.objects.using(db).update_or_create(name=name, defaults={})
+    DeadLetter.objects.create(job_id="x")
+
+class ScheduleAdmin:
+    def pause(self, request, queryset):
+        queryset.update(paused=True)
+
+    def save_model(self, request, obj, form, change):
+        obj.save()
+
+def fine(item: Settings, options: dict):
+    options.update(queue="a")
+    item.save()
+    cached_results.delete(["x"])
+'''
+    assert [line for _, line in direct_writes(source)] == [3, 6, 9, 10, 14, 17]
+
+
+def test_the_import_rule_finds_the_orm_brokers_internals():
+    """A module outside brokers/ importing an engine, the dialect seam or a private name is found;
+    the public face of brokers/ is not."""
+    source = ("from ..brokers.orm.dialect import dialect_named\nfrom ..brokers.orm import sqlite\n"
+              "import django_taskmq.brokers.orm.mysql\nfrom ..brokers.clock import _private\n"
+              "from ..brokers import get_broker, database\nfrom ..brokers.base import Broker\n")
+    assert reaches_into_the_orm_broker(source, "django_taskmq.cluster.probe") == [
+        "django_taskmq.brokers.clock._private", "django_taskmq.brokers.orm.dialect", "django_taskmq.brokers.orm.mysql",
+        "django_taskmq.brokers.orm.sqlite"]

@@ -47,7 +47,7 @@ from .sql import (ACK, BURY, CANCEL, CHORE, CHUNK, DEAD_LETTER, EXPIRE, FAIL, FI
                   OUTCOMES, QSTATE, READY_SQL, RECLAIM, REPLAY, RESERVE, RETRY, RUNNING, STOPPED, TIMINGS, UNIQUE_KEYS,
                   chunks, finished_in, literal, marks)
 from .flow import status as flow_status
-from . import durable, workflows
+from . import durable, schedules, workflows
 
 logger = logging.getLogger(__name__)
 
@@ -701,12 +701,6 @@ class OrmBroker(Broker):
         if row is None or row[1] != reservation.token:
             raise LeaseLost(f"job {reservation.job_id}: lease lost (token {reservation.token} no longer holds it)")
 
-    def ack(self, reservation: Reservation, result: Any = None) -> bool:
-        if self._ack_rows([Ack(reservation, result)]):
-            return True
-        self._raise_if_lost(reservation)
-        return False
-
     def ack_many(self, acks: Iterable[Ack]) -> list[Reservation]:
         acks = list(acks)
         if not acks or self._ack_rows(acks) == len(acks):
@@ -791,11 +785,6 @@ class OrmBroker(Broker):
             Job.objects.using(self.alias).filter(pk__in=[r.job_id for r in reservations]).values_list("id", "lease_token")
         )
         return [r for r in reservations if tokens.get(r.job_id) != r.token]
-
-    def nack(self, reservation: Reservation, requeue: bool = True, delay: float = 0, error: str = "",
-             traceback: str = "", started_at: datetime.datetime | None = None) -> bool:
-        return self.settle(reservation, requeue=requeue, delay=delay, error=error, traceback=traceback,
-                           started_at=started_at) is not None
 
     def settle(self, reservation: Reservation, *, requeue: bool = True, delay: float = 0, error: str = "",
                traceback: str = "", started_at: datetime.datetime | None = None) -> JobState | None:
@@ -898,10 +887,10 @@ class OrmBroker(Broker):
         self._raise_if_lost(reservation)
         return False
 
-    def extend_lease(self, reservation: Reservation, seconds: float) -> None:
-        until, until_args = self.clock.at(seconds)
-        if not self._fenced(reservation, f"lease_until = {until}", until_args):
-            raise LeaseLost(f"job {reservation.job_id}: no longer leased")
+    def report_progress(self, reservation: Reservation, report: Mapping[str, Any]) -> bool:
+        return bool(Job.objects.using(self.alias).filter(
+            pk=reservation.job_id, lease_token=reservation.token, state=JobState.RUNNING.value,
+        ).update(progress_report=dict(report)))
 
     def extend_leases(self, owner: str, job_ids: Sequence[str], seconds: float) -> int:
         """Renew the leases ``owner`` holds on ``job_ids`` (one statement per 500); return how many.
@@ -1367,13 +1356,22 @@ class OrmBroker(Broker):
         return expired
 
     def due_schedules(self, now: datetime.datetime, limit: int = 100) -> list[Schedule]:
-        return list(
-            Schedule.objects.using(self.alias).select_for_update(skip_locked=True)
-            .filter(next_run__lte=now, paused=False).exclude(repeats=0).order_by("next_run")[:limit]
-        )
+        return schedules.due(self, now, limit)
 
     def disable_schedule(self, schedule_id: int) -> None:
         Schedule.objects.using(self.alias).filter(pk=schedule_id).update(repeats=0)
+
+    def store_schedule(self, name: str, values: Mapping[str, Any], replace: bool = False) -> Schedule:
+        return schedules.store(self, name, values, replace)
+
+    def save_schedule(self, schedule: Schedule, fields: Sequence[str] | None = None) -> None:
+        schedules.save(self, schedule, fields)
+
+    def pause_schedules(self, schedule_ids: Sequence[int], paused: bool) -> int:
+        return schedules.set_paused(self, schedule_ids, paused)
+
+    def delete_schedules(self, schedule_ids: Sequence[int]) -> int:
+        return schedules.delete(self, schedule_ids)
 
     def jobs(self, job_ids: Sequence[str]) -> dict[str, Job]:
         return Job.objects.using(self.alias).in_bulk(list(job_ids))
