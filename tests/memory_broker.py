@@ -24,7 +24,7 @@ import itertools
 import time
 import uuid
 from collections.abc import Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from typing import Any
 
 from django_taskmq.brokers.base import Ack, Broker, Reservation, StepRecord, Waker
@@ -77,10 +77,10 @@ class Job:
         return None if self.result_package is None else verify_result(self.result_package, get_settings().name)
     arrival: int = 0
     cancel_requested: bool = False
-    # A durable job's steps (StepRecord) and the signals sent to it ([name, payload, consumed]): they
-    # live and go with the job.
-    steps: list[StepRecord] = field(default_factory=list)
-    signals: list[list[Any]] = field(default_factory=list)
+    # A durable job's steps and the signals sent to it ((name, payload, consumed)): they live and go
+    # with the job. Tuples: atomic()'s copy of every job stays as cheap for jobs without them.
+    steps: tuple[StepRecord, ...] = ()
+    signals: tuple[tuple[str, str | None, bool], ...] = ()
 
 
 @dataclass
@@ -781,23 +781,25 @@ class MemoryBroker(Broker):
         job = self._holding(reservation)
         if any(r.name == record.name for r in job.steps):  # the ORM's unique constraint
             raise ValueError(f"job {job.id} has a step {record.name!r} already")
-        job.steps.append(record)
+        job.steps = (*job.steps, record)
 
     def finish_step(self, reservation: Reservation, name: str, result: str | None = None) -> None:
         job = self._holding(reservation)
-        job.steps = [r._replace(done=True, result=result) if r.name == name and not r.done else r for r in job.steps]
+        job.steps = tuple(r._replace(done=True, result=result) if r.name == name and not r.done else r
+                          for r in job.steps)
 
     def take_signal(self, reservation: Reservation, name: str, signal: str) -> tuple[bool, str | None]:
         job = self._holding(reservation)
-        sent = next((s for s in job.signals if s[0] == signal and not s[2]), None)
-        if sent is None:
+        index = next((i for i, s in enumerate(job.signals) if s[0] == signal and not s[2]), None)
+        if index is None:
             return False, None
-        sent[2] = True
+        payload = job.signals[index][1]
+        job.signals = (*job.signals[:index], (signal, payload, True), *job.signals[index + 1:])
         if any(r.name == name for r in job.steps):
-            job.steps = [r._replace(done=True, result=sent[1]) if r.name == name else r for r in job.steps]
+            job.steps = tuple(r._replace(done=True, result=payload) if r.name == name else r for r in job.steps)
         else:  # the signal came before the task reached its wait
-            job.steps.append(StepRecord(name, "wait", result=sent[1], signal=signal))
-        return True, sent[1]
+            job.steps = (*job.steps, StepRecord(name, "wait", result=payload, signal=signal))
+        return True, payload
 
     def suspend(self, reservation: Reservation, wake_at: float | None, signal: str = "") -> JobState | None:
         try:
@@ -826,7 +828,7 @@ class MemoryBroker(Broker):
             raise ConfigError(f"send_signal(): there is no job {job_id!r}")
         if job.state in JobState.FINAL:
             raise ConfigError(f"send_signal(): job {job_id} has ended ({job.state}); nothing can wait for {signal!r}")
-        job.signals.append([signal, payload, False])
+        job.signals = (*job.signals, (signal, payload, False))
         waits = any(r.kind == "wait" and r.signal == signal and not r.done for r in job.steps)
         if job.state != JobState.SUSPENDED or not waits:
             return False
