@@ -876,7 +876,9 @@ def _older_sections() -> list[str]:
          ".venv/bin/python benchmarks/memory_floor.py --runs 3"),
         ("held_keys.json", "held_keys", "A backlog held behind a busy concurrency key: a look and a claim, "
          "before and after the key's running jobs were counted by the key (295 running on 8 keys, 20,000 held)",
-         ".venv/bin/python benchmarks/held_keys.py --runs 3 --ref b2d3f10"))
+         ".venv/bin/python benchmarks/held_keys.py --runs 3 --ref b2d3f10"),
+        ("durable-sleepers.json", "durable_sleepers", "Claims beside 100,000 sleeping durable jobs (PostgreSQL): "
+         "none, SUSPENDED, and QUEUED for later", ".venv/bin/python benchmarks/durable_sleepers.py --runs 3"))
     for name, module, title, measured in scripted:
         raw_path = RESULTS_DIR / name
         if raw_path.exists():

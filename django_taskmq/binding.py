@@ -16,7 +16,7 @@ import inspect
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from .loading import is_django_task, is_task, is_task_class, resolve
+from .loading import is_django_task, is_durable, is_task, is_task_class, resolve
 
 __all__ = ["signature_of", "path_signature", "bind", "nearest"]
 
@@ -37,7 +37,7 @@ def signature_of(target: Any) -> inspect.Signature | None:
 
     A ``@task`` binds its function's (a ``@durable`` one without its first parameter, the context);
     a ``Task`` class its ``run``'s (without ``self``); a Django task its function's, without the
-    context argument when it ``takes_context`` (the worker passes it).
+    context argument when it ``takes_context`` or is ``@durable`` (the worker passes it).
     """
     try:
         if is_task_class(target):
@@ -48,7 +48,8 @@ def signature_of(target: Any) -> inspect.Signature | None:
             return _without_first(signature) if getattr(target, "taskmq_durable", False) else signature
         if is_django_task(target):
             signature = inspect.signature(target.func)
-            return _without_first(signature) if getattr(target, "takes_context", False) else signature
+            first = getattr(target, "takes_context", False) or is_durable(target)  # a context the worker passes
+            return _without_first(signature) if first else signature
         return inspect.signature(target)
     except (TypeError, ValueError):  # no signature: a builtin without one, an odd callable
         return None

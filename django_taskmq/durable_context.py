@@ -30,6 +30,10 @@ MAX_NAME = 200
 MAX_SIGNAL = 100
 #: Names of sleeps and waits are made by the context and start with this; a step's may not.
 AUTO = "#"
+#: The clock of ``django_taskmq.testing.frozen_clock`` while one is active (epoch seconds): jobs run
+#: in the test process (sync mode, ``drain()``) then count their sleeps and waits by it instead of
+#: skipping their sleeps. Set only by that module.
+test_clock: Callable[[], float] | None = None
 
 
 class Suspended(BaseException):
@@ -76,8 +80,9 @@ class DurableContext:
         self._reservation = reservation
         self._broker = broker or get_broker()
         self._settings = get_settings()
-        # Sync mode runs the job inline, once: its sleeps are skipped.
-        self.sync = reservation.owner == "sync"
+        # Sync mode runs the job inline, once: its sleeps are skipped, unless a test clock counts them.
+        self._clock = test_clock if reservation.owner == "sync" else None
+        self.sync = reservation.owner == "sync" and self._clock is None
         self._records = {r.name: r for r in self._broker.steps(self.job_id)}
         self._calls: Counter[str] = Counter()
 
@@ -122,7 +127,7 @@ class DurableContext:
         """Give the worker back for ``duration`` (seconds or a ``timedelta``), counted by the
         broker's clock from the first time the run got here; the job runs again then."""
         seconds = seconds_of(duration, "ctx.sleep()")
-        self._sleep(lambda: self._broker.now() + seconds)
+        self._sleep(lambda: self._now() + seconds)
 
     def sleep_until(self, when: datetime.datetime) -> None:
         """Give the worker back until ``when`` (an aware datetime) by the broker's clock."""
@@ -143,7 +148,7 @@ class DurableContext:
         self._expect(record, SLEEP)
         if record.done:
             return
-        if record.wake_at is None or self._broker.now() >= record.wake_at:
+        if record.wake_at is None or self._now() >= record.wake_at:
             self._finish(record)
             return
         raise Suspended(record.wake_at)  # run early (a retry after a later failure): not over yet
@@ -167,12 +172,12 @@ class DurableContext:
             self._records[name] = StepRecord(name, WAIT, result=payload, signal=signal)
             return self._value(payload)
         if record is None:
-            deadline = None if limit is None else self._broker.now() + limit
+            deadline = None if limit is None else self._now() + limit
             record = StepRecord(name, WAIT, wake_at=deadline, signal=signal, done=False)
             self._broker.save_step(self._reservation, record)
             self._records[name] = record
             raise Suspended(deadline, signal)
-        if record.wake_at is not None and self._broker.now() >= record.wake_at:
+        if record.wake_at is not None and self._now() >= record.wake_at:
             self._finish(record)  # timed out
             return None
         raise Suspended(record.wake_at, signal)
@@ -191,6 +196,10 @@ class DurableContext:
     def _finish(self, record: StepRecord) -> None:
         self._broker.finish_step(self._reservation, record.name)
         self._records[record.name] = record._replace(done=True)
+
+    def _now(self) -> float:
+        """The broker's clock (epoch seconds), or the test clock of a job run in the test process."""
+        return self._clock() if self._clock is not None else self._broker.now()
 
     def _value(self, package: str | None) -> Any:
         return None if package is None else verify_result(package, self._settings.name)

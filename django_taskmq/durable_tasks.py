@@ -15,6 +15,7 @@ from .brokers import get_broker
 from .conf import get_settings
 from .durable_context import MAX_SIGNAL
 from .exceptions import BadPackage, ConfigError
+from .loading import is_django_task
 from .models import Job
 from .options import check_names
 from .signing import seal_result, verify
@@ -34,10 +35,17 @@ def durable(func: Callable | None = None, /, *, name: str | None = None, **optio
 
     The function's first parameter is the context (``ctx.step``, ``ctx.sleep``, ``ctx.sleep_until``,
     ``ctx.wait_for``); the arguments of the enqueue follow it.
+
+    Above Django's ``@task`` (``django.tasks``), it makes that Django task durable and returns it;
+    its options are then those of ``TASKS[...]["OPTIONS"]`` (queue and priority are Django's).
     """
     check_names(options, OPTION_NAMES, "@durable got ")
 
-    def wrap(f: Callable) -> DurableTask:
+    def wrap(f: Callable) -> Any:
+        if is_django_task(f):  # @durable above Django's @task: see backends/durable.py
+            from .backends.durable import mark
+
+            return mark(f, name, options)
         if inspect.iscoroutinefunction(f):
             raise ConfigError(f"@durable: {f.__qualname__} is a coroutine function; durable tasks are plain functions")
         return DurableTask(f, name=name, **options)

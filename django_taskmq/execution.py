@@ -22,7 +22,7 @@ from .conf import get_settings
 from .durable_context import DurableContext, Suspended
 from .envelope import Envelope
 from .exceptions import Defer, JobCancelled, Reject, RetryLater
-from .loading import callable_for, is_django_task, resolve
+from .loading import callable_for, is_django_task, is_durable, resolve
 from .progress import CurrentJob, cancel_probe, cancel_requested
 from .signals import pre_execute
 from .policy.storable import clip_head, clip_tail
@@ -175,7 +175,7 @@ def _context(message: TaskMessage) -> tuple:
     backend's ``TaskContext`` (``task_context``, duck-typed: see django_taskmq.backends.tasks); a
     durable task (``@durable``) its :class:`~.durable_context.DurableContext`."""
     target = resolve(message.envelope.func)
-    if getattr(target, "taskmq_durable", False):  # its steps' values are encrypted as its result would be
+    if is_durable(target):  # its steps' values are encrypted as its result would be
         return (DurableContext(message.reservation, encrypt=bool(message.envelope.options.get("encrypt"))),)
     if is_django_task(target) and getattr(target, "takes_context", False):
         return (target.get_backend().task_context(message.reservation.job_id),)

@@ -68,3 +68,11 @@ def callable_for(path: str) -> Any:
 def runnable(target: Any) -> bool:
     """Return True when :func:`callable_for` can run ``target`` (a callable or a django.tasks Task)."""
     return callable(target) or is_django_task(target)
+
+
+def is_durable(target: Any) -> bool:
+    """Return True for a durable task: a ``@durable`` Task, or a Django task ``@durable`` marked
+    (its function carries the mark: Django's ``Task.using()`` copies the task, not the function)."""
+    if is_django_task(target):
+        return bool(getattr(target.func, "taskmq_durable", False))
+    return bool(getattr(target, "taskmq_durable", False))

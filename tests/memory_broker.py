@@ -7,7 +7,7 @@ graceful stop) that take their delivery back, pick order by priority then arriva
 weights and the lift of idle queues: ``policy.pick``), flow control (concurrency keys, queue caps,
 rate limits: ``policy.flow.admit``), the attempt history (``policy.attempts``), results sealed as
 stored, the dead-letter queue and its operator actions (replay, retry, purge), ``stats()`` and
-retention by ``finished_at``. It is a test double of the contract: tests/contract runs the same
+retention by ``finished_at``, durable tasks' steps, suspensions and signals. It is a test double of the contract: tests/contract runs the same
 tests on it and on the ORM broker.
 
 ``atomic()`` nests like savepoints (a block that raises restores what it changed) and counts the
@@ -28,7 +28,7 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
-from django_taskmq.brokers.base import Ack, Broker, Reservation, Waker
+from django_taskmq.brokers.base import Ack, Broker, Reservation, StepRecord, Waker
 from django_taskmq.conf import Settings
 from django_taskmq.exceptions import ConfigError, LeaseLost
 from django_taskmq.policy import attempts, flow, pick
@@ -79,6 +79,10 @@ class Job:
         return None if self.result_package is None else verify_result(self.result_package, get_settings().name)
     arrival: int = 0
     cancel_requested: bool = False
+    # A durable job's steps and the signals sent to it ((name, payload, consumed)): they live and go
+    # with the job. Tuples: atomic()'s copy of every job stays as cheap for jobs without them.
+    steps: tuple[StepRecord, ...] = ()
+    signals: tuple[tuple[str, str | None, bool], ...] = ()
 
 
 @dataclass
@@ -350,6 +354,7 @@ class MemoryBroker(Broker):
             self._move(job, Event.RECLAIM)
             job.lease_owner = job.lease_token = job.lease_until = None
             job.error, job.visible_at = "lease expired", now
+        self._wake_due(now)  # the same sweep wakes durable jobs due before the next one
         return len(expired)
 
     # -- ending or changing a delivery (fenced by the lease token) ----------------------------
@@ -584,7 +589,8 @@ class MemoryBroker(Broker):
         return len(purged)
 
     def cancel(self, job_ids: Sequence[str]) -> int:
-        cancelled = [j for i in job_ids if (j := self._jobs.get(i)) is not None and j.state in JobState.READY]
+        cancelled = [j for i in job_ids if (j := self._jobs.get(i)) is not None
+                     and j.state in (*JobState.READY, JobState.SUSPENDED)]
         for job in cancelled:
             self._move(job, Event.CANCEL)
         return len(cancelled)
@@ -742,3 +748,91 @@ class MemoryBroker(Broker):
                                                               "ready": 0, "delayed": 0, "reserved": 0, "dead": 0})
             row[column] += 1
         return sorted(rows.values(), key=lambda r: (r["queue"], -r["priority"]))
+
+    # -- durable tasks (brokers/orm/durable.py on the job's own lists) ---------------------------
+    WAKE_AHEAD = 3.0  # as brokers/orm/durable.py: the sweep makes jobs due this soon claimable
+    NEVER_WAKES = 253402300799.0  # models.NEVER_WAKES: a wait without a timeout
+
+    def _holding(self, reservation: Reservation) -> Job:
+        """The job ``reservation`` holds running, else LeaseLost (a durable run's writes are fenced)."""
+        job = self._jobs.get(reservation.job_id)
+        if job is None or job.lease_token != reservation.token or job.state != JobState.RUNNING:
+            raise LeaseLost(f"job {reservation.job_id}: lease lost (token {reservation.token} no longer holds it)")
+        return job
+
+    def steps(self, job_id: str) -> list[StepRecord]:
+        job = self._jobs.get(job_id)
+        return [] if job is None else list(job.steps)
+
+    def save_step(self, reservation: Reservation, record: StepRecord) -> None:
+        job = self._holding(reservation)
+        if any(r.name == record.name for r in job.steps):  # the ORM's unique constraint
+            raise ValueError(f"job {job.id} has a step {record.name!r} already")
+        job.steps = (*job.steps, record)
+
+    def finish_step(self, reservation: Reservation, name: str, result: str | None = None) -> None:
+        job = self._holding(reservation)
+        job.steps = tuple(r._replace(done=True, result=result) if r.name == name and not r.done else r
+                          for r in job.steps)
+
+    def take_signal(self, reservation: Reservation, name: str, signal: str) -> tuple[bool, str | None]:
+        job = self._holding(reservation)
+        index = next((i for i, s in enumerate(job.signals) if s[0] == signal and not s[2]), None)
+        if index is None:
+            return False, None
+        payload = job.signals[index][1]
+        job.signals = (*job.signals[:index], (signal, payload, True), *job.signals[index + 1:])
+        if any(r.name == name for r in job.steps):
+            job.steps = tuple(r._replace(done=True, result=payload) if r.name == name else r for r in job.steps)
+        else:  # the signal came before the task reached its wait
+            job.steps = (*job.steps, StepRecord(name, "wait", result=payload, signal=signal))
+        return True, payload
+
+    def suspend(self, reservation: Reservation, wake_at: float | None, signal: str = "") -> JobState | None:
+        try:
+            job = self._holding(reservation)
+        except LeaseLost:
+            return None
+        if job.cancel_requested:
+            ended = self.end_cancelled(reservation, "JobCancelled: cancelled while it slept or waited")
+            return JobState.CANCELLED if ended else None
+        wake = self.NEVER_WAKES if wake_at is None else float(wake_at)
+        now = time.time()
+        if signal and any(s[0] == signal and not s[2] for s in job.signals):
+            self._give_back(job, 0)  # its signal came while it ran: visible now
+        elif wake <= now + self.WAKE_AHEAD:
+            self._give_back(job, wake - now)  # wakes before the sweep would wake it: QUEUED for later
+        else:
+            self._move(job, Event.SUSPEND)
+            job.deliveries -= 1  # a sleep is neither a delivery nor an execution
+            job.lease_owner = job.lease_token = job.lease_until = None
+            job.visible_at = wake
+        return job.state
+
+    def send_signal(self, job_id: str, signal: str, payload: str | None) -> bool:
+        job = self._jobs.get(job_id)
+        if job is None:
+            raise ConfigError(f"send_signal(): there is no job {job_id!r}")
+        if job.state in JobState.FINAL:
+            raise ConfigError(f"send_signal(): job {job_id} has ended ({job.state}); nothing can wait for {signal!r}")
+        job.signals = (*job.signals, (signal, payload, False))
+        waits = any(r.kind == "wait" and r.signal == signal and not r.done for r in job.steps)
+        if job.state != JobState.SUSPENDED or not waits:
+            return False
+        self._move(job, Event.WAKE)
+        job.visible_at = time.time()
+        return True
+
+    def suspended(self) -> dict[str, int]:
+        counts = {"sleep": 0, "wait": 0}
+        for job in self._jobs.values():
+            if job.state == JobState.SUSPENDED:
+                for record in job.steps:
+                    if not record.done and record.kind in counts:
+                        counts[record.kind] += 1
+        return counts
+
+    def _wake_due(self, now: float) -> None:
+        for job in self._jobs.values():
+            if job.state == JobState.SUSPENDED and job.visible_at <= now + self.WAKE_AHEAD:
+                self._move(job, Event.WAKE)  # visible from its wake time

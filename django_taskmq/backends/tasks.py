@@ -139,6 +139,9 @@ class TaskMQBackend(BaseTaskBackend):
         return messages
 
     def validate_task(self, task) -> None:
+        if getattr(task.func, "taskmq_task", False):  # Django's @task above ours: Django would say "not a function"
+            raise InvalidTask(f"{task.func.path}: Django's @task got a django_taskmq task; for a durable Django "
+                              "task put @durable above @task")
         super().validate_task(task)  # Django's range, context argument, run_after, QUEUES
         try:
             get_settings().check_queue(task.queue_name)
@@ -153,7 +156,9 @@ class TaskMQBackend(BaseTaskBackend):
         """
         self.validate_task(task)
         args, kwargs = normalize_json(list(args)), normalize_json(dict(kwargs))
-        options = {**self.q_options, **self.task_options.get(task.module_path, {}),
+        # A durable task's own options (@durable(...)) come between the backend's and the task's OPTIONS.
+        options = {**self.q_options, **getattr(task.func, "taskmq_options", {}),
+                   **self.task_options.get(task.module_path, {}),
                    "queue": task.queue_name, "priority": to_taskmq(task.priority),
                    "django_priority": task.priority, "eta": task.run_after,
                    "django_run_after": task.run_after.isoformat() if task.run_after is not None else None}

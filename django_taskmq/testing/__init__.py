@@ -23,9 +23,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..exceptions import ConfigError
+from .clock import TestClock, frozen_clock, wake_due
 
 __all__ = ["Enqueued", "Captured", "capture_jobs", "all_enqueued", "assert_enqueued", "refute_enqueued", "drain",
-           "TaskMQTestMixin"]
+           "TaskMQTestMixin", "TestClock", "frozen_clock"]
 
 ANY: Any = object()  # the default of a criterion: not compared
 MAX_RUNS = 10_000  # drain()'s guard against a task that enqueues itself for ever
@@ -225,6 +226,9 @@ def drain(queue: str | Iterable[str] | None = None, with_scheduled: bool = False
     and run in turn, hooks run and signals are sent. ``with_scheduled``: jobs delayed into the
     future (a ``delay``, an ``eta``, a ``Defer``) run too. Raises RuntimeError after ``MAX_RUNS``
     runs (a task that enqueues itself for ever).
+
+    Durable tasks run here skip their sleeps; under :func:`frozen_clock` they sleep until the clock
+    is advanced past their wake time, and each round first readies the jobs it has passed.
     """
     from ..api import run_sync
     from ..conf import get_settings
@@ -235,6 +239,7 @@ def drain(queue: str | Iterable[str] | None = None, with_scheduled: bool = False
     ran: list[str] = []
     unreservable: set[str] = set()  # ready, but a cluster would not run them either (no deliveries left)
     while True:
+        wake_due()  # under a frozen_clock(): the jobs whose sleep it has passed
         ready = [i for i in _ready(queues, with_scheduled) if i not in unreservable]
         if not ready:
             break
@@ -251,7 +256,7 @@ def drain(queue: str | Iterable[str] | None = None, with_scheduled: bool = False
 
 class TaskMQTestMixin:
     """A ``TestCase`` mixin: ``self.assertEnqueued(...)``, ``self.assertNotEnqueued(...)``,
-    ``self.enqueued(...)``, ``self.captureJobs()`` and ``self.drainJobs()``.
+    ``self.enqueued(...)``, ``self.captureJobs()``, ``self.drainJobs()`` and ``self.frozenClock()``.
 
     Under Django's ``TestCase`` jobs live in the test's transaction: each test starts with none.
     """
@@ -261,3 +266,4 @@ class TaskMQTestMixin:
     enqueued: Callable[..., list[Enqueued]] = staticmethod(all_enqueued)
     captureJobs = staticmethod(capture_jobs)
     drainJobs = staticmethod(drain)
+    frozenClock = staticmethod(frozen_clock)

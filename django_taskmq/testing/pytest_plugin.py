@@ -2,7 +2,8 @@
 
 ``taskmq_jobs``: a :class:`~django_taskmq.testing.Captured` of what the test enqueues (it uses
 pytest-django's ``db`` fixture), with ``assert_enqueued``, ``refute_enqueued``, ``jobs`` and
-``drain()``. Nothing here imports Django models at import time: pytest loads the plugin before
+``drain()``; ``taskmq_clock``: a :class:`~django_taskmq.testing.TestClock` active for the test
+(``frozen_clock()``). Nothing here imports Django models at import time: pytest loads the plugin before
 Django is set up.
 """
 
@@ -21,3 +22,13 @@ def taskmq_jobs(db: Any) -> Iterator[Any]:
 
     with capture_jobs() as captured:
         yield captured
+
+
+@pytest.fixture
+def taskmq_clock(db: Any) -> Iterator[Any]:
+    """A :class:`~django_taskmq.testing.TestClock` active for the test (``frozen_clock()``):
+    durable tasks run in the test sleep until ``taskmq_clock.advance(...)`` passes their wake time."""
+    from . import frozen_clock
+
+    with frozen_clock() as clock:
+        yield clock

@@ -153,3 +153,40 @@ def long_sleep_short_runs(ctx, seconds: float, nap: float) -> list[str]:
     first = ctx.step("first", _busy, "first", seconds)
     ctx.sleep(nap)
     return [first, ctx.step("second", _busy, "second", seconds)]
+
+
+# -- what holds for jobs holds for durable tasks (tests/cluster/test_durable_holds.py) --------------
+def _gated(tag: str, gate: str) -> str:
+    """Log ``start:<tag>``, wait for the file ``gate`` (at most a minute), log ``step:<tag>``."""
+    from .tasks_cluster import wait_for
+
+    log(f"start:{tag}")
+    wait_for(gate, 60)
+    log(f"step:{tag}")
+    return tag
+
+
+@durable
+def step_sleep_step(ctx, tag: str, seconds: float) -> str:
+    """A step, a sleep of ``seconds``, a step: both logged with ``tag``."""
+    ctx.step("before", _logged, f"before {tag}")
+    ctx.sleep(seconds)
+    ctx.step("after", _logged, f"after {tag}")
+    return tag
+
+
+@durable
+def gated_second_step(ctx, gate: str) -> list[str]:
+    """A step, then one that waits for ``gate``: a stop that comes meanwhile interrupts the second."""
+    return [ctx.step("first", _logged, "first", "first"), ctx.step("second", _gated, "second", gate)]
+
+
+@durable
+def sleeps_until(ctx, tag: str, when: float) -> str:
+    """A step, a sleep until the epoch ``when`` (the same for several jobs: they wake together), a step."""
+    import datetime
+
+    ctx.step("before", _logged, f"before {tag}")
+    ctx.sleep_until(datetime.datetime.fromtimestamp(when, tz=datetime.timezone.utc))
+    ctx.step("after", _logged, f"after {tag}")
+    return tag

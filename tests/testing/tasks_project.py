@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import datetime
+
 from django.http import JsonResponse
 
-from django_taskmq import Workflow, async_task, task
+from django_taskmq import ConfigError, Workflow, async_task, durable, send_signal, task
 from django_taskmq.signals import post_execute
 
 HOOKED: list[str] = []
@@ -53,3 +55,33 @@ def signup(request):
     if request.GET.get("broken"):
         async_task(broken, order, max_deliveries=3, hook=remember)
     return JsonResponse({"ok": True})
+
+
+# -- a durable task: charge, sleep a day, wait two days for an approval, ship -----------------------
+STEPS: list[str] = []  # every step function that ran, in order
+
+
+def _step(tag: str) -> str:
+    STEPS.append(tag)
+    return tag
+
+
+@durable
+def fulfil(ctx, order: int) -> str:
+    ctx.step("charge", _step, f"charge {order}")
+    ctx.sleep(datetime.timedelta(days=1))
+    decision = ctx.wait_for("approved", timeout=datetime.timedelta(days=2))
+    if decision is None:
+        ctx.step("refund", _step, f"refund {order}")
+        return "timed out"
+    ctx.step("ship", _step, f"ship {order} by {decision['by']}")
+    return "shipped"
+
+
+def approve(request, job_id):
+    """A view that sends the signal a durable task waits for."""
+    try:
+        woke = send_signal(job_id, "approved", {"by": request.POST["by"]})
+    except ConfigError as exc:
+        return JsonResponse({"error": str(exc)}, status=409)
+    return JsonResponse({"woke": woke})

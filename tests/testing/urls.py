@@ -2,4 +2,4 @@ from django.urls import path
 
 from tests.testing import tasks_project
 
-urlpatterns = [path("signup/", tasks_project.signup)]
+urlpatterns = [path("signup/", tasks_project.signup), path("approve/<str:job_id>/", tasks_project.approve)]
