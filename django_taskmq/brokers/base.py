@@ -456,6 +456,11 @@ class Broker(abc.ABC):
         """Stop a schedule from firing again (``repeats = 0``)."""
         raise NotImplementedError(f"{type(self).__name__} does not keep schedules")
 
+    def wake_by_test_clock(self, clock_now: float) -> list[str]:
+        """Make ready now the durable jobs whose sleep, or wait's timeout, a test clock at ``clock_now``
+        (epoch seconds) has passed; return their ids (``django_taskmq.testing.frozen_clock``)."""
+        raise NotImplementedError(f"{type(self).__name__} has no test clock")
+
     def store_schedule(self, name: str, values: Mapping[str, Any], replace: bool = False) -> Any:
         """Create the schedule ``name`` with ``values`` (its fields by name), or with ``replace``
         update the one of that name; return it. The values are stored as given (a new cron

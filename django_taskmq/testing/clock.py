@@ -85,14 +85,5 @@ def wake_due() -> list[str]:
     if clock is None:
         return []
     from ..brokers import get_broker
-    from ..conf import get_settings
-    from ..models import Job, JobStep, State
 
-    alias = get_settings().database
-    due = list(JobStep.objects.using(alias)
-               .filter(done=False, wake_at__lte=clock(), job__state__in=[State.SUSPENDED, State.QUEUED])
-               .values_list("job_id", flat=True).distinct())
-    # As the lease sweep does when the real time comes (SUSPENDED -WAKE-> QUEUED), visible now.
-    Job.objects.using(alias).filter(pk__in=due, state__in=[State.SUSPENDED, State.QUEUED]).update(
-        state=State.QUEUED, visible_at=get_broker().now())
-    return due
+    return get_broker().wake_by_test_clock(clock())

@@ -1122,6 +1122,10 @@ class OrmBroker(Broker):
         return jobs.update(group=None)
 
     # -- upkeep -------------------------------------------------------------------------------
+    def wake_by_test_clock(self, clock_now: float) -> list[str]:
+        """Make ready the durable jobs a test clock at ``clock_now`` has woken (``testing.frozen_clock``)."""
+        return durable.wake_by_test_clock(self, clock_now)
+
     def reclaim_expired(self) -> int:
         # Clearing the token fences the old holder: its ack no longer matches anything.
         # "state = RUNNING" is the partial index's own term (taskmq_job_leased), the only one SQLite

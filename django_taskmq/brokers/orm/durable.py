@@ -170,3 +170,18 @@ def delete_for(cursor: Any, among: str, args: Sequence[Any]) -> None:
     """Delete the steps and signals of the jobs ``among`` (a ``job_id IN`` condition) selects."""
     cursor.execute(f"DELETE FROM {STEPS} WHERE {among}", list(args))
     cursor.execute(f"DELETE FROM {SIGNALS} WHERE {among}", list(args))
+
+
+def wake_by_test_clock(broker: OrmBroker, clock_now: float) -> list[str]:
+    """Make ready now the jobs whose sleep, or wait with a timeout, a test clock at ``clock_now`` has
+    passed (``django_taskmq.testing.frozen_clock``); return their ids. As the sweep does when the real
+    time comes (SUSPENDED -WAKE-> QUEUED), but visible at once: the test's time is not the database's."""
+    alias = broker.alias
+    due = list(JobStep.objects.using(alias)
+               .filter(done=False, wake_at__lte=clock_now,
+                       job__state__in=[JobState.SUSPENDED.value, JobState.QUEUED.value])
+               .values_list("job_id", flat=True).distinct())
+    Job.objects.using(alias).filter(
+        pk__in=due, state__in=[JobState.SUSPENDED.value, JobState.QUEUED.value]).update(
+        state=JobState.QUEUED.value, visible_at=broker.now())
+    return due
