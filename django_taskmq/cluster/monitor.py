@@ -79,6 +79,7 @@ def run(results: ResultPipe, settings: Settings, progress: MutableSequence[int] 
     from ..brokers import get_broker
     from ..signals import post_spawn
 
+    outage.bound_statements(settings)
     broker = get_broker()  # this process's own (a forked child must not share the sentinel's connection)
     warm_up(broker)
     if settings.health_port is not None:
