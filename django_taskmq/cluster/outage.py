@@ -115,6 +115,16 @@ def check(alias: str, where: str) -> str | None:
     return None
 
 
+def forget(alias: str) -> None:
+    """Close this thread's connection to ``alias`` and drop Django's object for it, so a child forked
+    afterwards starts from a new one: not a copy carrying this process's statement clock."""
+    close_quietly(alias)
+    try:
+        del connections[alias]
+    except AttributeError:  # never made in this thread
+        pass
+
+
 def close_quietly(alias: str) -> None:
     """Close the connection to ``alias`` so the next query reconnects; a broken one may fail to close."""
     try:

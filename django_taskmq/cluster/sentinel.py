@@ -184,6 +184,8 @@ class Sentinel:
         outage.bound_statements(self.settings)  # the bookkeeping thread's (the workers' are the tasks')
         gave_up: DatabaseAway | None = None
         try:
+            self.upkeep.announce()  # the cluster's row before anything is claimed
+            outage.forget(self.settings.database)  # the only statement of this thread: no child inherits it
             self.spawn_all()  # inside: a fork that fails half-way must not leave the others behind
             self.upkeep.start()
             self.state = ClusterState.RUNNING
@@ -286,7 +288,7 @@ class Sentinel:
             self.results.close()
         self.results = results = ResultPipe()
         self.monitor_progress = progress = self.ctx.RawArray("Q", 2)
-        self.monitor = self._spawn(monitor.run, (results, self.settings, progress), "taskmq-monitor")
+        self.monitor = self._spawn(monitor.run, (results, self.settings, self.owner, progress), "taskmq-monitor")
         results.close_reader()
         self._monitor_turns = self._monitor_done = 0
         self._monitor_seen = time.monotonic()
