@@ -29,8 +29,8 @@ from django.db.backends.signals import connection_created
 
 from ..brokers.orm.dialect import dialect_named
 from ..conf import DEAD_CONNECTION_TIMEOUT, Settings
-from ..failures import FailureLog, cause
-from ..policy.lease import statement_bound  # the cluster's components reach them here
+from ..failures import FailureLog, cause  # the cluster's components reach them here
+from ..policy.lease import statement_bound
 
 __all__ = ["FailureLog", "bound_statements", "cause", "check", "close_quietly", "prepare"]
 
