@@ -3,10 +3,10 @@ lease), whatever holds them: a lock held by another connection, or a link that s
 its far side still acknowledges (a proxy that stops forwarding, which TCP keepalives do not notice).
 
 Script tests run one statement in a fresh process set up as a cluster process is (``outage.prepare``
-and ``outage.bound_statements``); the cluster test puts a whole cluster behind a proxy (a small
-socket forwarder in this file) that stops forwarding every connection it carries while a task runs:
-the monitor's statement ends with an error within the bound, and the outcome is recorded once, by
-the same monitor, on a new connection.
+and ``outage.bound_statements``); the cluster test puts a whole cluster behind a proxy
+(``relay.Relay``) that stops forwarding every connection it carries, then a job fails: the monitor's
+statement ends with an error within the bound, and the outcome is recorded once, by the same
+monitor, on a new connection.
 """
 
 from __future__ import annotations
@@ -16,9 +16,7 @@ import contextlib
 import json
 import re
 import select
-import socket
 import sqlite3
-import threading
 import time
 from collections.abc import Iterator
 
@@ -31,6 +29,7 @@ from django_taskmq.policy.lease import statement_bound
 from tests.conftest import db_env, start_script
 
 from .conftest import engine_is_server
+from .relay import Relay
 
 pytestmark = [pytest.mark.cluster, pytest.mark.django_db(transaction=True)]
 
@@ -74,65 +73,6 @@ while True:
         print(json.dumps({"event": "ok", "took": time.monotonic() - started}), flush=True)
         break
 """
-
-
-class Proxy:
-    """A TCP forwarder to ``target`` on a free local port. :meth:`stall` makes it stop forwarding on
-    every connection it carries (it still holds them open, and its kernel still acknowledges what
-    arrives: nothing for TCP keepalives or ``tcp_user_timeout`` to notice); connections made
-    afterwards are forwarded again (the server answers again)."""
-
-    def __init__(self, target: tuple[str, int]) -> None:
-        self.target = target
-        self.listener = socket.create_server(("127.0.0.1", 0))
-        self.port = self.listener.getsockname()[1]
-        self.pairs: list[tuple[socket.socket, socket.socket]] = []
-        self.stalled: set[socket.socket] = set()
-        self.lock = threading.Lock()
-        self.closed = False
-        threading.Thread(target=self._accept, daemon=True).start()
-
-    def _accept(self) -> None:
-        while not self.closed:
-            try:
-                client, _ = self.listener.accept()
-            except OSError:
-                return
-            server = socket.create_connection(self.target)
-            with self.lock:
-                self.pairs.append((client, server))
-            threading.Thread(target=self._pump, args=(client, server), daemon=True).start()
-
-    def _pump(self, client: socket.socket, server: socket.socket) -> None:
-        peer = {client: server, server: client}
-        while not self.closed:
-            if client in self.stalled:
-                time.sleep(0.1)  # read nothing, forward nothing, keep both ends open
-                continue
-            readable, _, _ = select.select([client, server], [], [], 0.1)
-            for sock in readable:
-                try:
-                    data = sock.recv(65536)
-                except OSError:
-                    data = b""
-                if not data:
-                    for s in (client, server):
-                        s.close()
-                    return
-                peer[sock].sendall(data)
-
-    def stall(self) -> int:
-        """Stop forwarding on every connection made so far; return how many there are."""
-        with self.lock:
-            self.stalled.update(client for client, _ in self.pairs)
-            return len(self.pairs)
-
-    def close(self) -> None:
-        self.closed = True
-        self.listener.close()
-        for pair in self.pairs:
-            for s in pair:
-                s.close()
 
 
 def server_address() -> tuple[str, int]:
@@ -222,15 +162,15 @@ def test_a_statement_waiting_for_a_lock_ends_within_the_bound_and_succeeds_after
 
 @pytest.mark.skipif(not engine_is_server(), reason="SQLite has no link")
 def test_a_statement_on_a_link_that_stops_answering_ends_within_the_bound():
-    proxy = Proxy(server_address())
+    relay = Relay(server_address())
     try:
-        proc = script(bounded=True, write=False, env_extra=port_env(proxy.port))
-        assert proxy.stall() == 1
+        proc = script(bounded=True, write=False, env_extra=port_env(relay.port))
+        assert relay.stall() == 1
         go(proc)
         failed, ok = events(proc, 2, 10 * BOUND)  # the new connection goes through the proxy
         proc.wait(30)
     finally:
-        proxy.close()
+        relay.close()
     assert failed["event"] == "failed" and failed["lost_link"], failed
     assert failed["took"] < 4 * BOUND, failed
     assert ok["event"] == "ok"
@@ -254,18 +194,18 @@ def test_a_monitor_whose_link_stops_answering_records_the_outcome_once(cluster):
     the monitor's to record: a worker records only plain successes itself). The monitor's statement
     ends within the bound and the same monitor records the failure on a new connection: nothing is
     treated as wedged, the job runs once."""
-    proxy = Proxy(server_address())
+    relay = Relay(server_address())
     try:
         cluster.configure(lease=LEASE)
         first = async_task(f"{TASKS}.boom", "first", max_deliveries=1)
-        qc = cluster.start("-w", "1", env=port_env(proxy.port))
+        qc = cluster.start("-w", "1", env=port_env(relay.port))
         cluster.wait_final([first], alive=[qc])  # every process of the cluster has connected
-        assert proxy.stall() >= 4  # sentinel (bookkeeping), pusher, monitor, scheduler, the worker's
+        assert relay.stall() >= 4  # sentinel (bookkeeping), pusher, monitor, scheduler, the worker's
         job = async_task(f"{TASKS}.boom", "stalled", max_deliveries=1)
         cluster.wait_final([job], alive=[qc], timeout=60)
         output = qc.output(tail=20000)
     finally:
-        proxy.close()
+        relay.close()
     found = Job.objects.get(pk=job)
     assert (found.state, found.deliveries) == ("DEAD", 1), (found.state, found.error)
     starts = collections.Counter(j for j, t in cluster.log() if t == "start:stalled")
