@@ -15,7 +15,7 @@ from django.db import connections
 
 from .orm.dialect import ADVICE, dialect_named, engine_problem
 
-__all__ = ["ADVICE", "connection_limit", "engine_problem", "file_missing", "lock_wait", "server_problems",
+__all__ = ["ADVICE", "bound_statements", "connection_limit", "engine_problem", "file_missing", "lock_wait", "server_problems",
            "tune_connections"]
 
 
@@ -45,6 +45,13 @@ def tune_connections(alias: str, options: dict[str, Any],
         return None
     dialect.prepare(options, dead_connection_timeout)
     return lambda connection: dialect.connected(connection, dead_connection_timeout)
+
+
+def bound_statements(connection: Any, seconds: float) -> bool:
+    """Make every statement of ``connection`` end within about ``seconds`` where its engine can do
+    it alone, and return True; False: the caller times them itself (``cluster/statement_clock.py``)."""
+    dialect = dialect_named(connection.vendor)
+    return dialect is not None and dialect.bound_statements(connection, seconds)
 
 
 def connection_limit(alias: str) -> tuple[int, str, str] | None:

@@ -11,7 +11,6 @@ import logging
 import os
 import queue as queue_module
 import signal
-import socket
 import time
 from collections.abc import Generator, MutableSequence
 from typing import Any, Protocol
@@ -66,9 +65,10 @@ class Results(Protocol):
     def get(self, block: bool = True, timeout: float | None = None) -> Any: ...
 
 
-def run(results: ResultPipe, settings: Settings, progress: MutableSequence[int] | None = None) -> None:
+def run(results: ResultPipe, settings: Settings, owner: str, progress: MutableSequence[int] | None = None) -> None:
     """Record outcomes from ``results`` until the end mark arrives; prune old successes on the side.
 
+    ``owner`` is the cluster's id (its sentinel's), under which the monitor holds the pruning chore.
     ``progress`` (memory shared with the sentinel): ``[turns, outcomes done]``, so the sentinel can
     tell a monitor that waits for ever (see ``Sentinel._watch_monitor``); SIGUSR1 dumps the stack of
     every thread to stderr (the log) when it asks where the monitor waits."""
@@ -79,6 +79,7 @@ def run(results: ResultPipe, settings: Settings, progress: MutableSequence[int] 
     from ..brokers import get_broker
     from ..signals import post_spawn
 
+    outage.bound_statements(settings)
     broker = get_broker()  # this process's own (a forked child must not share the sentinel's connection)
     warm_up(broker)
     if settings.health_port is not None:
@@ -86,7 +87,7 @@ def run(results: ResultPipe, settings: Settings, progress: MutableSequence[int] 
 
         serve(settings.health_port)
     post_spawn.send(sender=run, proc_name="monitor")
-    Monitor(results, broker, settings, progress).serve()
+    Monitor(results, broker, settings, progress, owner=owner).serve()
     from .. import reporting
 
     reporting.close()  # the reports of timeouts and crashes still waiting (see reporting.lost)
@@ -107,7 +108,7 @@ class Monitor:
     """Takes the outcomes the sentinel puts on ``results`` and records them with ``broker``."""
 
     def __init__(self, results: Results, broker: Broker, settings: Settings,
-                 progress: MutableSequence[int] | None = None) -> None:
+                 progress: MutableSequence[int] | None = None, *, owner: str) -> None:
         self.results = results
         # [turns, outcomes recorded or given up]: the sentinel watches both (see run)
         self.progress: MutableSequence[int] = [0, 0] if progress is None else progress
@@ -122,7 +123,7 @@ class Monitor:
         self.last_record = 0.0  # monotonic time the last batch was taken
         self.parent = os.getppid()
         self.stopping = False  # the end mark arrived: record what was gathered, then exit
-        self.owner = f"{socket.gethostname()}:{self.parent}"  # the cluster (its sentinel), for chores
+        self.owner = owner  # the cluster's id, for chores
         self.retention_log = RetentionLog()
 
     def serve(self) -> None:

@@ -9,6 +9,9 @@ logs that do not flood.
   silent fail within ``TASKMQ['dead_connection_timeout']`` (TCP keepalives and ``tcp_user_timeout``,
   see :func:`~django_taskmq.policy.connections.keepalive_options`), each option unless the
   project set it in ``OPTIONS``.
+* :func:`bound_statements` runs at the start of each of the cluster's own processes (sentinel,
+  monitor, pusher, scheduler; never a worker, whose tasks' queries are the user's): from then on the
+  statements of that process's connections end within a bound (see ``cluster/statement_clock.py``).
 * :func:`check` opens a connection, runs a trivial query and looks for the app's tables. It returns
   one line saying what is wrong, or None.
 * :class:`~django_taskmq.failures.FailureLog` (imported here for the cluster's components) logs one
@@ -19,14 +22,20 @@ What differs per engine is its dialect's (:meth:`.Dialect.prepare`, ``brokers/or
 
 from __future__ import annotations
 
+import os
+
 from django.db import connections
 from django.db.backends.signals import connection_created
 
 from ..brokers import database
-from ..conf import DEAD_CONNECTION_TIMEOUT
+from ..conf import DEAD_CONNECTION_TIMEOUT, Settings
 from ..failures import FailureLog, cause  # the cluster's components reach them here
+from ..policy.lease import statement_bound
 
-__all__ = ["FailureLog", "cause", "check", "close_quietly", "prepare"]
+__all__ = ["FailureLog", "bound_statements", "cause", "check", "close_quietly", "prepare"]
+
+# alias -> (pid, seconds): the process that asked for the bound (a forked child does not inherit it)
+_bounds: dict[str, tuple[int, float]] = {}
 
 
 def prepare(alias: str, dead_connection_timeout: float | None = DEAD_CONNECTION_TIMEOUT) -> None:
@@ -47,6 +56,11 @@ def prepare(alias: str, dead_connection_timeout: float | None = DEAD_CONNECTION_
     def connected(sender, connection, **kwargs) -> None:
         if connection.alias == alias:
             tune(connection)
+            pid, seconds = _bounds.get(alias, (None, 0.0))
+            if pid == os.getpid() and not database.bound_statements(connection, seconds):
+                from .statement_clock import clock_for
+
+                clock_for(seconds).watch(connection)
 
     # One receiver per alias (the latest call's), for the connections opened from now on.
     uid = f"django_taskmq.outage.prepare:{alias}"
@@ -56,6 +70,14 @@ def prepare(alias: str, dead_connection_timeout: float | None = DEAD_CONNECTION_
     settings_dict["OPTIONS"] = options
     if conn.settings_dict is not settings_dict:  # a wrapper built from a copy (tests overriding DATABASES)
         conn.settings_dict["OPTIONS"] = dict(options)
+
+
+def bound_statements(settings: Settings) -> None:
+    """From now on, in this process only, end the statements and commits of its connections to the
+    cluster's database that run for longer than :func:`~django_taskmq.policy.lease.statement_bound`
+    with an error (the caller retries on a new connection, as after a restart). Call after
+    :func:`prepare`, before this process connects."""
+    _bounds[settings.database] = (os.getpid(), statement_bound(settings.lease))
 
 
 def check(alias: str, where: str) -> str | None:
@@ -89,6 +111,16 @@ def check(alias: str, where: str) -> str | None:
         others = f" and {len(missing) - 1} other table(s) of django_taskmq" if len(missing) > 1 else ""
         return f"{where} has no table {missing[0][1]}{others}: run manage.py migrate"
     return None
+
+
+def forget(alias: str) -> None:
+    """Close this thread's connection to ``alias`` and drop Django's object for it, so a child forked
+    afterwards starts from a new one: not a copy carrying this process's statement clock."""
+    close_quietly(alias)
+    try:
+        del connections[alias]
+    except AttributeError:  # never made in this thread
+        pass
 
 
 def close_quietly(alias: str) -> None:

@@ -35,6 +35,7 @@ def run(pipe: Connection, settings: Settings, queues: list[str], owner: str, bur
     from ..brokers import get_broker
     from ..signals import post_spawn
 
+    outage.bound_statements(settings)
     broker = get_broker()  # this process's own (a forked child must not share the sentinel's connection)
     broker.dedicate()  # it runs no task code: its session can be the claims' own
     # Lease sweeps run after a batch is handed over (Pusher.serve), not inside the claims: a claim

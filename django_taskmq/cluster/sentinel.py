@@ -64,9 +64,6 @@ STOP_MARGIN = 3.0
 #: Seconds between two looks for cancellation requests of the jobs the cluster holds (one primary-key
 #: read, only while it holds some): a cancelled job learns of it within about this.
 CANCEL_CHECK_EVERY = 1.0
-#: The least time a monitor may take no turn while outcomes wait for it before it is treated as
-#: wedged (a third of the lease, see Sentinel.wedged_after, unless that is shorter).
-WEDGED_FLOOR = 2.0
 #: The error of a job the stop procedure interrupted and put back.
 INTERRUPTED_BY_STOP = "interrupted by shutdown (stop_timeout {}s); back in the queue, not counted"
 #: The error of a job a hard stop (a second stop request) killed and put back.
@@ -151,9 +148,7 @@ class Sentinel:
         self._monitor_seen = 0.0  # ... and when they last changed (monotonic)
         self._monitor_done = 0  # the outcomes it had done at the last look
         self.monitor_stalled = False  # it took no turn for half the wedged bound: start nothing meanwhile
-        # A third of the lease: an outcome reaches the sentinel with at least two thirds of its lease
-        # left (renewals every third), so the next monitor still has a third to record it in.
-        self.wedged_after = max(settings.lease / 3, WEDGED_FLOOR)
+        self.wedged_after = lease.wedged_after(settings.lease)
         self.outbox: list[bytes] = []  # pickled outcomes for the monitor, sent once per turn
         self.want_pending = False
         self.drained = False
@@ -186,8 +181,11 @@ class Sentinel:
         outage.prepare(self.settings.database, self.settings.dead_connection_timeout)
         if self.settings.listen_database is not None:
             outage.prepare(self.settings.listen_database, self.settings.dead_connection_timeout)
+        outage.bound_statements(self.settings)  # the bookkeeping thread's (the workers' are the tasks')
         gave_up: DatabaseAway | None = None
         try:
+            self.upkeep.announce()  # the cluster's row before anything is claimed
+            outage.forget(self.settings.database)  # the only statement of this thread: no child inherits it
             self.spawn_all()  # inside: a fork that fails half-way must not leave the others behind
             self.upkeep.start()
             self.state = ClusterState.RUNNING
@@ -290,7 +288,7 @@ class Sentinel:
             self.results.close()
         self.results = results = ResultPipe()
         self.monitor_progress = progress = self.ctx.RawArray("Q", 2)
-        self.monitor = self._spawn(monitor.run, (results, self.settings, progress), "taskmq-monitor")
+        self.monitor = self._spawn(monitor.run, (results, self.settings, self.owner, progress), "taskmq-monitor")
         results.close_reader()
         self._monitor_turns = self._monitor_done = 0
         self._monitor_seen = time.monotonic()

@@ -41,6 +41,7 @@ def run(settings: Settings) -> None:
     from ..brokers import get_broker
     from ..signals import post_spawn
 
+    outage.bound_statements(settings)
     broker = get_broker()  # this process's own
     post_spawn.send(sender=run, proc_name="scheduler")
     failures = outage.FailureLog("scheduler", logger)

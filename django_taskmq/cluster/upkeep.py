@@ -3,7 +3,8 @@
 * lease renewal of the tasks the cluster holds (waiting or running), one statement per 500, every
   ``lease / 3`` seconds;
 * the heartbeat (the cluster's row), every :data:`HEARTBEAT_EVERY` seconds, with this host's clock
-  skew against the database's, measured by each heartbeat (the first is written at start-up);
+  skew against the database's, measured by each heartbeat (the first is written at start-up,
+  before anything is claimed: :meth:`Upkeep.announce`);
 * with each heartbeat, the running jobs of dead clusters taken back (:meth:`Upkeep.release_dead`):
   of this host's clusters whose pid is gone, at once; of any cluster silent for
   :func:`~django_taskmq.policy.lease.dead_after` seconds, then; instead of a whole lease later;
@@ -98,6 +99,17 @@ class Upkeep:
         self.books = Chores("taskmq-bookkeeping")
         self._burst_over = False  # a burst check found nothing unfinished, and the cluster stayed idle since
         self._idle_spell = 0  # counts the cluster's idle spells: a check's answer holds only for its own
+
+    def announce(self) -> None:
+        """Write the cluster's row (state ``starting``) now, in the caller's thread, before anything is
+        claimed: a cluster killed before its first heartbeat is then found dead by its successor on
+        the same host (or by any cluster after ``dead_after``), and what it claimed comes back at
+        once instead of a lease later. :meth:`Sentinel.start` calls it before the first fork; its
+        statement is bounded (``outage.bound_statements``). A failure is logged like a heartbeat's:
+        the database is away, so nothing is claimed either."""
+        sent = time.monotonic()
+        if self.attempt("heartbeat", lambda: self._write_heartbeat(self.report(), False)):
+            self.beat_at = max(self.beat_at, sent)
 
     def start(self) -> None:
         """Start the bookkeeping thread (:meth:`Sentinel.start` does, after its first forks)."""

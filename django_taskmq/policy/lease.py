@@ -45,3 +45,24 @@ def held_for(lease: float, beat_every: float) -> float:
     """Seconds of heartbeat silence after which nothing a cluster leased can still be held: its
     last renewal came at most a heartbeat after its last beat, and a lease lasts ``lease``."""
     return lease + 2.0 * beat_every + 1.0
+
+
+#: The least time a monitor may take no turn while outcomes wait for it before it is treated as
+#: wedged (see :func:`wedged_after`).
+WEDGED_FLOOR = 2.0
+
+
+def wedged_after(lease: float) -> float:
+    """Seconds a monitor may take no turn while outcomes wait for it before the sentinel replaces it:
+    a third of the lease (an outcome reaches the sentinel with at least two thirds of its lease left,
+    renewals being every third, so the next monitor still has a third to record it in), at least
+    :data:`WEDGED_FLOOR`."""
+    return max(lease / 3.0, WEDGED_FLOOR)
+
+
+def statement_bound(lease: float) -> float:
+    """Seconds one database statement (or commit) of the cluster's own processes may take before it
+    is ended with an error and retried: half of :func:`wedged_after` (a sixth of the lease, 10 s by
+    default), so a monitor whose statement hangs fails it and tries again before the sentinel would
+    stop starting work (half the wedged bound) or replace it (the whole bound)."""
+    return wedged_after(lease) / 2.0

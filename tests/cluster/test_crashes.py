@@ -253,6 +253,31 @@ def test_a_cluster_killed_whole_comes_back_at_once_on_its_host(cluster):
     stop(cluster, second)
 
 
+def test_a_cluster_killed_before_its_first_heartbeat_is_found_dead_at_once(cluster):
+    """The cluster's row is written before anything is claimed: a cluster killed (its whole process
+    group) the moment its jobs are claimed, before the first timed heartbeat, is found dead by its
+    successor on the same host, and its jobs come back at once, not a lease later."""
+    gate = cluster.gate("early")
+    ids = [async_task(f"{TASKS}.gated", f"early{i}", gate) for i in range(2)]
+    first = cluster.start("-w", "2")
+    deadline = time.monotonic() + 60
+    while job_states(ids) != {"RUNNING": 2} and time.monotonic() < deadline and first.running():
+        time.sleep(0.01)  # the kill lands within milliseconds of the claim, before the first timed heartbeat
+    first.kill_all()
+    assert job_states(ids) == {"RUNNING": 2}, first.output()
+    assert Cluster.objects.filter(pid=first.pid).count() == 1, "no row: its successor cannot tell it is dead"
+    leases_end = min(job.lease_until for job in jobs(ids).values())
+    cluster.open(gate)
+
+    second = cluster.start("-w", "2")
+    cluster.wait_final(ids, alive=[second])
+    after = jobs(ids)
+    assert {job.state for job in after.values()} == {"SUCCEEDED"}
+    assert max(job.finished_at.timestamp() for job in after.values()) < leases_end, second.output()
+    assert f"held by dead cluster(s) {Cluster.objects.get(pid=first.pid).id} (gone from this host" in second.output()
+    stop(cluster, second)
+
+
 def test_a_wedged_monitor_is_noticed_and_replaced_and_every_job_recorded_once(cluster):
     """A monitor that takes no turn while outcomes wait for it (stopped: SIGSTOP, as one waiting for
     ever on a connection would be): after a sixth of the lease the cluster starts no waiting task,

@@ -10,8 +10,6 @@ from __future__ import annotations
 
 import collections
 import signal
-import socket
-import threading
 
 import pytest
 from django.db import connections
@@ -21,59 +19,11 @@ from django_taskmq.models import Cluster
 from django_taskmq.policy.lease import dead_after, halt_after
 
 from .conftest import engine_is_postgresql, is_alive, job_states, jobs
+from .relay import Relay
 
 pytestmark = [pytest.mark.cluster, pytest.mark.skipif(not engine_is_postgresql(), reason="a TCP relay to the server")]
 
 LEASE = 30.0  # halt after 10 s of silence, dead after 15 s: both well before the lease
-
-
-class Relay:
-    """Pass TCP connections from a local port to the server; :meth:`silence` stops passing bytes
-    (both ways, sockets left open), :meth:`resume` passes them again."""
-
-    def __init__(self, server: tuple[str, int]) -> None:
-        self.server = server
-        self.listener = socket.create_server(("127.0.0.1", 0))
-        self.port = self.listener.getsockname()[1]
-        self.open = threading.Event()
-        self.open.set()
-        self.closed = False
-        threading.Thread(target=self._accept, daemon=True).start()
-
-    def _accept(self) -> None:
-        while not self.closed:
-            try:
-                client, _ = self.listener.accept()
-            except OSError:
-                return
-            upstream = socket.create_connection(self.server)
-            for a, b in ((client, upstream), (upstream, client)):
-                threading.Thread(target=self._pass, args=(a, b), daemon=True).start()
-
-    def _pass(self, source: socket.socket, sink: socket.socket) -> None:
-        try:
-            while data := source.recv(65536):
-                self.open.wait()
-                sink.sendall(data)
-        except OSError:
-            pass
-        finally:
-            for s in (source, sink):
-                try:
-                    s.shutdown(socket.SHUT_RDWR)
-                except OSError:
-                    pass
-
-    def silence(self) -> None:
-        self.open.clear()
-
-    def resume(self) -> None:
-        self.open.set()
-
-    def close(self) -> None:
-        self.closed = True
-        self.open.set()
-        self.listener.close()
 
 
 def started(cluster, tag: str) -> list[tuple[str, int]]:

@@ -68,7 +68,7 @@ def test_many_outcomes_are_recorded_in_one_transaction_and_the_end_mark_stops_th
     feed(results, successes, per_turn=30)
     feed(results, failures, per_turn=5)
     results.put(END_OF_RESULTS)
-    m = Monitor(results, broker, get_settings())
+    m = Monitor(results, broker, get_settings(), owner="test")
 
     serve(m)
 
@@ -86,7 +86,7 @@ def test_gather_takes_everything_waiting_up_to_the_batch_limit(broker, monkeypat
     results: queue.Queue = queue.Queue()
     feed(results, items, per_turn=2)
     results.put(END_OF_RESULTS)
-    m = Monitor(results, broker, get_settings())
+    m = Monitor(results, broker, get_settings(), owner="test")
 
     first = m.gather()
     assert [o.reservation.job_id for o in first] == [f"job{i}" for i in range(6)]
@@ -108,7 +108,7 @@ def test_a_list_that_says_idle_ends_the_gathering_of_a_busy_monitor(broker):
     results: queue.Queue = queue.Queue()
     results.put([dump_outcome(items[0]), dump_outcome(items[1]), IDLE])
     feed(results, items[2:], per_turn=2)
-    m = Monitor(results, broker, get_settings())
+    m = Monitor(results, broker, get_settings(), owner="test")
     m.last_record = monitor_module.time.monotonic()  # it recorded just now: busy
 
     first = m.gather()
@@ -121,7 +121,7 @@ def test_a_busy_monitor_without_idle_gathers_the_lists_behind(broker):
     items = outcomes(broker, 4)
     results: queue.Queue = queue.Queue()
     feed(results, items, per_turn=2)
-    m = Monitor(results, broker, get_settings())
+    m = Monitor(results, broker, get_settings(), owner="test")
     m.last_record = monitor_module.time.monotonic()
 
     assert [o.reservation.job_id for o in m.gather()] == ["job0", "job1", "job2", "job3"]
@@ -134,7 +134,7 @@ def test_outcomes_that_arrive_with_the_end_mark_are_recorded(broker):
     feed(results, items[:2], per_turn=2)
     results.put(END_OF_RESULTS)
     feed(results, items[2:], per_turn=2)  # a late list, gathered with the end mark
-    m = Monitor(results, broker, get_settings())
+    m = Monitor(results, broker, get_settings(), owner="test")
 
     serve(m)
 
@@ -156,7 +156,7 @@ def test_a_batch_the_database_refuses_is_retried_with_a_new_connection(broker):
         return ack_many(acks)
 
     broker.ack_many = flaky
-    m = Monitor(queue.Queue(), broker, get_settings())
+    m = Monitor(queue.Queue(), broker, get_settings(), owner="test")
 
     m.record(items)
 
@@ -202,7 +202,7 @@ class PruningRound:
 
 
 def pruning_monitor(broker: MemoryBroker, results: queue.Queue) -> Monitor:
-    m = Monitor(results, broker, get_settings())
+    m = Monitor(results, broker, get_settings(), owner="test")
     m.prune_at = 0.0  # the first round is due at once (not a second after the start)
     return m
 

@@ -272,6 +272,12 @@ class Dialect:
     def connected(self, connection: Any, dead_connection_timeout: float | None) -> None:
         """Set up a new connection of the cluster (Django's, connected) where ``OPTIONS`` cannot."""
 
+    def bound_statements(self, connection: Any, seconds: float) -> bool:
+        """Make every statement of ``connection`` (Django's, connected) end within about ``seconds``
+        where the engine can do it alone, and return True; False (this default): the cluster times
+        them itself (``cluster/statement_clock.py``)."""
+        return False
+
 
 def register(dialect: Dialect) -> None:
     """Make ``dialect`` the one of its engine (an engine module calls this when imported)."""

@@ -124,6 +124,13 @@ class SqliteDialect(Dialect):
         options["transaction_mode"] = "IMMEDIATE"
         options["timeout"] = max(float(options.get("timeout", 5.0)), SQLITE_BUSY_TIMEOUT)
 
+    def bound_statements(self, connection: Any, seconds: float) -> bool:
+        # No socket: the only long wait is for another writer's lock, which the busy timeout bounds.
+        raw = connection.connection
+        before = raw.execute("PRAGMA busy_timeout").fetchone()[0]
+        raw.execute(f"PRAGMA busy_timeout = {min(before, int(seconds * 1000))}")
+        return True
+
 
 register(SqliteDialect())
 
