@@ -21,7 +21,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from multiprocessing.connection import Connection
 from typing import Any
 
-from django.db import connections
+from django.db import connections, transaction
 
 from ...policy.connections import keepalive_options
 from ..clock import POSTGRESQL, Clock
@@ -250,11 +250,17 @@ class PostgresqlDialect(Dialect):
 
     def analyze(self, connection: Any) -> None:
         """A grown table without statistics can make the claim scan the whole table instead of the
-        partial index of ready rows: a tenfold slowdown measured on this kind of machine. Stale
-        means never analyzed, or more rows changed since than autovacuum's own threshold (50 +
-        10 %): an ANALYZE of a large table with fresh statistics costs the cluster a tenth of a
-        second of database time for nothing, and the sentinel runs one at every start."""
-        with connection.cursor() as cursor:
+        partial index of ready rows: a tenfold slowdown measured on this kind of machine; and the
+        claims' generic plans, made once per connection, follow the table only when it is analysed
+        again (an ANALYZE invalidates them). Stale means never analyzed, or more rows changed since
+        than autovacuum's own threshold (50 + 10 %): an ANALYZE of a large table with fresh
+        statistics costs the cluster a tenth of a second of database time for nothing. One cluster
+        at a time: another that looks meanwhile skips (the lock is taken without waiting) rather
+        than wait for this ANALYZE's table lock and analyse the table again."""
+        with transaction.atomic(using=connection.alias), connection.cursor() as cursor:
+            cursor.execute("SELECT pg_try_advisory_xact_lock(hashtext('django_taskmq'), hashtext('analyze'))")
+            if not cursor.fetchone()[0]:
+                return
             cursor.execute(
                 "SELECT n_mod_since_analyze, n_live_tup, COALESCE(last_analyze, last_autoanalyze) IS NOT NULL "
                 "FROM pg_stat_user_tables WHERE relid = %s::regclass", [JOB])
