@@ -33,3 +33,24 @@ def test_analyze_runs_only_when_the_statistics_are_stale(broker):
     assert analyze_count() == before + 1
     broker.analyze()  # fresh again
     assert analyze_count() == before + 1
+
+
+def test_analyze_is_skipped_while_another_cluster_analyses(broker):
+    if connection.vendor != "postgresql":
+        pytest.skip("PostgreSQL only")
+    import psycopg
+
+    enqueue_many("tests.tasks.add", [(i, i) for i in range(500)])  # stale
+    before = analyze_count()
+    settings = connection.settings_dict
+    other = psycopg.connect(host=settings["HOST"], port=settings["PORT"], user=settings["USER"],
+                            dbname=settings["NAME"], autocommit=False)
+    try:  # another cluster's scheduler process, in its ANALYZE
+        other.execute("SELECT pg_advisory_xact_lock(hashtext('django_taskmq'), hashtext('analyze'))")
+        broker.analyze()
+        assert analyze_count() == before
+    finally:
+        other.rollback()
+        other.close()
+    broker.analyze()
+    assert analyze_count() == before + 1
