@@ -50,10 +50,8 @@ rate, seconds = float(sys.argv[1]), float(sys.argv[2])
 sent = {}
 t0 = time.time()
 n = 0
-while True:
+while time.time() - t0 < seconds:  # paced; a producer the machine slows sends fewer, never later
     due = t0 + n / rate
-    if due - t0 >= seconds:
-        break
     delay = due - time.time()
     if delay > 0:
         time.sleep(delay)
@@ -66,7 +64,7 @@ while Job.objects.filter(pk__in=list(sent)[-50:], started_at__isnull=True).exist
 starts = dict(Job.objects.filter(pk__in=list(sent)).values_list("id", "started_at"))
 rows = [[round(began - t0, 4), round((starts[i].timestamp() - began) * 1000, 3) if starts.get(i) else None]
         for i, began in sent.items()]
-print(json.dumps({"jobs": rows, "wall_s": round(time.time() - t0, 1)}))
+print(json.dumps({"jobs": rows, "sent_per_s": round(n / seconds, 1)}))
 """
 
 STATS_SQL = ("SELECT n_live_tup, n_dead_tup, n_mod_since_analyze, last_analyze IS NOT NULL, "
@@ -182,7 +180,7 @@ def measure(engine: str, autovacuum: bool | None, tree: Path | None, source: str
     first, last = windows(result["jobs"], args.seconds, args.window)
     return {"engine": engine, "autovacuum": {None: "server", True: "on", False: "off"}[autovacuum],
             "first": summary(first), "last": summary(last), "never_started": sum(1 for _, v in result["jobs"] if v is None),
-            "jobs": len(result["jobs"]), "table": after, "foreign_cores": meter.result["foreign_cores"],
+            "jobs": len(result["jobs"]), "sent_per_s": result["sent_per_s"], "table": after, "foreign_cores": meter.result["foreign_cores"],
             "load": meter.result, "samples": result["jobs"]}
 
 
@@ -200,17 +198,18 @@ def summary(values: list[float]) -> dict:
             "p95": round(values[min(len(values) - 1, int(0.95 * len(values)))], 2)}
 
 
-def report(raw: dict) -> None:
-    """Print the table of a results file (markdown)."""
-    print(f"{raw['rate']:g} jobs/s for {raw['seconds']:g} s; windows of {raw['window']:g} s\n")
-    print("| engine | code | autovacuum | first p50 / p95, ms | last p50 / p95, ms | last / first p50 | "
-          "rows left | foreign load, cores |")
+def report(rows: list[dict]) -> None:
+    """Print the table of a results file's rows (markdown)."""
+    print(f"{rows[0]['rate']:g} jobs/s for {rows[0]['seconds']:g} s into a cluster of 2 workers; the jobs sent in "
+          f"the first and the last {rows[0]['window']:g} s, enqueue call -> task start, ms.\n")
+    print("| engine | code | autovacuum | first p50 / p95 | last p50 / p95 | last / first p50 | "
+          "jobs sent (per s) | foreign load, cores |")
     print("|---|---|---|---|---|---|---|---|")
-    for r in raw["rows"]:
+    for r in rows:
         f, l = r["first"], r["last"]
         ratio = l["p50"] / f["p50"] if f.get("p50") and l.get("p50") else float("nan")
         print(f"| {r['engine']} | {r['code']} | {r['autovacuum']} | {f.get('p50')} / {f.get('p95')} | "
-              f"{l.get('p50')} / {l.get('p95')} | {ratio:.2f} | {r['jobs']} | {r['foreign_cores']} |")
+              f"{l.get('p50')} / {l.get('p95')} | {ratio:.2f} | {r['jobs']:,} ({r['sent_per_s']:g}) | {r['foreign_cores']} |")
 
 
 def main(argv: list[str]) -> int:
@@ -227,7 +226,7 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--report", type=Path, help="print the table of a saved results file and exit")
     args = parser.parse_args(argv)
     if args.report:
-        report(json.loads(args.report.read_text()))
+        report(json.loads(args.report.read_text())["rows"])
         return 0
     if args.quick:
         args.seconds, args.window, args.runs = 50.0, 15.0, 1
@@ -238,6 +237,8 @@ def main(argv: list[str]) -> int:
         settings = [{"off": False, "on": True, "server": None}[a] for a in args.autovacuum.split(",")] \
             if engine == "postgresql" else [None]
         cells += [(engine, a, code, tree) for a in settings for code, tree in codes]
+    # SIGTERM ends the run through the finally blocks (the server's autovacuum is put back).
+    signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(1))
     seed = int(time.time())
     shuffle = random.Random(seed)
     sources = {engine: template(engine, work) for engine in args.engines.split(",")}
@@ -246,7 +247,8 @@ def main(argv: list[str]) -> int:
         order = list(cells)
         shuffle.shuffle(order)
         for engine, autovacuum, code, tree in order:
-            row = {"round": round_, "code": code, **measure(engine, autovacuum, tree, sources[engine], work, args)}
+            row = {"round": round_, "code": code, "rate": args.rate, "seconds": args.seconds, "window": args.window,
+                   **measure(engine, autovacuum, tree, sources[engine], work, args)}
             rows.append(row)
             print(f"round {round_} {engine} {code} autovacuum {row['autovacuum']}: first p50 {row['first'].get('p50')} "
                   f"ms, last p50 {row['last'].get('p50')} ms, table {row['table']} "
@@ -261,7 +263,7 @@ def main(argv: list[str]) -> int:
            "seconds": args.seconds, "window": args.window, "rows": rows}
     out = args.out or (work / "drift.json" if args.quick else HERE / "results" / "drift.json")
     out.write_text(json.dumps(raw, indent=1) + "\n")
-    report(raw)
+    report(rows)
     print(f"raw: {out}; cluster logs: {work}", file=sys.stderr)
     return 0
 
