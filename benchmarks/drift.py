@@ -259,7 +259,7 @@ def main(argv: list[str]) -> int:
                                 text=True).stdout.strip())
     raw = {"commit": commit + (" (with uncommitted edits)" if dirty else ""), "ref": args.ref,
            "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-           "command": " ".join(["benchmarks/drift.py", *argv]), "seed": seed, "rate": args.rate,
+           "command": " ".join(["benchmarks/drift.py", *argv]), "seed": seed, "runs": args.runs, "rate": args.rate,
            "seconds": args.seconds, "window": args.window, "rows": rows}
     out = args.out or (work / "drift.json" if args.quick else HERE / "results" / "drift.json")
     out.write_text(json.dumps(raw, indent=1) + "\n")

@@ -142,14 +142,14 @@ def _spread(values: list[float]) -> str:
     return f"{statistics.median(values):.2f} ({min(values):.2f}–{max(values):.2f})"
 
 
-def report(raw: dict) -> None:
-    """Print the tables of a results file (markdown): per engine, case and code, the median of the
-    runs' medians (their range), and the large case over the small one."""
-    rows = raw["rows"]
+def report(rows: list[dict]) -> None:
+    """Print the tables of a results file's rows (markdown): per engine, case and code, the median
+    of the runs' medians (their range), and the large case over the small one."""
+    runs = len({r["run"] for r in rows})
     for case in dict.fromkeys(r["case"] for r in rows):
         mine = [r for r in rows if r["case"] == case]
         metrics = [k for k in mine[0] if k.endswith("_ms")]
-        print(f"\n**{case}** (ms: median of each run's median, range over {raw['runs']} runs)\n")
+        print(f"\n**{case}** (ms: median of each run's median, range over {runs} runs)\n")
         print("| engine | code | size | " + " | ".join(f"`{m[:-3]}`" for m in metrics) + " |")
         print("|---|---|---|" + "---|" * len(metrics))
         for engine in dict.fromkeys(r["engine"] for r in mine):
@@ -185,14 +185,14 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--report", type=Path, help="print the tables of a saved results file and exit")
     args = parser.parse_args(argv)
     if args.report:
-        report(json.loads(args.report.read_text()))
+        report(json.loads(args.report.read_text())["rows"])
         return 0
     if args.quick:
         args.runs, args.engines, args.delayed, args.samples = 1, "postgresql", 10_000, 20
     raw = measure(args)
     out = args.out or (Path(tempfile.gettempdir()) / "growth-quick.json" if args.quick else OUT)
     out.write_text(json.dumps(raw, indent=1) + "\n")
-    report(raw)
+    report(raw["rows"])
     print(f"raw: {out}", file=sys.stderr)
     return 0
 
