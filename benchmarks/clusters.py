@@ -38,6 +38,7 @@ OUT = HERE / "results" / "clusters-postgresql.json"
 DB_NAME = "bench_clusters"
 sys.path[:0] = [str(HERE)]
 
+from cluster import Cluster  # noqa: E402
 from drift import pg  # noqa: E402
 from hostload import LoadMeter  # noqa: E402
 
@@ -95,17 +96,14 @@ def counts() -> tuple[int, int, int, int]:
 
 def measure(k: int, source: str, env: dict[str, str], args: argparse.Namespace, work: Path) -> dict:
     fresh_database(source)
-    clusters = []
+    clusters = [Cluster(sys.executable, Path(tempfile.gettempdir()), env, work / f"k{k}-{i}-{time.time_ns()}.log",
+                        argv=[sys.executable, "-m", "django", "qcluster", "-w", "2"]) for i in range(k)]
     try:
-        for i in range(k):
-            log = open(work / f"k{k}-{i}-{time.time_ns()}.log", "wb")
-            clusters.append(subprocess.Popen([sys.executable, "-m", "django", "qcluster", "-w", "2"],
-                                             cwd=tempfile.gettempdir(), env=env, stdout=log,
-                                             stderr=subprocess.STDOUT, start_new_session=True))
-            log.close()
+        for c in clusters:
+            c.start()
         deadline = time.time() + 120 + 10 * k
         while counts()[3] < k:  # every heartbeat published
-            if time.time() > deadline or any(c.poll() is not None for c in clusters):
+            if time.time() > deadline or any(c.process.poll() is not None for c in clusters):
                 raise SystemExit(f"{k} clusters did not all start; logs in {work}")
             time.sleep(0.5)
         time.sleep(3.0)  # past the start-up chores
@@ -124,13 +122,7 @@ def measure(k: int, source: str, env: dict[str, str], args: argparse.Namespace, 
         pending, duplicates, total, _ = counts()
     finally:
         for c in clusters:
-            c.send_signal(signal.SIGTERM)
-        for c in clusters:
-            try:
-                c.wait(timeout=60)
-            except subprocess.TimeoutExpired:
-                os.killpg(c.pid, signal.SIGKILL)
-                c.wait()
+            c.stop(grace=60)
     busy = [s for s in sampler.samples if s["active"]]
     return {"clusters": k, "jobs": total, "not_succeeded": pending, "duplicates": duplicates,
             "enqueue_s": round(enqueued - started, 3), "drain_s": round(drained - started, 3),

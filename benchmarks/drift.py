@@ -35,6 +35,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 sys.path.insert(0, str(HERE))
+from cluster import Cluster  # noqa: E402
 from cpu_by_process import export  # noqa: E402
 from hostload import LoadMeter  # noqa: E402
 
@@ -153,11 +154,11 @@ def measure(engine: str, autovacuum: bool | None, tree: Path | None, source: str
     if autovacuum is not None:
         set_autovacuum(autovacuum)
     try:
-        with open(log, "wb") as out, LoadMeter() as meter:
-            # Not manage.py in the repository's root: its directory would come first on the path.
-            cluster = subprocess.Popen([sys.executable, "-m", "django", "qcluster", "-w", "2"],
-                                       cwd=tempfile.gettempdir(), env=env,
-                                       stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+        # Not manage.py in the repository's root: its directory would come first on the path.
+        cluster = Cluster(sys.executable, Path(tempfile.gettempdir()), env, log,
+                          argv=[sys.executable, "-m", "django", "qcluster", "-w", "2"])
+        with LoadMeter() as meter:
+            cluster.start()
             try:
                 time.sleep(2.0)  # started and idle
                 done = subprocess.run([sys.executable, "-c", PRODUCER, str(args.rate), str(args.seconds)],
@@ -165,12 +166,7 @@ def measure(engine: str, autovacuum: bool | None, tree: Path | None, source: str
                                       timeout=args.seconds + 600)
                 after = table_stats() if engine == "postgresql" else {}
             finally:
-                cluster.send_signal(signal.SIGTERM)
-                try:
-                    cluster.wait(timeout=60)
-                except subprocess.TimeoutExpired:
-                    os.killpg(cluster.pid, signal.SIGKILL)
-                    cluster.wait()
+                cluster.stop(grace=60)
     finally:
         if autovacuum is not None:
             set_autovacuum(None)
