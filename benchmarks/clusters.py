@@ -10,10 +10,11 @@ idle; then ``--jobs`` no-op jobs are queued in one ``enqueue_many`` and the time
 pending is the drain. Meanwhile ``pg_stat_activity`` is sampled every 20 ms: the backends on the
 database and, of them, those waiting on a lock (``wait_event_type = 'Lock'``: a convoy on a row or a
 table) or on a light-weight lock. After it: jobs delivered more than once (``deliveries > 1``, a
-duplicate claim) and jobs not ``SUCCEEDED``, and the cluster processes' and the database server's CPU
-(``hostload``). The counts K are shuffled in each round. Each cluster holds about six connections
-(its sentinel's, the monitor's, the pusher's, the scheduler process's and each worker's): K is
-bounded by the server's ``max_connections`` less what other clients use.
+duplicate claim) and jobs not ``SUCCEEDED``, and the machine's and the database server's CPU
+(``hostload``; the clusters are reaped after the drain is timed, so their CPU counts in its
+"foreign" figure). The counts K are shuffled in each round. Each cluster holds ``workers × threads
++ 3`` connections (docs/databases.rst): K is bounded by the server's ``max_connections`` less what
+other clients use.
 """
 
 from __future__ import annotations
