@@ -258,7 +258,7 @@ def main(argv: list[str]) -> int:
            "command": " ".join(["benchmarks/drift.py", *argv]), "seed": seed, "runs": args.runs, "rate": args.rate,
            "seconds": args.seconds, "window": args.window, "rows": rows}
     out = args.out or (work / "drift.json" if args.quick else HERE / "results" / "drift.json")
-    out.write_text(json.dumps(raw, indent=1) + "\n")
+    out.write_text(json.dumps(raw, separators=(",", ":")) + "\n")  # compact: a sample per job
     report(rows)
     print(f"raw: {out}; cluster logs: {work}", file=sys.stderr)
     return 0

@@ -28,9 +28,10 @@ logger = logging.getLogger(__name__)
 # Seconds between two looks at whether the job table's statistics are stale (PostgreSQL; an ANALYZE
 # only when they are, and a VACUUM past its dead rows' threshold where autovacuum is off:
 # broker.analyze). Often, whatever the server's autovacuum does: the claims'
-# generic plans are made once per connection and kept until an ANALYZE, and a plan made on an
-# empty table and kept while it filled took an idle job from 5 to 80 ms in 150 s with autovacuum
-# off (benchmarks/drift.py, docs/decisions.rst). The look is one read of pg_stat_user_tables.
+# generic plans are made once per connection and kept until an ANALYZE, and plans made on an
+# empty table and kept while it filled took the enqueue -> start p50 from 5 to 80 ms in 150 s with
+# autovacuum off (benchmarks/drift.py, docs/decisions.rst). The look is one read of
+# pg_stat_user_tables.
 ANALYZE_EVERY = 10.0
 # The chores wait this long after start-up: the first turns of a new cluster hand out the work
 # that was waiting for it, and a tick or an ANALYZE (with the imports they need) would compete.
