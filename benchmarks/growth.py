@@ -7,7 +7,7 @@
 Two comparisons, each measured through the broker's public calls (``has_ready``: the pusher's look
 for work; ``reserve``: the claim) and the public enqueue (``async_task``), in a child process per
 measurement on a fresh database of the test settings (``tests.settings_<engine>``, database
-``bench_growth``), the cases shuffled in each round and ``--ref``'s ``django_taskmq`` (exported with
+``bench_held_keys``, made by ``held_keys.py``'s ``fresh_database``), the cases shuffled in each round and ``--ref``'s ``django_taskmq`` (exported with
 ``git archive``) interleaved with the working tree:
 
 * **queues**: ``TASKMQ['queues']`` holds 1 queue, or 1,000 queues with work (40 jobs each) in 10 of
@@ -38,11 +38,10 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 OUT = HERE / "results" / "growth.json"
-DB_NAME = "bench_growth"  # a bench_ database: hostload.py counts its server process as the run's
 sys.path[:0] = [str(HERE)]
 
 from cpu_by_process import export  # noqa: E402
-from held_keys import fresh_database  # noqa: E402
+from held_keys import fresh_database  # noqa: E402  (its database, bench_held_keys)
 from hostload import LoadMeter  # noqa: E402
 
 CHILD = r"""
