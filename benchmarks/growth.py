@@ -7,8 +7,9 @@
 Two comparisons, each measured through the broker's public calls (``has_ready``: the pusher's look
 for work; ``reserve``: the claim) and the public enqueue (``async_task``), in a child process per
 measurement on a fresh database of the test settings (``tests.settings_<engine>``, database
-``bench_held_keys``, made by ``held_keys.py``'s ``fresh_database``), the cases shuffled in each round and ``--ref``'s ``django_taskmq`` (exported with
-``git archive``) interleaved with the working tree:
+``bench_held_keys``, made by ``held_keys.py``'s ``fresh_database``), the cases shuffled in each
+round and ``--ref``'s ``django_taskmq`` (exported with ``git archive``) interleaved with the working
+tree:
 
 * **queues**: ``TASKMQ['queues']`` holds 1 queue, or 1,000 queues with work (40 jobs each) in 10 of
   them; ``--ready`` ready jobs in all. The cluster claims over every queue it serves: ``has_ready``
