@@ -883,9 +883,10 @@ def _older_sections() -> list[str]:
         ("drift-sqlite-mysql.json", "drift", "Claim latency as the job table fills, SQLite and MariaDB (issue 50)",
          ".venv/bin/python benchmarks/drift.py --engines sqlite,mysql --seconds 90"),
         ("growth.json", "growth", "Cost as work grows: 1,000 queues with work in 10, and 100,000 delayed jobs "
-         "not yet due, each against its small case (issue 50)", ".venv/bin/python benchmarks/growth.py --runs 2"),
+         "not yet due, each against its small case (issue 50)",
+         ".venv/bin/python benchmarks/growth.py --runs 2 --engines sqlite, then --engines postgresql,mysql"),
         ("clusters-postgresql.json", "clusters", "Several clusters of 2 workers draining one backlog on one "
-         "PostgreSQL (issue 50)", ".venv/bin/python benchmarks/clusters.py --runs 2"))
+         "PostgreSQL (issue 50)", ".venv/bin/python benchmarks/clusters.py --runs 1 --jobs 4000"))
     for name, module, title, measured in scripted:
         raw_path = RESULTS_DIR / name
         if raw_path.exists():
