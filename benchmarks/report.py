@@ -878,7 +878,17 @@ def _older_sections() -> list[str]:
          "before and after the key's running jobs were counted by the key (295 running on 8 keys, 20,000 held)",
          ".venv/bin/python benchmarks/held_keys.py --runs 3 --ref b2d3f10"),
         ("durable-sleepers.json", "durable_sleepers", "Claims beside 100,000 sleeping durable jobs (PostgreSQL): "
-         "none, SUSPENDED, and QUEUED for later", ".venv/bin/python benchmarks/durable_sleepers.py --runs 3"))
+         "none, SUSPENDED, and QUEUED for later", ".venv/bin/python benchmarks/durable_sleepers.py --runs 3"),
+        ("drift-postgresql.json", "drift", "Claim latency as the job table fills: the first and the last 30 s, "
+         "autovacuum off and on (issue 50)",
+         ".venv/bin/python benchmarks/drift.py --engines postgresql --autovacuum off,on --ref 5179cf4"),
+        ("drift-sqlite-mysql.json", "drift", "Claim latency as the job table fills, SQLite and MariaDB (issue 50)",
+         ".venv/bin/python benchmarks/drift.py --engines sqlite,mysql --seconds 90"),
+        ("growth.json", "growth", "Cost as work grows: 1,000 queues with work in 10, and 100,000 delayed jobs "
+         "not yet due, each against its small case (issue 50)",
+         ".venv/bin/python benchmarks/growth.py --runs 2 --engines sqlite, then --engines postgresql,mysql"),
+        ("clusters-postgresql.json", "clusters", "Several clusters of 2 workers draining one backlog on one "
+         "PostgreSQL (issue 50)", ".venv/bin/python benchmarks/clusters.py --runs 1 --jobs 4000"))
     for name, module, title, measured in scripted:
         raw_path = RESULTS_DIR / name
         if raw_path.exists():
@@ -1257,12 +1267,33 @@ def results_md(archive_sections: list[str]) -> str:
               "median of the row (of every peer in it, the Redis ones included). Empty: the peer was not in that "
               "row's run; —: it does not run on that engine (the Redis peers' one figure stands in every engine's "
               "row); n/a: it has no such figure or was not run for it (the archive's tables say why). How each "
-              "figure is measured: [`README.md`](README.md).", "",
+              "figure is measured: [`README.md`](README.md).", "", *_autovacuum_note(),
               "## Everything else: [`ARCHIVE.md`](ARCHIVE.md)", "",
               "Every table of the runs above, the comparisons not shown here and the earlier rounds, generated "
               "from the same raw results:", ""]
     lines += [f"* [{title}](ARCHIVE.md#{_slug(title)})" for title in archive_sections]
     return "\n".join(lines).rstrip() + "\n"
+
+
+def _autovacuum_note() -> list[str]:
+    """A paragraph on this machine's PostgreSQL, which runs with autovacuum off, and the one latency
+    figure measured both ways (``results/drift-postgresql.json``); nothing when that file is absent."""
+    path = RESULTS_DIR / "drift-postgresql.json"
+    if not path.exists():
+        return []
+    rows = json.loads(path.read_text())["rows"]  # the first seconds of a new table: every code alike
+    p50 = {a: statistics.median(r["first"]["p50"] for r in rows if r["autovacuum"] == a) for a in ("off", "on")
+           if any(r["autovacuum"] == a for r in rows)}
+    if len(p50) < 2:
+        return []
+    loads = sorted(r["foreign_cores"] for r in rows)
+    return [f"PostgreSQL: this machine's server runs with **autovacuum off** (its CI configuration), which "
+            "bears on every PostgreSQL latency figure above (dead rows stay in the job table and its indexes "
+            f"until something vacuums them). One figure measured both ways in one run ([`results/{path.name}`]"
+            f"(results/{path.name}), jobs sent at up to {rows[0]['rate']:g}/s into a new cluster, the first "
+            f"{rows[0]['window']:g} s, median of {len(rows) // 2} runs each, foreign load {loads[0]:g} to "
+            f"{loads[-1]:g} cores): enqueue → task start p50 {p50['off']:.1f} ms with autovacuum off, "
+            f"{p50['on']:.1f} ms with it on.", ""]
 
 
 # --------------------------------------------------------------------------- ARCHIVE.md

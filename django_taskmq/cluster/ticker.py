@@ -1,6 +1,6 @@
 """The scheduler process: a child of the sentinel that ticks the scheduler every
-``scheduler_interval`` seconds and refreshes the planner's statistics (``ANALYZE``) at start and
-every :data:`ANALYZE_EVERY` seconds, on its own connection.
+``scheduler_interval`` seconds and, every :data:`ANALYZE_EVERY` seconds from start, refreshes the
+planner's statistics of the job table (``ANALYZE``) when they are stale, on its own connection.
 
 A process, not a thread of the sentinel: a tick imports and runs user code (the schedules'
 functions, hooks), which may take long (a module that takes seconds to import) or hang, and an
@@ -25,7 +25,14 @@ from .poller import pause
 
 logger = logging.getLogger(__name__)
 
-ANALYZE_EVERY = 600.0  # seconds between planner statistics refreshes (PostgreSQL)
+# Seconds between two looks at whether the job table's statistics are stale (PostgreSQL; an ANALYZE
+# only when they are, and a VACUUM past its dead rows' threshold where autovacuum is off:
+# broker.analyze). Often, whatever the server's autovacuum does: the claims'
+# generic plans are made once per connection and kept until an ANALYZE, and plans made on an
+# empty table and kept while it filled took the enqueue -> start p50 from 5 to 80 ms in 150 s with
+# autovacuum off (benchmarks/drift.py, docs/decisions.rst). The look is one read of
+# pg_stat_user_tables.
+ANALYZE_EVERY = 10.0
 # The chores wait this long after start-up: the first turns of a new cluster hand out the work
 # that was waiting for it, and a tick or an ANALYZE (with the imports they need) would compete.
 FIRST_CHORES_AFTER = 0.25  # (the same wait as the sentinel's first heartbeat)

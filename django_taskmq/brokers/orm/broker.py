@@ -1172,8 +1172,8 @@ class OrmBroker(Broker):
         raise AssertionError("unreachable")
 
     def analyze(self) -> None:
-        """Refresh the planner's statistics of the job table when they are stale (PostgreSQL: see
-        :meth:`.postgresql.PostgresqlDialect.analyze`)."""
+        """Refresh the planner's statistics of the job table when they are stale, and vacuum it where
+        the server does not (PostgreSQL: see :meth:`.postgresql.PostgresqlDialect.analyze`)."""
         self.dialect.analyze(self.connection)
 
     def prune_keys(self, batch: int = 1000) -> int:

@@ -21,7 +21,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from multiprocessing.connection import Connection
 from typing import Any
 
-from django.db import connections
+from django.db import connections, transaction
 
 from ...policy.connections import keepalive_options
 from ..clock import POSTGRESQL, Clock
@@ -34,6 +34,7 @@ logger = logging.getLogger(__name__)
 
 CHANNEL = "taskmq_job"
 ANALYZE_BASE, ANALYZE_SHARE = 50, 0.1  # PostgreSQL's autovacuum_analyze_threshold and _scale_factor
+VACUUM_BASE, VACUUM_SHARE = 50, 0.2  # its autovacuum_vacuum_threshold and _scale_factor
 # In a FROM clause of a PostgreSQL claim's read: the transaction commits without waiting for the WAL
 # flush (what SET LOCAL synchronous_commit TO OFF does, without a round trip of its own).
 NO_FLUSH = "set_config('synchronous_commit', 'off', true) AS no_flush"
@@ -250,11 +251,32 @@ class PostgresqlDialect(Dialect):
 
     def analyze(self, connection: Any) -> None:
         """A grown table without statistics can make the claim scan the whole table instead of the
-        partial index of ready rows: a tenfold slowdown measured on this kind of machine. Stale
-        means never analyzed, or more rows changed since than autovacuum's own threshold (50 +
-        10 %): an ANALYZE of a large table with fresh statistics costs the cluster a tenth of a
-        second of database time for nothing, and the sentinel runs one at every start."""
+        partial index of ready rows: a tenfold slowdown measured on this kind of machine; and the
+        claims' generic plans, made once per connection, follow the table only when it is analysed
+        again (an ANALYZE invalidates them). Stale means never analyzed, or more rows changed since
+        than autovacuum's own threshold (50 + 10 %): an ANALYZE of a large table with fresh
+        statistics costs the cluster a tenth of a second of database time for nothing. One cluster
+        at a time: another that looks meanwhile skips (the lock is taken without waiting) rather
+        than wait for this ANALYZE's table lock and analyse the table again.
+
+        Where the server's autovacuum is off (or off for the table), the table is also vacuumed
+        past autovacuum's own threshold of dead rows (50 + 20 %): each claimed job leaves a dead
+        entry in the index of ready rows, which every claim then steps over, so unvacuumed the
+        claim grows slower with every job run (docs/decisions.rst). ``SKIP_LOCKED``: a cluster
+        whose VACUUM would wait for another's skips it."""
         with connection.cursor() as cursor:
+            cursor.execute(
+                "SELECT s.n_dead_tup > %s + %s * s.n_live_tup AND (current_setting('autovacuum') = 'off' "
+                "OR 'autovacuum_enabled=false' = ANY(COALESCE(c.reloptions, '{}'))) "
+                "FROM pg_stat_user_tables AS s JOIN pg_class AS c ON c.oid = s.relid WHERE s.relid = %s::regclass",
+                [VACUUM_BASE, VACUUM_SHARE, JOB])
+            row = cursor.fetchone()
+            if row is not None and row[0] and not connection.in_atomic_block:
+                cursor.execute(f"VACUUM (SKIP_LOCKED) {JOB}")
+        with transaction.atomic(using=connection.alias), connection.cursor() as cursor:
+            cursor.execute("SELECT pg_try_advisory_xact_lock(hashtext('django_taskmq'), hashtext('analyze'))")
+            if not cursor.fetchone()[0]:
+                return
             cursor.execute(
                 "SELECT n_mod_since_analyze, n_live_tup, COALESCE(last_analyze, last_autoanalyze) IS NOT NULL "
                 "FROM pg_stat_user_tables WHERE relid = %s::regclass", [JOB])
