@@ -19,7 +19,7 @@ imported from ``--harness`` (a checkout, outside this repository) and driven thr
 Each cell (a sweep point, a chaos or a pressure scenario) runs every system one after another
 in a shuffled order, with ``uptime``'s load average recorded before and after each run; the
 harness's ``summary.json``, ``manifest.json`` and ``raw.csv`` (gzipped) of every run are copied
-to ``--out`` with ``session.json`` (settings, order, loads, the harness's commit).
+to ``--out`` with ``harness_session.json`` (settings, order, loads, the harness's commit).
 """
 
 from __future__ import annotations
@@ -218,7 +218,7 @@ def main() -> int:
         cells = [c for c in cells if c["cell"] in args.only.split(",")]
 
     args.out.mkdir(parents=True, exist_ok=True)
-    session_path = args.out / "session.json"
+    session_path = args.out / "harness_session.json"  # not session.json: that names run.py's folders
     session = json.loads(session_path.read_text()) if session_path.exists() else {"invocations": [], "cells": []}
     harness_commit = subprocess.run(["git", "-C", str(args.harness), "rev-parse", "HEAD"], capture_output=True,
                                     text=True).stdout.strip()

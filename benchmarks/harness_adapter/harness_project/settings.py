@@ -35,7 +35,9 @@ _concurrency = int(os.environ.get("WORKER_COUNT", "2"))
 _processes = max(1, min(_concurrency, int(os.environ.get("HARNESS_PROCESSES", "2"))))
 
 TASKMQ = {
-    "name": f"harness-{os.environ.get('BENCH_INSTANCE_ID', '0')}",
+    # One name for every replica: the name salts the jobs' signatures, so replicas named apart
+    # would dead-letter each other's jobs ("bad signature"), as two deployments would.
+    "name": "harness",
     "workers": _processes,
     "threads": math.ceil(_concurrency / _processes),
 }
