@@ -111,7 +111,7 @@ def chaos(data: dict, cell: str, system: str) -> dict | None:
     recovery = run["phases"].get("recovery", {})
     return {"ok": run["cell"].get("ok"), "error": run["cell"].get("error"), "lost": recovery.get("jobs_lost"),
             "enqueued": recovery.get("jobs_enqueued"), "completed": recovery.get("jobs_completed"),
-            "recovery_s": recovery.get("chaos_recovery_time_s")}
+            "recovery_s": recovery.get("chaos_recovery_time_s"), "db": run["cell"].get("db_states_after")}
 
 
 def pressure(data: dict, cell: str, system: str) -> dict | None:
@@ -152,6 +152,34 @@ def goals(data: dict) -> list[str]:
     return lines
 
 
+def chaos_cell(r: dict) -> str:
+    if not r["ok"]:
+        return f"failed: {r['error'][:80]}"
+    recovered = f"yes, {r['recovery_s']:.0f} s" if r["recovery_s"] is not None else "**no**"
+    text = f"{recovered} / {_num(r['lost'])} lost ({_num(r['enqueued'])} in, {_num(r['completed'])} done)"
+    if r.get("db") is not None:  # the table after the run, finished rows left out
+        left = {k: v for k, v in r["db"].items() if k.lower() not in ("succeeded", "done")}
+        text += "; table after: " + (", ".join(f"{v} {k}" for k, v in sorted(left.items())) or "nothing unfinished")
+    return text
+
+
+def pressure_cell(r: dict) -> str:
+    if not r["completed"]:
+        return f"**no**: {(r['error'] or 'over time')[:80]}"
+    return f"yes / {_num(r['stress_rate'])} ({r['offered']}) / {_num(r['backlog'])}"
+
+
+def scenario_table(title: str, cells: tuple, names: list[str], get, render, notes: list[str]) -> list[str]:
+    """One row per scenario, one column per system; nothing if no scenario of the table ran."""
+    rows = [(c, [get(c, s) for s in names]) for c in cells]
+    if not any(r for _, results in rows for r in results):
+        return []
+    lines = [title, "", "| scenario | " + " | ".join(names) + " |", "|---|" + "---|" * len(names)]
+    lines += [f"| {c} | " + " | ".join("not run" if r is None else render(r) for r in results) + " |"
+              for c, results in rows]
+    return lines + notes + [""]
+
+
 def section(folder: Path | None = None, level: int = 2) -> list[str]:
     """Markdown of one harness results folder (default: the newest), headed at ``level``."""
     if folder is None:
@@ -162,16 +190,19 @@ def section(folder: Path | None = None, level: int = 2) -> list[str]:
     data = load(folder)
     session = data["session"]
     inv = session["invocations"][0]
+    invocations = "; ".join(
+        f"{i['started_at'][:16].replace('T', ' ')} UTC (django_taskmq at `{i['taskmq_commit'][:7]}`"
+        f"{', uncommitted changes' if i.get('taskmq_uncommitted') else ''}"
+        f"{', cells ' + i['only'] if i.get('only') else ''})" for i in session["invocations"])
     names = systems(data)
     rel = folder.relative_to(BENCH_DIR) if folder.is_relative_to(BENCH_DIR) else folder
     loads = [c["load_before"][0] for c in session["cells"]] + [c["load_after"][0] for c in session["cells"]]
     h = "#" * level
     lines = [f"{h} A harness nobody here wrote: hardbyte/postgresql-job-queue-benchmarking (issue 50)", "",
              f"[`{rel}/`]({rel}/), run by `harness_adapter/run.py` (see [`harness_adapter/README.md`]"
-             f"(harness_adapter/README.md)) on {inv['started_at'][:16].replace('T', ' ')} UTC: the harness at commit "
+             f"(harness_adapter/README.md)) on {invocations}: the harness at commit "
              f"`{inv['harness_commit'][:12]}`, run natively against this machine's PostgreSQL (no Docker; "
-             f"autovacuum off on this server, which inflates every PostgreSQL latency), django_taskmq at "
-             f"`{inv['taskmq_commit'][:7]}`{' with uncommitted changes' if inv.get('taskmq_uncommitted') else ''}, "
+             f"autovacuum off on this server, which inflates every PostgreSQL latency), "
              f"its Procrastinate adapter with `procrastinate==3.8.1`. Each cell ran the systems one after the other "
              f"in a shuffled order (seed {inv['seed']}); `PRODUCER_BATCH_MAX` {inv.get('producer_batch_max', 128)} for "
              f"all; the harness's quick settings are the README's. Load average (1 min) around the runs: "
@@ -197,43 +228,18 @@ def section(folder: Path | None = None, level: int = 2) -> list[str]:
             lines.append(f"| W={w}: jobs/s / claim p99 ms | " + " | ".join(cells) + " |")
         lines += ["", "At a queue held 4000 deep the claim latency is mostly the wait behind the backlog "
                   "(4000 / throughput): the faster system has the lower figure.", ""]
-    chaos_rows = [(c, {s: chaos(data, c, s) for s in names}) for c in CHAOS]
-    if any(r for _, by in chaos_rows for r in by.values()):
-        lines += [f"{h}# Chaos: recovered (time to 90 % of the baseline completion rate) / jobs_lost", "",
-                  "| scenario | " + " | ".join(names) + " |", "|---|" + "---|" * len(names)]
-        for cell, by in chaos_rows:
-            out = []
-            for s in names:
-                r = by[s]
-                if r is None:
-                    out.append("not run")
-                elif not r["ok"]:
-                    out.append(f"failed: {r['error'][:80]}")
-                else:
-                    rec = f"yes, {r['recovery_s']:.0f} s" if r["recovery_s"] is not None else "**no**"
-                    out.append(f"{rec} / {_num(r['lost'])} lost ({_num(r['enqueued'])} in, {_num(r['completed'])} done)")
-            lines.append(f"| {cell} | " + " | ".join(out) + " |")
-        lines += ["| chaos_postgres_restart | " + " | ".join("not run: shared server" for _ in names) + " |", "",
-                  "`jobs_lost` is the harness's estimate, enqueued minus completed from the rate samples of the "
-                  "chaos and recovery phases: the samples a killed replica had not printed yet are missing from "
-                  "both sides, and the jobs still queued or running at the end count as lost.", ""]
-    pressure_rows = [(c, {s: pressure(data, c, s) for s in names}) for c in PRESSURE]
-    if any(r for _, by in pressure_rows for r in by.values()):
-        lines += [f"{h}# Pressure: completed / jobs/s under pressure (offered) / backlog at the end", "",
-                  "| scenario | " + " | ".join(names) + " |", "|---|" + "---|" * len(names)]
-        for cell, by in pressure_rows:
-            out = []
-            for s in names:
-                r = by[s]
-                if r is None:
-                    out.append("not run")
-                elif not r["completed"]:
-                    out.append(f"**no**: {(r['error'] or 'over time')[:80]}")
-                else:
-                    out.append(f"yes / {_num(r['stress_rate'])} ({r['offered']}) / {_num(r['backlog'])}")
-            lines.append(f"| {cell} | " + " | ".join(out) + " |")
-        lines += ["", "The offered rate is the base rate; `sustained_high_load` and `event_burst` offer 1.5x of it "
-                  "during their pressure phase.", ""]
+    lines += scenario_table(f"{h}# Chaos: recovered (time to 90 % of the baseline completion rate) / jobs_lost",
+                            CHAOS, names, lambda c, s: chaos(data, c, s), chaos_cell, [
+        "| chaos_postgres_restart | " + " | ".join("not run: shared server" for _ in names) + " |", "",
+        "`jobs_lost` is the harness's estimate, enqueued minus completed from the rate samples of the "
+        "chaos and recovery phases: the samples a killed replica had not printed yet are missing from "
+        "both sides, and the jobs still queued or running at the end count as lost. \"Table after\": the "
+        "jobs of each state other than succeeded in the system's table once its replicas stopped (a "
+        "stopping cluster gives its unstarted reservations back to the queue)."])
+    lines += scenario_table(f"{h}# Pressure: completed / jobs/s under pressure (offered) / backlog at the end",
+                            PRESSURE, names, lambda c, s: pressure(data, c, s), pressure_cell, [
+        "", "The offered rate is the base rate; `sustained_high_load` and `event_burst` offer 1.5x of it "
+        "during their pressure phase."])
     goal_lines = goals(data)
     if goal_lines:
         lines += [f"{h}# Issue 50's goals for this harness", "", *goal_lines, ""]

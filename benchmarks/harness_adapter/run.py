@@ -122,6 +122,25 @@ def patch_harness(harness: Path, taskmq_python: str, procrastinate_python: str) 
     return A, O
 
 
+# What each system's table holds after the run (its adapter stopped): jobs left queued or running,
+# failed, dead-lettered. The harness's jobs_lost counts the jobs still in flight at the last sample.
+STATE_QUERIES = {
+    "django_taskmq": "SELECT state, count(*) FROM django_taskmq_job GROUP BY state",
+    "procrastinate": "SELECT status::text, count(*) FROM procrastinate_jobs GROUP BY status",
+}
+
+
+def db_states(O, system: str) -> dict | None:
+    import psycopg
+
+    name = "harness_" + system.replace("-", "_").removeprefix("django_")
+    try:
+        with psycopg.connect(O.pg_url(name), autocommit=True) as conn:
+            return dict(conn.execute(STATE_QUERIES[system]).fetchall())
+    except (psycopg.Error, KeyError):
+        return None
+
+
 def run_cell(O, out: Path, cell: str, system: str, phases: list[str], *, mode: str, rate: int, workers: int,
              replicas: int, depth: int, timeout_s: float) -> dict:
     from bench_harness.phases import resolve_scenario
@@ -143,6 +162,7 @@ def run_cell(O, out: Path, cell: str, system: str, phases: list[str], *, mode: s
         runs = sorted(O.RESULTS_ROOT.glob("custom-*"), key=lambda p: p.stat().st_mtime)
         run_dir = runs[-1] if runs else None
     record["wall_s"] = round(time.monotonic() - t0, 1)
+    record["db_states_after"] = db_states(O, system)
     record["within_timeout"] = record["wall_s"] <= timeout_s
     record["load_after"] = load_average()
     dest = out / "runs" / f"{cell}-{system}"
@@ -228,7 +248,7 @@ def main() -> int:
     session["invocations"].append({
         "argv": sys.argv, "seed": seed, "harness_commit": harness_commit, "taskmq_commit": ours,
         "taskmq_uncommitted": [line for line in dirty if line], "started_at": datetime.now(timezone.utc).isoformat(),
-        "nproc": os.cpu_count(), "producer_batch_max": args.batch_max, "quick_settings": {"sweep": SWEEP_PHASES, "chaos": CHAOS, "pressure": PRESSURE}})
+        "nproc": os.cpu_count(), "only": args.only, "producer_batch_max": args.batch_max, "quick_settings": {"sweep": SWEEP_PHASES, "chaos": CHAOS, "pressure": PRESSURE}})
     for cell in cells:
         order = systems[:]
         rng.shuffle(order)
