@@ -193,7 +193,8 @@ def section(folder: Path | None = None, level: int = 2) -> list[str]:
     invocations = "; ".join(
         f"{i['started_at'][:16].replace('T', ' ')} UTC (django_taskmq at `{i['taskmq_commit'][:7]}`"
         f"{', uncommitted changes' if i.get('taskmq_uncommitted') else ''}"
-        f"{', cells ' + i['only'] if i.get('only') else ''})" for i in session["invocations"])
+        f"{', cells ' + i['only'] + ' again, replacing the earlier runs of those cells' if i.get('only') else ''})"
+        for i in session["invocations"])
     names = systems(data)
     rel = folder.relative_to(BENCH_DIR) if folder.is_relative_to(BENCH_DIR) else folder
     loads = [c["load_before"][0] for c in session["cells"]] + [c["load_after"][0] for c in session["cells"]]
