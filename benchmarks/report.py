@@ -26,6 +26,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+import harness_report
 import round3
 from systems import (BASELINES, BENCH_DIR, DATABASE_ENGINES, DEFAULT_SYSTEMS, DEFAULT_WORKLOADS, PEERS, RESULTS_DIR,
                      SUBJECT, SYSTEMS)
@@ -1267,8 +1268,9 @@ def results_md(archive_sections: list[str]) -> str:
               "median of the row (of every peer in it, the Redis ones included). Empty: the peer was not in that "
               "row's run; —: it does not run on that engine (the Redis peers' one figure stands in every engine's "
               "row); n/a: it has no such figure or was not run for it (the archive's tables say why). How each "
-              "figure is measured: [`README.md`](README.md).", "", *_autovacuum_note(),
-              "## Everything else: [`ARCHIVE.md`](ARCHIVE.md)", "",
+              "figure is measured: [`README.md`](README.md).", "", *_autovacuum_note()]
+    lines += harness_report.section()  # the third-party harness's newest run (issue 50)
+    lines += ["## Everything else: [`ARCHIVE.md`](ARCHIVE.md)", "",
               "Every table of the runs above, the comparisons not shown here and the earlier rounds, generated "
               "from the same raw results:", ""]
     lines += [f"* [{title}](ARCHIVE.md#{_slug(title)})" for title in archive_sections]
