@@ -43,12 +43,59 @@ sys.path[:0] = [str(HERE)]
 from cpu_by_process import PREPARE, PROJECT, _create_pg_database, export  # noqa: E402
 from hostload import LoadMeter  # noqa: E402
 
-ROLES = ("monitor", "pusher")  # the sentinel's first children, in order; then the workers
+# The sentinel's children in order of birth (Sentinel.spawn_all): the pusher, the workers, then these.
+LAST_BORN = ("monitor", "scheduler")
 FIELDS = ("Pss", "Pss_Anon", "Pss_File", "Private_Dirty", "Private_Clean", "Shared_Dirty", "Shared_Clean", "Rss")
 
 SETTINGS = """
 from taskmq_project.settings import *  # noqa: F401,F403
 TASKMQ = dict(TASKMQ, save_limit=0, recycle=10**9)
+
+import os, sys
+if os.environ.get("BENCH_IMPORTS_DIR"):  # --imports: each process's imports after the fork, by pid
+    _root, _folder = os.getpid(), os.environ["BENCH_IMPORTS_DIR"]
+
+    def _imports(event, args):
+        if event == "import" and os.getpid() != _root:
+            with open(os.path.join(_folder, str(os.getpid())), "a") as f:
+                f.write(args[0] + "\\n")
+
+    sys.addaudithook(_imports)
+"""
+
+# The floor of the cluster's shape: a process of the same project after django.setup() and one
+# query of the job table forks as many children as the cluster has (argv[1]), each of which runs
+# the same query on its own connection; "ready" once they all have, then all wait for stdin's end.
+FLOOR = """
+import gc, os, sys
+import django
+django.setup()
+from django.db import connections
+from django_taskmq.models import Job
+
+def one_query():
+    list(Job.objects.all()[:1])
+
+one_query()
+connections.close_all()  # each child connects afresh, as the cluster's do
+gc.freeze()  # as the sentinel does before each fork
+ready_r, ready_w = os.pipe()
+hold_r, hold_w = os.pipe()
+for _ in range(int(sys.argv[1])):
+    if os.fork() == 0:
+        os.close(hold_w)
+        one_query()
+        os.write(ready_w, b"x")
+        os.read(hold_r, 1)  # EOF: the parent is done
+        os._exit(0)
+os.close(hold_r)
+for _ in range(int(sys.argv[1])):
+    os.read(ready_r, 1)
+print("ready", flush=True)
+sys.stdin.read()
+os.close(hold_w)
+for _ in range(int(sys.argv[1])):
+    os.wait()
 """
 
 # Prints the number of unfinished jobs each time a line is read on stdin: one Django start-up per run.
@@ -152,25 +199,73 @@ def _parent(pid: int) -> int | None:
     return int(text[text.rfind(")") + 2:].split()[1])
 
 
+def children(root: int) -> list[int]:
+    """The pids of ``root``'s children, in order of birth (pids were not recycled in between)."""
+    return sorted(p for p in map(int, filter(str.isdigit, os.listdir("/proc"))) if _parent(p) == root)
+
+
 def roles(root: int) -> dict[int, str]:
-    """The cluster's processes by pid, named: sentinel, monitor, pusher, worker-0, worker-1..."""
-    children = sorted(p for p in map(int, filter(str.isdigit, os.listdir("/proc"))) if _parent(p) == root)
-    names = {root: "sentinel"}
-    for i, pid in enumerate(children):
-        names[pid] = ROLES[i] if i < len(ROLES) else f"worker-{i - len(ROLES)}"
+    """The cluster's processes by pid, named: sentinel, pusher, worker-0, worker-1..., monitor, scheduler."""
+    born = children(root)
+    names = {root: "sentinel", born[0]: "pusher"}
+    workers = born[1:len(born) - len(LAST_BORN)]
+    names.update((pid, f"worker-{i}") for i, pid in enumerate(workers))
+    names.update(zip(born[len(born) - len(LAST_BORN):], LAST_BORN))
     return names
 
 
-def run_once(tree: Path | None, n: int, engine: str, threads: int, settings_dir: str) -> dict:
+def floor_once(tree: Path | None, engine: str, settings_dir: str, shape: int) -> dict:
+    """PSS of the floor of the cluster's shape (see FLOOR) with ``shape`` children, after the same
+    job table was prepared (an empty one: the floor runs no job)."""
+    with tempfile.TemporaryDirectory() as work:
+        env = prepared(tree, engine, settings_dir, work, 0)
+        floor = subprocess.Popen([sys.executable, "-c", FLOOR, str(shape)], env=env, stdin=subprocess.PIPE,
+                                 stdout=subprocess.PIPE, text=True)
+        try:
+            if floor.stdout.readline().strip() != "ready":
+                raise RuntimeError(f"the floor exited with {floor.wait()}")
+            time.sleep(2.0)  # as the cluster idles before its measure
+            pids = [floor.pid, *children(floor.pid)]
+            processes = {("parent" if i == 0 else f"child-{i}"): smaps_rollup(pid) for i, pid in enumerate(pids)}
+        finally:
+            floor.stdin.close()
+            floor.wait(60)
+    processes = {name: fields for name, fields in processes.items() if fields is not None}
+    return {"engine": engine, "children": len(processes) - 1, "pss_mib": sum(f["Pss"] for f in processes.values()) / 1024,
+            "kib_by_process": processes}
+
+
+def prepared(tree: Path | None, engine: str, settings_dir: str, work: str, n: int) -> dict[str, str]:
+    """The environment of a cluster (or floor) of ``tree`` on ``engine``, its database migrated in
+    ``work`` (SQLite) or ``bench_memory`` (the servers) and ``n`` no-op jobs queued."""
     env = dict(os.environ, BENCH_ENGINE=engine, DJANGO_SETTINGS_MODULE="memory_settings")
     env["PYTHONPATH"] = os.pathsep.join(([str(tree)] if tree else []) + [str(PROJECT), str(HERE), settings_dir])
     env["PYTHONDONTWRITEBYTECODE"] = "1"  # a source-only tree stays so
+    env["BENCH_SQLITE_PATH"] = os.path.join(work, "db.sqlite3")
+    env.setdefault("BENCH_PG_NAME", "bench_memory")
+    env.setdefault("BENCH_MYSQL_NAME", "bench_memory")
+    if engine == "postgresql":
+        _create_pg_database(env["BENCH_PG_NAME"])
+    elif engine == "mysql":
+        import MySQLdb
+        from benchdb import mysql_params
+
+        params = mysql_params()
+        server = MySQLdb.connect(host=params["host"], port=int(params["port"]), user=params["user"],
+                                 passwd=params["password"])
+        server.cursor().execute(f"CREATE DATABASE IF NOT EXISTS {env['BENCH_MYSQL_NAME']}")
+        server.close()
+    subprocess.run([sys.executable, "-c", PREPARE, str(n)], env=env, check=True)
+    return env
+
+
+def run_once(tree: Path | None, n: int, engine: str, threads: int, settings_dir: str,
+             imports: bool = False) -> dict:
     with tempfile.TemporaryDirectory() as work:
-        env["BENCH_SQLITE_PATH"] = os.path.join(work, "db.sqlite3")
-        env.setdefault("BENCH_PG_NAME", "bench_memory")
-        if engine == "postgresql":
-            _create_pg_database(env["BENCH_PG_NAME"])
-        subprocess.run([sys.executable, "-c", PREPARE, str(n)], env=env, check=True)
+        env = prepared(tree, engine, settings_dir, work, n)
+        if imports:
+            os.mkdir(os.path.join(work, "imports"))
+            env["BENCH_IMPORTS_DIR"] = os.path.join(work, "imports")
         waiter = subprocess.Popen([sys.executable, "-c", WAITER], env=env, stdin=subprocess.PIPE,
                                   stdout=subprocess.PIPE, text=True)
         started = time.perf_counter()
@@ -193,6 +288,11 @@ def run_once(tree: Path | None, n: int, engine: str, threads: int, settings_dir:
             names = roles(cluster.pid)
             processes = {name: smaps_rollup(pid) for pid, name in names.items()}
             cow = copy_on_write(names)
+            imported = {}
+            for pid, name in names.items():
+                if imports and os.path.exists(os.path.join(work, "imports", str(pid))):
+                    with open(os.path.join(work, "imports", str(pid))) as f:
+                        imported[name] = sorted(set(f.read().split()))
         finally:
             waiter.stdin.close()
             waiter.wait()
@@ -206,19 +306,13 @@ def run_once(tree: Path | None, n: int, engine: str, threads: int, settings_dir:
     pss = sum(f["Pss"] for f in processes.values()) / 1024
     return {"n": n, "engine": engine, "workers": sum(name.startswith("worker") for name in processes),
             "threads": threads, "pss_mib": pss, "drain_s": drained, "jobs_per_s_incl_startup": n / drained,
-            "kib_by_process": processes, "copy_on_write_kib": cow}
+            "kib_by_process": processes, "copy_on_write_kib": cow, **({"imported_after_fork": imported} if imports else {})}
 
 
 def startup_once(tree: Path | None, engine: str, settings_dir: str) -> float:
     """Seconds from exec to exit of ``qcluster --burst`` with one no-op job queued."""
-    env = dict(os.environ, BENCH_ENGINE=engine, DJANGO_SETTINGS_MODULE="memory_settings", PYTHONDONTWRITEBYTECODE="1")
-    env["PYTHONPATH"] = os.pathsep.join(([str(tree)] if tree else []) + [str(PROJECT), str(HERE), settings_dir])
     with tempfile.TemporaryDirectory() as work:
-        env["BENCH_SQLITE_PATH"] = os.path.join(work, "db.sqlite3")
-        env.setdefault("BENCH_PG_NAME", "bench_memory")
-        if engine == "postgresql":
-            _create_pg_database(env["BENCH_PG_NAME"])
-        subprocess.run([sys.executable, "-c", PREPARE, "1"], env=env, check=True)
+        env = prepared(tree, engine, settings_dir, work, 1)
         started = time.perf_counter()
         subprocess.run([sys.executable, str(PROJECT / "manage.py"), "qcluster", "--burst"], env=env, check=True,
                        stderr=subprocess.DEVNULL)
@@ -311,7 +405,7 @@ def markdown(raw: dict) -> list[str]:
     return lines
 
 
-def save(label: str, rows: list[dict], startup_rows: list[dict]) -> Path:
+def save(label: str, rows: list[dict], startup_rows: list[dict], floor_rows: list[dict]) -> Path:
     """Write what was measured so far to ``results/memory-<label>.json``; return its path."""
     head = subprocess.run(["git", "rev-parse", "--short=12", "HEAD"], cwd=HERE.parent, capture_output=True,
                           text=True).stdout.strip()
@@ -320,7 +414,7 @@ def save(label: str, rows: list[dict], startup_rows: list[dict]) -> Path:
     out = HERE / "results" / f"memory-{label}.json"
     out.write_text(json.dumps({"command": " ".join(sys.argv), "worktree_head": head, "worktree_dirty": dirty,
                                "date": time.strftime("%Y-%m-%d %H:%M:%S"), "rows": rows,
-                               "startup_rows": startup_rows},
+                               "startup_rows": startup_rows, "floor_rows": floor_rows},
                               indent=1) + "\n")
     return out
 
@@ -336,6 +430,11 @@ def main() -> None:
                         help="also run the working tree without bytecode (compiled from source at every start)")
     parser.add_argument("--startup", type=int, default=0, metavar="ROUNDS",
                         help="also time qcluster --burst of one job, this many rounds of every code")
+    parser.add_argument("--floor", action="store_true",
+                        help="also measure the floor of the cluster's shape (see FLOOR), interleaved")
+    parser.add_argument("--imports", action="store_true",
+                        help="record the modules each process imports after the fork (a diagnosis: an audit "
+                             "hook in every process)")
     parser.add_argument("--label", default="latest")
     parser.add_argument("--report", help="print the table of a results file and exit")
     args = parser.parse_args()
@@ -349,28 +448,35 @@ def main() -> None:
         codes.append((args.ref, export(args.ref)))
     if args.source:
         codes.append(("worktree-source", export_worktree(bytecode=False)))
-    rows = []
+    rows: list[dict] = []
+    floor_rows: list[dict] = []
+    shape = 2 + 1 + len(LAST_BORN)  # the cluster's children: 2 workers, the pusher, the monitor, the scheduler
     for round_ in range(1, args.runs + 1):
         for engine in args.engine.split(","):
-            for threads in map(int, args.threads.split(",")):
-                for code, tree in (codes if round_ % 2 else codes[::-1]):
-                    for attempt in range(3):  # a database server restarted meanwhile (a shared machine)
-                        try:
-                            with LoadMeter() as load:
-                                row = run_once(tree, args.n, engine, threads, settings_dir)
-                            break
-                        except Exception as exc:
-                            print(f"round {round_} {code} {engine} t{threads}: {exc!r}; again in 10 s", flush=True)
-                            time.sleep(10)
-                    else:
-                        continue
-                    row.update(code=code, round=round_, host_load=load.result)
-                    save(args.label, rows + [row], [])
-                    rows.append(row)
-                    print(f"round {round_} {code} {engine} t{threads}: PSS {row['pss_mib']:.1f} MiB "
-                          + " ".join(f"{p}:{f['Pss'] / 1024:.1f}" for p, f in row["kib_by_process"].items())
-                          + f" | {row['jobs_per_s_incl_startup']:.0f} jobs/s"
-                          + f" | foreign load {row['host_load']['foreign_cores']:.2f} cores", flush=True)
+            cases = [(code, tree, threads) for threads in map(int, args.threads.split(",")) for code, tree in codes]
+            if args.floor:
+                cases.append(("floor", codes[0][1], 0))
+            for code, tree, threads in (cases if round_ % 2 else cases[::-1]):
+                for attempt in range(3):  # a database server restarted meanwhile (a shared machine)
+                    try:
+                        with LoadMeter() as load:
+                            if code == "floor":
+                                row = floor_once(tree, engine, settings_dir, shape)
+                            else:
+                                row = run_once(tree, args.n, engine, threads, settings_dir, imports=args.imports)
+                        break
+                    except Exception as exc:
+                        print(f"round {round_} {code} {engine} t{threads}: {exc!r}; again in 10 s", flush=True)
+                        time.sleep(10)
+                else:
+                    continue
+                row.update(code=code, round=round_, host_load=load.result)
+                (floor_rows if code == "floor" else rows).append(row)
+                save(args.label, rows, [], floor_rows)
+                print(f"round {round_} {code} {engine} t{threads}: PSS {row['pss_mib']:.1f} MiB "
+                      + " ".join(f"{p}:{f['Pss'] / 1024:.1f}" for p, f in row["kib_by_process"].items())
+                      + (f" | {row['jobs_per_s_incl_startup']:.0f} jobs/s" if code != "floor" else "")
+                      + f" | foreign load {row['host_load']['foreign_cores']:.2f} cores", flush=True)
     startup_rows = []
     for round_ in range(1, args.startup + 1):
         for engine in args.engine.split(","):
@@ -385,9 +491,9 @@ def main() -> None:
                 else:
                     continue
                 startup_rows.append({"code": code, "engine": engine, "round": round_, "seconds": seconds})
-                save(args.label, rows, startup_rows)
+                save(args.label, rows, startup_rows, floor_rows)
                 print(f"start-up round {round_} {code} {engine}: {startup_rows[-1]['seconds'] * 1000:.0f} ms", flush=True)
-    print(f"raw rows: {save(args.label, rows, startup_rows)}")
+    print(f"raw rows: {save(args.label, rows, startup_rows, floor_rows)}")
     report(rows)
 
 
