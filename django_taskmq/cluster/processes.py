@@ -55,14 +55,18 @@ def _warm_orm() -> None:
     for alias in connections:
         connections[alias].ops.compiler("SQLCompiler")
 
+    @functools.cache
+    def cached_names(klass: type) -> list[str]:
+        # (Not what only validation uses: slow to fill, never used by a cluster's queries.)
+        return [name for k in klass.__mro__ for name, value in vars(k).items()
+                if isinstance(value, cached_property) and name not in ("validators", "error_messages")]
+
     def fill(obj: Any) -> None:
-        for klass in type(obj).__mro__:
-            for name, value in vars(klass).items():
-                if isinstance(value, cached_property):
-                    try:
-                        getattr(obj, name)
-                    except Exception:  # a property that does not apply to this object
-                        pass
+        for name in cached_names(type(obj)):
+            try:
+                getattr(obj, name)
+            except Exception:  # a property that does not apply to this object
+                pass
 
     for model in apps.get_models(include_auto_created=True):
         fill(model._meta)
