@@ -50,17 +50,6 @@ FIELDS = ("Pss", "Pss_Anon", "Pss_File", "Private_Dirty", "Private_Clean", "Shar
 SETTINGS = """
 from taskmq_project.settings import *  # noqa: F401,F403
 TASKMQ = dict(TASKMQ, save_limit=0, recycle=10**9)
-
-import os, sys
-if os.environ.get("BENCH_IMPORTS_DIR"):  # --imports: each process's imports after the fork, by pid
-    _root, _folder = os.getpid(), os.environ["BENCH_IMPORTS_DIR"]
-
-    def _imports(event, args):
-        if event == "import" and os.getpid() != _root:
-            with open(os.path.join(_folder, str(os.getpid())), "a") as f:
-                f.write(args[0] + "\\n")
-
-    sys.addaudithook(_imports)
 """
 
 # The floor of the cluster's shape: a process of the same project after django.setup() and one
@@ -259,13 +248,9 @@ def prepared(tree: Path | None, engine: str, settings_dir: str, work: str, n: in
     return env
 
 
-def run_once(tree: Path | None, n: int, engine: str, threads: int, settings_dir: str,
-             imports: bool = False) -> dict:
+def run_once(tree: Path | None, n: int, engine: str, threads: int, settings_dir: str) -> dict:
     with tempfile.TemporaryDirectory() as work:
         env = prepared(tree, engine, settings_dir, work, n)
-        if imports:
-            os.mkdir(os.path.join(work, "imports"))
-            env["BENCH_IMPORTS_DIR"] = os.path.join(work, "imports")
         waiter = subprocess.Popen([sys.executable, "-c", WAITER], env=env, stdin=subprocess.PIPE,
                                   stdout=subprocess.PIPE, text=True)
         started = time.perf_counter()
@@ -288,11 +273,6 @@ def run_once(tree: Path | None, n: int, engine: str, threads: int, settings_dir:
             names = roles(cluster.pid)
             processes = {name: smaps_rollup(pid) for pid, name in names.items()}
             cow = copy_on_write(names)
-            imported = {}
-            for pid, name in names.items():
-                if imports and os.path.exists(os.path.join(work, "imports", str(pid))):
-                    with open(os.path.join(work, "imports", str(pid))) as f:
-                        imported[name] = sorted(set(f.read().split()))
         finally:
             waiter.stdin.close()
             waiter.wait()
@@ -306,7 +286,7 @@ def run_once(tree: Path | None, n: int, engine: str, threads: int, settings_dir:
     pss = sum(f["Pss"] for f in processes.values()) / 1024
     return {"n": n, "engine": engine, "workers": sum(name.startswith("worker") for name in processes),
             "threads": threads, "pss_mib": pss, "drain_s": drained, "jobs_per_s_incl_startup": n / drained,
-            "kib_by_process": processes, "copy_on_write_kib": cow, **({"imported_after_fork": imported} if imports else {})}
+            "kib_by_process": processes, "copy_on_write_kib": cow}
 
 
 def startup_once(tree: Path | None, engine: str, settings_dir: str) -> float:
@@ -405,6 +385,58 @@ def markdown(raw: dict) -> list[str]:
     return lines
 
 
+#: Issue 50's goal: the cluster's PSS within this factor of the floor of its shape (see FLOOR).
+FLOOR_GOAL = 1.10
+
+
+def floor_markdown(raw: dict, name: str) -> list[str]:
+    """RESULTS.md's table of a ``--floor`` run: per engine, each code's cluster PSS against the floor
+    of the same shape, measured in the same rounds; then PSS by process (median, MiB)."""
+    rows, floors = raw["rows"], raw["floor_rows"]
+
+    def cell(values: list[float]) -> str:
+        return f"{statistics.median(values):.1f} ({min(values):.1f}–{max(values):.1f})"
+
+    loads = [r["host_load"]["foreign_cores"] for r in rows + floors]
+    codes = list(dict.fromkeys(r["code"] for r in rows))
+    shape = floors[0]["children"] + 1
+    lines = [f"Raw results: [`results/{name}`](results/{name}) ({raw['date']}, django_taskmq of commit "
+             f"{raw['worktree_head']}{' with uncommitted edits' if raw['worktree_dirty'] else ''}); measured with "
+             f"`{raw['command'].replace('benchmarks/memory.py', '.venv/bin/python benchmarks/memory.py')}`, "
+             f"{len({r['round'] for r in rows})} interleaved rounds, foreign load {cell(loads)} cores of 2. "
+             f"The cluster: 2 workers of one thread, `save_limit` 0, idle 2 s after draining {rows[0]['n']} no-op "
+             f"jobs; {shape} processes (sentinel, pusher, 2 workers, monitor, scheduler). The floor of its shape: a "
+             f"process of the same project after `django.setup()` and one query of the job table that forks "
+             f"{shape - 1} children, each of which runs the same query on its own connection ({shape} processes; "
+             "the sentinel's bookkeeping thread has no counterpart there). PSS summed over the processes, MiB, "
+             f"median (min–max); goal: within {FLOOR_GOAL:.2f}x of the floor.", "",
+             "| engine | floor | " + " | ".join(f"cluster, {c}" for c in codes) + " | "
+             + " | ".join(f"{c} / floor" for c in codes) + " |",
+             "|---|---|" + "---|" * (2 * len(codes))]
+    engines = list(dict.fromkeys(r["engine"] for r in rows))
+    for engine in engines:
+        floor = [r["pss_mib"] for r in floors if r["engine"] == engine]
+        clusters = {c: [r["pss_mib"] for r in rows if (r["engine"], r["code"]) == (engine, c)] for c in codes}
+        ratios = [statistics.median(clusters[c]) / statistics.median(floor) for c in codes]
+        lines.append(f"| {engine} | {cell(floor)} | " + " | ".join(cell(clusters[c]) for c in codes) + " | "
+                     + " | ".join(f"{x:.2f}x {'met' if x <= FLOOR_GOAL else 'not met'}" for x in ratios) + " |")
+    roles = list(dict.fromkeys(p for r in rows for p in r["kib_by_process"]))
+    lines += ["", "PSS by process, median MiB (the floor: its parent, then the mean of its children):", "",
+              "| engine | code | " + " | ".join(roles) + " |", "|---|---|" + "---|" * len(roles)]
+    for engine in engines:
+        for code in codes:
+            mine = [r for r in rows if (r["engine"], r["code"]) == (engine, code)]
+            lines.append(f"| {engine} | {code} | " + " | ".join(
+                f"{statistics.median(r['kib_by_process'][role]['Pss'] / 1024 for r in mine):.1f}" for role in roles)
+                + " |")
+        mine = [r for r in floors if r["engine"] == engine]
+        parent = statistics.median(r["kib_by_process"]["parent"]["Pss"] / 1024 for r in mine)
+        child = statistics.median(statistics.mean(f["Pss"] for p, f in r["kib_by_process"].items() if p != "parent")
+                                  / 1024 for r in mine)
+        lines.append(f"| {engine} | floor | {parent:.1f} | " + " | ".join(f"{child:.1f}" for _ in roles[1:]) + " |")
+    return lines
+
+
 def save(label: str, rows: list[dict], startup_rows: list[dict], floor_rows: list[dict]) -> Path:
     """Write what was measured so far to ``results/memory-<label>.json``; return its path."""
     head = subprocess.run(["git", "rev-parse", "--short=12", "HEAD"], cwd=HERE.parent, capture_output=True,
@@ -432,9 +464,6 @@ def main() -> None:
                         help="also time qcluster --burst of one job, this many rounds of every code")
     parser.add_argument("--floor", action="store_true",
                         help="also measure the floor of the cluster's shape (see FLOOR), interleaved")
-    parser.add_argument("--imports", action="store_true",
-                        help="record the modules each process imports after the fork (a diagnosis: an audit "
-                             "hook in every process)")
     parser.add_argument("--label", default="latest")
     parser.add_argument("--report", help="print the table of a results file and exit")
     args = parser.parse_args()
@@ -463,7 +492,7 @@ def main() -> None:
                             if code == "floor":
                                 row = floor_once(tree, engine, settings_dir, shape)
                             else:
-                                row = run_once(tree, args.n, engine, threads, settings_dir, imports=args.imports)
+                                row = run_once(tree, args.n, engine, threads, settings_dir)
                         break
                     except Exception as exc:
                         print(f"round {round_} {code} {engine} t{threads}: {exc!r}; again in 10 s", flush=True)
