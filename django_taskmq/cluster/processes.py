@@ -55,14 +55,15 @@ def _warm_orm() -> None:
     for alias in connections:
         connections[alias].ops.compiler("SQLCompiler")
 
-    @functools.cache
-    def cached_names(klass: type) -> list[str]:
-        # (Not what only validation uses: slow to fill, never used by a cluster's queries.)
-        return [name for k in klass.__mro__ for name, value in vars(k).items()
-                if isinstance(value, cached_property) and name not in ("validators", "error_messages")]
+    names: dict[type, list[str]] = {}  # each type's cached properties, listed once
 
     def fill(obj: Any) -> None:
-        for name in cached_names(type(obj)):
+        klass = type(obj)
+        if klass not in names:
+            # (Not what only validation uses: slow to fill, never used by a cluster's queries.)
+            names[klass] = [name for k in klass.__mro__ for name, value in vars(k).items()
+                            if isinstance(value, cached_property) and name not in ("validators", "error_messages")]
+        for name in names[klass]:
             try:
                 getattr(obj, name)
             except Exception:  # a property that does not apply to this object
