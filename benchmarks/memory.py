@@ -35,13 +35,17 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import TypeVar
 
 HERE = Path(__file__).resolve().parent
 sys.path[:0] = [str(HERE)]
 
 from cpu_by_process import PREPARE, PROJECT, _create_pg_database, export  # noqa: E402
 from hostload import LoadMeter  # noqa: E402
+
+T = TypeVar("T")
 
 # The sentinel's children in order of birth (Sentinel.spawn_all): the pusher, the workers, then these.
 LAST_BORN = ("monitor", "scheduler")
@@ -451,6 +455,18 @@ def save(label: str, rows: list[dict], startup_rows: list[dict], floor_rows: lis
     return out
 
 
+def retried(label: str, measure: Callable[[], T]) -> T | None:
+    """``measure()``, up to three times (a database server restarted meanwhile: a shared machine);
+    None when every attempt failed."""
+    for _ in range(3):
+        try:
+            return measure()
+        except Exception as exc:
+            print(f"{label}: {exc!r}; again in 10 s", flush=True)
+            time.sleep(10)
+    return None
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("-n", type=int, default=3000)
@@ -486,20 +502,18 @@ def main() -> None:
             if args.floor:
                 cases.append(("floor", codes[0][1], 0))
             for code, tree, threads in (cases if round_ % 2 else cases[::-1]):
-                for attempt in range(3):  # a database server restarted meanwhile (a shared machine)
-                    try:
-                        with LoadMeter() as load:
-                            if code == "floor":
-                                row = floor_once(tree, engine, settings_dir, shape)
-                            else:
-                                row = run_once(tree, args.n, engine, threads, settings_dir)
-                        break
-                    except Exception as exc:
-                        print(f"round {round_} {code} {engine} t{threads}: {exc!r}; again in 10 s", flush=True)
-                        time.sleep(10)
-                else:
+                def measured() -> dict:
+                    with LoadMeter() as load:
+                        if code == "floor":
+                            row = floor_once(tree, engine, settings_dir, shape)
+                        else:
+                            row = run_once(tree, args.n, engine, threads, settings_dir)
+                    return dict(row, host_load=load.result)
+
+                row = retried(f"round {round_} {code} {engine} t{threads}", measured)
+                if row is None:
                     continue
-                row.update(code=code, round=round_, host_load=load.result)
+                row.update(code=code, round=round_)
                 (floor_rows if code == "floor" else rows).append(row)
                 save(args.label, rows, [], floor_rows)
                 print(f"round {round_} {code} {engine} t{threads}: PSS {row['pss_mib']:.1f} MiB "
@@ -510,14 +524,9 @@ def main() -> None:
     for round_ in range(1, args.startup + 1):
         for engine in args.engine.split(","):
             for code, tree in (codes if round_ % 2 else codes[::-1]):
-                for attempt in range(3):  # a database server restarted meanwhile (a shared machine)
-                    try:
-                        seconds = startup_once(tree, engine, settings_dir)
-                        break
-                    except Exception as exc:
-                        print(f"start-up round {round_} {code} {engine}: {exc!r}; again in 10 s", flush=True)
-                        time.sleep(10)
-                else:
+                seconds = retried(f"start-up round {round_} {code} {engine}",
+                                  lambda: startup_once(tree, engine, settings_dir))
+                if seconds is None:
                     continue
                 startup_rows.append({"code": code, "engine": engine, "round": round_, "seconds": seconds})
                 save(args.label, rows, startup_rows, floor_rows)
