@@ -46,7 +46,8 @@ def _warm_orm() -> None:
     Each child would compute them for itself after the fork: an import writes to ``sys.modules``
     and the interned strings, the relation tree to every model's ``_meta``, and every such write
     copies an inherited page (about 1 MiB a process, see "Memory" in docs/performance.rst).
-    No query runs: nothing here connects.
+    No query runs; a connection that a project's own field opens on the way is closed again, as
+    the sentinel closed its own before forking.
     """
     from django.apps import apps
     from django.db import connections
@@ -69,10 +70,14 @@ def _warm_orm() -> None:
             except Exception:  # a property that does not apply to this object
                 pass
 
+    was_open = {c.alias for c in connections.all(initialized_only=True) if c.connection is not None}
     for model in apps.get_models(include_auto_created=True):
         fill(model._meta)
         for field in model._meta.get_fields(include_hidden=True):
             fill(field)
+    for connection in connections.all(initialized_only=True):
+        if connection.connection is not None and connection.alias not in was_open:
+            connection.close()  # a child must not share the sentinel's socket
 
 
 def signal_cancel(process: Process) -> None:
