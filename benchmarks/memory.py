@@ -35,7 +35,9 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import TypeVar
 
 HERE = Path(__file__).resolve().parent
 sys.path[:0] = [str(HERE)]
@@ -43,12 +45,50 @@ sys.path[:0] = [str(HERE)]
 from cpu_by_process import PREPARE, PROJECT, _create_pg_database, export  # noqa: E402
 from hostload import LoadMeter  # noqa: E402
 
-ROLES = ("monitor", "pusher")  # the sentinel's first children, in order; then the workers
+T = TypeVar("T")
+
+# The sentinel's children in order of birth (Sentinel.spawn_all): the pusher, the workers, then these.
+LAST_BORN = ("monitor", "scheduler")
 FIELDS = ("Pss", "Pss_Anon", "Pss_File", "Private_Dirty", "Private_Clean", "Shared_Dirty", "Shared_Clean", "Rss")
 
 SETTINGS = """
 from taskmq_project.settings import *  # noqa: F401,F403
 TASKMQ = dict(TASKMQ, save_limit=0, recycle=10**9)
+"""
+
+# The floor of the cluster's shape: a process of the same project after django.setup() and one
+# query of the job table forks as many children as the cluster has (argv[1]), each of which runs
+# the same query on its own connection; "ready" once they all have, then all wait for stdin's end.
+FLOOR = """
+import gc, os, sys
+import django
+django.setup()
+from django.db import connections
+from django_taskmq.models import Job
+
+def one_query():
+    list(Job.objects.all()[:1])
+
+one_query()
+connections.close_all()  # each child connects afresh, as the cluster's do
+gc.freeze()  # as the sentinel does before each fork
+ready_r, ready_w = os.pipe()
+hold_r, hold_w = os.pipe()
+for _ in range(int(sys.argv[1])):
+    if os.fork() == 0:
+        os.close(hold_w)
+        one_query()
+        os.write(ready_w, b"x")
+        os.read(hold_r, 1)  # EOF: the parent is done
+        os._exit(0)
+os.close(hold_r)
+for _ in range(int(sys.argv[1])):
+    os.read(ready_r, 1)
+print("ready", flush=True)
+sys.stdin.read()
+os.close(hold_w)
+for _ in range(int(sys.argv[1])):
+    os.wait()
 """
 
 # Prints the number of unfinished jobs each time a line is read on stdin: one Django start-up per run.
@@ -152,25 +192,69 @@ def _parent(pid: int) -> int | None:
     return int(text[text.rfind(")") + 2:].split()[1])
 
 
+def children(root: int) -> list[int]:
+    """The pids of ``root``'s children, in order of birth (pids were not recycled in between)."""
+    return sorted(p for p in map(int, filter(str.isdigit, os.listdir("/proc"))) if _parent(p) == root)
+
+
 def roles(root: int) -> dict[int, str]:
-    """The cluster's processes by pid, named: sentinel, monitor, pusher, worker-0, worker-1..."""
-    children = sorted(p for p in map(int, filter(str.isdigit, os.listdir("/proc"))) if _parent(p) == root)
-    names = {root: "sentinel"}
-    for i, pid in enumerate(children):
-        names[pid] = ROLES[i] if i < len(ROLES) else f"worker-{i - len(ROLES)}"
+    """The cluster's processes by pid, named: sentinel, pusher, worker-0, worker-1..., monitor, scheduler."""
+    born = children(root)
+    names = {root: "sentinel", born[0]: "pusher"}
+    workers = born[1:len(born) - len(LAST_BORN)]
+    names.update((pid, f"worker-{i}") for i, pid in enumerate(workers))
+    names.update(zip(born[len(born) - len(LAST_BORN):], LAST_BORN))
     return names
 
 
-def run_once(tree: Path | None, n: int, engine: str, threads: int, settings_dir: str) -> dict:
+def floor_once(tree: Path | None, engine: str, settings_dir: str, shape: int) -> dict:
+    """PSS of the floor of the cluster's shape (see FLOOR) with ``shape`` children, after the same
+    job table was prepared (an empty one: the floor runs no job)."""
+    with tempfile.TemporaryDirectory() as work:
+        env = prepared(tree, engine, settings_dir, work, 0)
+        floor = subprocess.Popen([sys.executable, "-c", FLOOR, str(shape)], env=env, stdin=subprocess.PIPE,
+                                 stdout=subprocess.PIPE, text=True)
+        try:
+            if floor.stdout.readline().strip() != "ready":
+                raise RuntimeError(f"the floor exited with {floor.wait()}")
+            time.sleep(2.0)  # as the cluster idles before its measure
+            pids = [floor.pid, *children(floor.pid)]
+            processes = {("parent" if i == 0 else f"child-{i}"): smaps_rollup(pid) for i, pid in enumerate(pids)}
+        finally:
+            floor.stdin.close()
+            floor.wait(60)
+    processes = {name: fields for name, fields in processes.items() if fields is not None}
+    return {"engine": engine, "children": len(processes) - 1, "pss_mib": sum(f["Pss"] for f in processes.values()) / 1024,
+            "kib_by_process": processes}
+
+
+def prepared(tree: Path | None, engine: str, settings_dir: str, work: str, n: int) -> dict[str, str]:
+    """The environment of a cluster (or floor) of ``tree`` on ``engine``, its database migrated in
+    ``work`` (SQLite) or ``bench_memory`` (the servers) and ``n`` no-op jobs queued."""
     env = dict(os.environ, BENCH_ENGINE=engine, DJANGO_SETTINGS_MODULE="memory_settings")
     env["PYTHONPATH"] = os.pathsep.join(([str(tree)] if tree else []) + [str(PROJECT), str(HERE), settings_dir])
     env["PYTHONDONTWRITEBYTECODE"] = "1"  # a source-only tree stays so
+    env["BENCH_SQLITE_PATH"] = os.path.join(work, "db.sqlite3")
+    env.setdefault("BENCH_PG_NAME", "bench_memory")
+    env.setdefault("BENCH_MYSQL_NAME", "bench_memory")
+    if engine == "postgresql":
+        _create_pg_database(env["BENCH_PG_NAME"])
+    elif engine == "mysql":
+        import MySQLdb
+        from benchdb import mysql_params
+
+        params = mysql_params()
+        server = MySQLdb.connect(host=params["host"], port=int(params["port"]), user=params["user"],
+                                 passwd=params["password"])
+        server.cursor().execute(f"CREATE DATABASE IF NOT EXISTS {env['BENCH_MYSQL_NAME']}")
+        server.close()
+    subprocess.run([sys.executable, "-c", PREPARE, str(n)], env=env, check=True)
+    return env
+
+
+def run_once(tree: Path | None, n: int, engine: str, threads: int, settings_dir: str) -> dict:
     with tempfile.TemporaryDirectory() as work:
-        env["BENCH_SQLITE_PATH"] = os.path.join(work, "db.sqlite3")
-        env.setdefault("BENCH_PG_NAME", "bench_memory")
-        if engine == "postgresql":
-            _create_pg_database(env["BENCH_PG_NAME"])
-        subprocess.run([sys.executable, "-c", PREPARE, str(n)], env=env, check=True)
+        env = prepared(tree, engine, settings_dir, work, n)
         waiter = subprocess.Popen([sys.executable, "-c", WAITER], env=env, stdin=subprocess.PIPE,
                                   stdout=subprocess.PIPE, text=True)
         started = time.perf_counter()
@@ -211,14 +295,8 @@ def run_once(tree: Path | None, n: int, engine: str, threads: int, settings_dir:
 
 def startup_once(tree: Path | None, engine: str, settings_dir: str) -> float:
     """Seconds from exec to exit of ``qcluster --burst`` with one no-op job queued."""
-    env = dict(os.environ, BENCH_ENGINE=engine, DJANGO_SETTINGS_MODULE="memory_settings", PYTHONDONTWRITEBYTECODE="1")
-    env["PYTHONPATH"] = os.pathsep.join(([str(tree)] if tree else []) + [str(PROJECT), str(HERE), settings_dir])
     with tempfile.TemporaryDirectory() as work:
-        env["BENCH_SQLITE_PATH"] = os.path.join(work, "db.sqlite3")
-        env.setdefault("BENCH_PG_NAME", "bench_memory")
-        if engine == "postgresql":
-            _create_pg_database(env["BENCH_PG_NAME"])
-        subprocess.run([sys.executable, "-c", PREPARE, "1"], env=env, check=True)
+        env = prepared(tree, engine, settings_dir, work, 1)
         started = time.perf_counter()
         subprocess.run([sys.executable, str(PROJECT / "manage.py"), "qcluster", "--burst"], env=env, check=True,
                        stderr=subprocess.DEVNULL)
@@ -311,7 +389,59 @@ def markdown(raw: dict) -> list[str]:
     return lines
 
 
-def save(label: str, rows: list[dict], startup_rows: list[dict]) -> Path:
+#: Issue 50's goal: the cluster's PSS within this factor of the floor of its shape (see FLOOR).
+FLOOR_GOAL = 1.10
+
+
+def floor_markdown(raw: dict, name: str) -> list[str]:
+    """RESULTS.md's table of a ``--floor`` run: per engine, each code's cluster PSS against the floor
+    of the same shape, measured in the same rounds; then PSS by process (median, MiB)."""
+    rows, floors = raw["rows"], raw["floor_rows"]
+
+    def cell(values: list[float]) -> str:
+        return f"{statistics.median(values):.1f} ({min(values):.1f}–{max(values):.1f})"
+
+    loads = [r["host_load"]["foreign_cores"] for r in rows + floors]
+    codes = list(dict.fromkeys(r["code"] for r in rows))
+    shape = floors[0]["children"] + 1
+    lines = [f"Raw results: [`results/{name}`](results/{name}) ({raw['date']}, django_taskmq of commit "
+             f"{raw['worktree_head']}{' with uncommitted edits' if raw['worktree_dirty'] else ''}); measured with "
+             f"`{raw['command'].replace('benchmarks/memory.py', '.venv/bin/python benchmarks/memory.py')}`, "
+             f"{len({r['round'] for r in rows})} interleaved rounds, foreign load {cell(loads)} cores of 2. "
+             f"The cluster: 2 workers of one thread, `save_limit` 0, idle 2 s after draining {rows[0]['n']} no-op "
+             f"jobs; {shape} processes (sentinel, pusher, 2 workers, monitor, scheduler). The floor of its shape: a "
+             f"process of the same project after `django.setup()` and one query of the job table that forks "
+             f"{shape - 1} children, each of which runs the same query on its own connection ({shape} processes; "
+             "the sentinel's bookkeeping thread has no counterpart there). PSS summed over the processes, MiB, "
+             f"median (min–max); goal: within {FLOOR_GOAL:.2f}x of the floor.", "",
+             "| engine | floor | " + " | ".join(f"cluster, {c}" for c in codes) + " | "
+             + " | ".join(f"{c} / floor" for c in codes) + " |",
+             "|---|---|" + "---|" * (2 * len(codes))]
+    engines = list(dict.fromkeys(r["engine"] for r in rows))
+    for engine in engines:
+        floor = [r["pss_mib"] for r in floors if r["engine"] == engine]
+        clusters = {c: [r["pss_mib"] for r in rows if (r["engine"], r["code"]) == (engine, c)] for c in codes}
+        ratios = [statistics.median(clusters[c]) / statistics.median(floor) for c in codes]
+        lines.append(f"| {engine} | {cell(floor)} | " + " | ".join(cell(clusters[c]) for c in codes) + " | "
+                     + " | ".join(f"{x:.2f}x {'met' if x <= FLOOR_GOAL else 'not met'}" for x in ratios) + " |")
+    roles = list(dict.fromkeys(p for r in rows for p in r["kib_by_process"]))
+    lines += ["", "PSS by process, median MiB (the floor: its parent, then the mean of its children):", "",
+              "| engine | code | " + " | ".join(roles) + " |", "|---|---|" + "---|" * len(roles)]
+    for engine in engines:
+        for code in codes:
+            mine = [r for r in rows if (r["engine"], r["code"]) == (engine, code)]
+            lines.append(f"| {engine} | {code} | " + " | ".join(
+                f"{statistics.median(r['kib_by_process'][role]['Pss'] / 1024 for r in mine):.1f}" for role in roles)
+                + " |")
+        mine = [r for r in floors if r["engine"] == engine]
+        parent = statistics.median(r["kib_by_process"]["parent"]["Pss"] / 1024 for r in mine)
+        child = statistics.median(statistics.mean(f["Pss"] for p, f in r["kib_by_process"].items() if p != "parent")
+                                  / 1024 for r in mine)
+        lines.append(f"| {engine} | floor | {parent:.1f} | " + " | ".join(f"{child:.1f}" for _ in roles[1:]) + " |")
+    return lines
+
+
+def save(label: str, rows: list[dict], startup_rows: list[dict], floor_rows: list[dict]) -> Path:
     """Write what was measured so far to ``results/memory-<label>.json``; return its path."""
     head = subprocess.run(["git", "rev-parse", "--short=12", "HEAD"], cwd=HERE.parent, capture_output=True,
                           text=True).stdout.strip()
@@ -320,9 +450,21 @@ def save(label: str, rows: list[dict], startup_rows: list[dict]) -> Path:
     out = HERE / "results" / f"memory-{label}.json"
     out.write_text(json.dumps({"command": " ".join(sys.argv), "worktree_head": head, "worktree_dirty": dirty,
                                "date": time.strftime("%Y-%m-%d %H:%M:%S"), "rows": rows,
-                               "startup_rows": startup_rows},
+                               "startup_rows": startup_rows, "floor_rows": floor_rows},
                               indent=1) + "\n")
     return out
+
+
+def retried(label: str, measure: Callable[[], T]) -> T | None:
+    """``measure()``, up to three times (a database server restarted meanwhile: a shared machine);
+    None when every attempt failed."""
+    for _ in range(3):
+        try:
+            return measure()
+        except Exception as exc:
+            print(f"{label}: {exc!r}; again in 10 s", flush=True)
+            time.sleep(10)
+    return None
 
 
 def main() -> None:
@@ -336,6 +478,8 @@ def main() -> None:
                         help="also run the working tree without bytecode (compiled from source at every start)")
     parser.add_argument("--startup", type=int, default=0, metavar="ROUNDS",
                         help="also time qcluster --burst of one job, this many rounds of every code")
+    parser.add_argument("--floor", action="store_true",
+                        help="also measure the floor of the cluster's shape (see FLOOR), interleaved")
     parser.add_argument("--label", default="latest")
     parser.add_argument("--report", help="print the table of a results file and exit")
     args = parser.parse_args()
@@ -349,45 +493,45 @@ def main() -> None:
         codes.append((args.ref, export(args.ref)))
     if args.source:
         codes.append(("worktree-source", export_worktree(bytecode=False)))
-    rows = []
+    rows: list[dict] = []
+    floor_rows: list[dict] = []
+    shape = 2 + 1 + len(LAST_BORN)  # the cluster's children: 2 workers, the pusher, the monitor, the scheduler
     for round_ in range(1, args.runs + 1):
         for engine in args.engine.split(","):
-            for threads in map(int, args.threads.split(",")):
-                for code, tree in (codes if round_ % 2 else codes[::-1]):
-                    for attempt in range(3):  # a database server restarted meanwhile (a shared machine)
-                        try:
-                            with LoadMeter() as load:
-                                row = run_once(tree, args.n, engine, threads, settings_dir)
-                            break
-                        except Exception as exc:
-                            print(f"round {round_} {code} {engine} t{threads}: {exc!r}; again in 10 s", flush=True)
-                            time.sleep(10)
-                    else:
-                        continue
-                    row.update(code=code, round=round_, host_load=load.result)
-                    save(args.label, rows + [row], [])
-                    rows.append(row)
-                    print(f"round {round_} {code} {engine} t{threads}: PSS {row['pss_mib']:.1f} MiB "
-                          + " ".join(f"{p}:{f['Pss'] / 1024:.1f}" for p, f in row["kib_by_process"].items())
-                          + f" | {row['jobs_per_s_incl_startup']:.0f} jobs/s"
-                          + f" | foreign load {row['host_load']['foreign_cores']:.2f} cores", flush=True)
+            cases = [(code, tree, threads) for threads in map(int, args.threads.split(",")) for code, tree in codes]
+            if args.floor:
+                cases.append(("floor", codes[0][1], 0))
+            for code, tree, threads in (cases if round_ % 2 else cases[::-1]):
+                def measured() -> dict:
+                    with LoadMeter() as load:
+                        if code == "floor":
+                            row = floor_once(tree, engine, settings_dir, shape)
+                        else:
+                            row = run_once(tree, args.n, engine, threads, settings_dir)
+                    return dict(row, host_load=load.result)
+
+                row = retried(f"round {round_} {code} {engine} t{threads}", measured)
+                if row is None:
+                    continue
+                row.update(code=code, round=round_)
+                (floor_rows if code == "floor" else rows).append(row)
+                save(args.label, rows, [], floor_rows)
+                print(f"round {round_} {code} {engine} t{threads}: PSS {row['pss_mib']:.1f} MiB "
+                      + " ".join(f"{p}:{f['Pss'] / 1024:.1f}" for p, f in row["kib_by_process"].items())
+                      + (f" | {row['jobs_per_s_incl_startup']:.0f} jobs/s" if code != "floor" else "")
+                      + f" | foreign load {row['host_load']['foreign_cores']:.2f} cores", flush=True)
     startup_rows = []
     for round_ in range(1, args.startup + 1):
         for engine in args.engine.split(","):
             for code, tree in (codes if round_ % 2 else codes[::-1]):
-                for attempt in range(3):  # a database server restarted meanwhile (a shared machine)
-                    try:
-                        seconds = startup_once(tree, engine, settings_dir)
-                        break
-                    except Exception as exc:
-                        print(f"start-up round {round_} {code} {engine}: {exc!r}; again in 10 s", flush=True)
-                        time.sleep(10)
-                else:
+                seconds = retried(f"start-up round {round_} {code} {engine}",
+                                  lambda: startup_once(tree, engine, settings_dir))
+                if seconds is None:
                     continue
                 startup_rows.append({"code": code, "engine": engine, "round": round_, "seconds": seconds})
-                save(args.label, rows, startup_rows)
+                save(args.label, rows, startup_rows, floor_rows)
                 print(f"start-up round {round_} {code} {engine}: {startup_rows[-1]['seconds'] * 1000:.0f} ms", flush=True)
-    print(f"raw rows: {save(args.label, rows, startup_rows)}")
+    print(f"raw rows: {save(args.label, rows, startup_rows, floor_rows)}")
     report(rows)
 
 

@@ -971,7 +971,7 @@ def _older_sections() -> list[str]:
 
         lines += ["", "### Where the memory goes: an idle cluster's PSS by process", ""]
         lines += memory_script.markdown(json.loads(where.read_text()))
-    shown = {"architecture-before-after.json", "memory-latest.json", "architecture-latency-rerun.json", "flow.json", "threads.json",
+    shown = {"architecture-before-after.json", "memory-latest.json", FLOOR_SHAPE, "architecture-latency-rerun.json", "flow.json", "threads.json",
              "fan_in.json", "fan_in-profile.txt",
              *(name for name, *_ in scripted),
              *(p.name for p in RESULTS_DIR.glob("retention-claims-*.json")),
@@ -1251,6 +1251,21 @@ def _slug(title: str) -> str:
     return kept.replace(" ", "-")
 
 
+#: The newest run of ``memory.py --floor`` (issue 50), shown in RESULTS.md.
+FLOOR_SHAPE = "memory-floor-shape.json"
+
+
+def _floor_section() -> list[str]:
+    """RESULTS.md's section on the cluster's memory against the floor of its own shape."""
+    raw_path = RESULTS_DIR / FLOOR_SHAPE
+    if not raw_path.exists():
+        return []
+    import memory as memory_script
+
+    return (["## Memory against the floor of the cluster's shape (issue 50)", ""]
+            + memory_script.floor_markdown(json.loads(raw_path.read_text()), FLOOR_SHAPE) + [""])
+
+
 def results_md(archive_sections: list[str]) -> str:
     rows, used = headline_rows(current_sources())
     head = ["figure", "engine", "run", SYSTEMS[SUBJECT].label, *HEADLINE_PEERS.values(), "django_taskmq / best peer"]
@@ -1269,6 +1284,7 @@ def results_md(archive_sections: list[str]) -> str:
               "row's run; —: it does not run on that engine (the Redis peers' one figure stands in every engine's "
               "row); n/a: it has no such figure or was not run for it (the archive's tables say why). How each "
               "figure is measured: [`README.md`](README.md).", "", *_autovacuum_note()]
+    lines += _floor_section()
     lines += harness_report.section()  # the third-party harness's newest run (issue 50)
     lines += ["## Everything else: [`ARCHIVE.md`](ARCHIVE.md)", "",
               "Every table of the runs above, the comparisons not shown here and the earlier rounds, generated "
