@@ -10,7 +10,7 @@ import time
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from . import cached_results, sync
+from .runtime import cached_results, inline as sync
 from .brokers import get_broker
 from .exceptions import ConfigError
 from .conf import get_settings

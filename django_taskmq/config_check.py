@@ -23,8 +23,8 @@ from django.db.migrations.executor import MigrationExecutor
 from .brokers.orm.dialect import dialect_named
 from .conf import Settings, get_settings
 from .exceptions import ConfigError
-from .binding import bind, path_signature
-from .loading import DECLARED, is_task, resolve
+from .runtime.binding import bind, path_signature
+from .runtime.loading import DECLARED, is_task, resolve
 
 APP = "django_taskmq"
 

@@ -13,7 +13,7 @@ from typing import Any
 from .api import run_sync
 from .brokers import get_broker
 from .conf import get_settings
-from .durable_context import MAX_SIGNAL
+from .runtime.durable_context import MAX_SIGNAL
 from .exceptions import BadPackage, ConfigError
 from .models import Job
 from .options import check_names

@@ -2,7 +2,7 @@
 execution (see :class:`FailedJob` for ``job``).
 
 The worker holds the live exception of a task that raised (:func:`failed`, called by
-:func:`~django_taskmq.execution.execute`) and hands it to the reporter only after the outcome has
+:func:`~django_taskmq.runtime.execution.execute`) and hands it to the reporter only after the outcome has
 left for the sentinel (:func:`deliver`): whatever the reporter does, raise or hang, the job's
 outcome is already decided. A reporter runs in a daemon thread that the worker waits for at most
 :data:`REPORT_TIMEOUT` seconds; one still running then is left behind (and logged), so a hung
@@ -21,7 +21,7 @@ from typing import Any
 
 from .brokers.base import Reservation
 from .envelope import Envelope
-from .loading import resolve
+from .runtime.loading import resolve
 from .policy.redaction import shown_call
 
 logger = logging.getLogger(__name__)

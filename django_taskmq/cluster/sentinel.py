@@ -32,7 +32,7 @@ from typing import Any, Protocol
 
 from django.db import connections
 
-from .. import execution as ex
+from ..runtime import execution as ex
 from .. import joblog
 from ..brokers.base import Broker
 from ..conf import Settings

@@ -24,7 +24,7 @@ from typing import Any, NamedTuple
 
 from django.db import close_old_connections, connections
 
-from .. import execution as ex
+from ..runtime import execution as ex
 from .. import reporting
 from ..brokers.base import Broker
 from ..brokers.orm.dialect import dialect_named
@@ -207,7 +207,7 @@ class OneAtATime:
     def _record(self, outcome: ex.Outcome) -> bool:
         """Record ``outcome`` if it is a plain success (see :func:`recorder.plain_success`); False
         when it is not, or recording failed: the monitor then records it as any other."""
-        from .. import recorder
+        from ..runtime import recorder
 
         if not recorder.plain_success(outcome):
             return False

@@ -28,8 +28,9 @@ from typing import Any
 from django.db import IntegrityError
 from django.utils import timezone
 
-from .. import api, cached_results, scheduler
-from ..binding import nearest
+from .. import api, scheduler
+from ..runtime import cached_results
+from ..runtime.binding import nearest
 from ..brokers import get_broker
 from ..chains import Chain as _Chain
 from ..chains import run_links

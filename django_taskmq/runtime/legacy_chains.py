@@ -15,12 +15,12 @@ import logging
 from collections.abc import Sequence
 from typing import Any
 
-from . import workflow_rows
-from .brokers.base import Broker
-from .conf import Settings
+from .. import workflow_rows
+from ..brokers.base import Broker
+from ..conf import Settings
 from .execution import Outcome
-from .ids import new_id
-from .options import JobTemplate
+from ..ids import new_id
+from ..options import JobTemplate
 
 logger = logging.getLogger(__name__)
 

@@ -9,8 +9,9 @@ import time
 import pytest
 from django.db import transaction
 
-from django_taskmq import async_task, histograms, monitoring, recorder
-from django_taskmq import execution as ex
+from django_taskmq import async_task, histograms, monitoring
+from django_taskmq.runtime import recorder
+from django_taskmq.runtime import execution as ex
 from django_taskmq.api import run_sync
 from django_taskmq.conf import get_settings
 from django_taskmq.models import Job, OutcomeCount, TimingCount

@@ -16,7 +16,7 @@ from collections.abc import Callable, Iterator
 
 import pytest
 
-from django_taskmq import execution as ex
+from django_taskmq.runtime import execution as ex
 from django_taskmq.brokers.base import Broker, Reservation
 from django_taskmq.cluster.messages import (ALONE, IDLE, READY, STOP, TASKS, Batch, Ticket, outcome_frame, read_tasks_frame,
                                             recorded_frame)
