@@ -10,7 +10,7 @@ import time
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from .runtime import cached_results, inline as sync
+from .runtime import cached_results, inline
 from .brokers import get_broker
 from .exceptions import ConfigError
 from .conf import get_settings
@@ -65,7 +65,7 @@ def async_task(func: Callable | str, *args: Any, queue: str | None = None, prior
     settings = get_settings()
     template = JobTemplate(func, options, settings)
     if settings.opentelemetry:  # only then is opentelemetry imported
-        from . import tracing
+        from .observability import tracing
 
         common: dict[str, Any] = template.common
         with tracing.enqueue(common["task_name"], common["queue"], common["priority"]) as (span, carrier):
@@ -110,7 +110,7 @@ def enqueue_many(func: Callable | str, calls: Iterable[Any], **options: Any) -> 
     settings = get_settings()
     template = JobTemplate(func, options, settings)
     if settings.opentelemetry:  # one producer span for the batch
-        from . import tracing
+        from .observability import tracing
 
         calls = list(calls)
         common: dict[str, Any] = template.common
@@ -160,7 +160,7 @@ def run_sync(job_id: str, reraise: bool = False) -> bool:
     """Run a stored job inline, through the same unpack/execute/record path the cluster uses; return
     False when it was not ready to run. With ``reraise``, raise what the task raised once its
     outcome is recorded."""
-    return sync.run(job_id, get_broker(), get_settings(), reraise=reraise)
+    return inline.run(job_id, get_broker(), get_settings(), reraise=reraise)
 
 
 def fetch(job_id: str, wait: float = 0, cached: bool = False) -> Job | None:

@@ -41,7 +41,7 @@ def check_settings(app_configs=None, **kwargs) -> list[checks.CheckMessage]:
         return messages + [checks.Error(problem, hint=ADVICE, id="taskmq.E006")]
     messages += check_listen_database(conf)
     if conf.error_reporter is not None:
-        from .reporting import reporter_problem
+        from .observability.reporting import reporter_problem
 
         problem = reporter_problem(conf.error_reporter)
         if problem:

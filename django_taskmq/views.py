@@ -9,7 +9,7 @@ from django.http import HttpRequest, HttpResponse
 from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_GET
 
-from . import metrics as metrics_module
+from .observability import metrics as metrics_module
 from .conf import get_settings
 
 

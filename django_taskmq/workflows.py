@@ -115,7 +115,7 @@ class Workflow:
         steps = rules.order({name: step.after for name, step in self.steps.items()}, ConfigError)
         settings = get_settings()
         if settings.opentelemetry:  # one producer span for the workflow; every step runs in its trace
-            from . import tracing
+            from .observability import tracing
 
             with tracing.enqueue(f"workflow {self.name or self.id}", settings.default_queue, 0,
                                  batch=len(self.steps)) as (span, carrier):

@@ -87,7 +87,7 @@ def run(results: ResultPipe, settings: Settings, progress: MutableSequence[int] 
         serve(settings.health_port)
     post_spawn.send(sender=run, proc_name="monitor")
     Monitor(results, broker, settings, progress).serve()
-    from .. import reporting
+    from ..observability import reporting
 
     reporting.close()  # the reports of timeouts and crashes still waiting (see reporting.lost)
 

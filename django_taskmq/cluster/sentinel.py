@@ -33,7 +33,7 @@ from typing import Any, Protocol
 from django.db import connections
 
 from ..runtime import execution as ex
-from .. import joblog
+from ..observability import joblog
 from ..brokers.base import Broker
 from ..conf import Settings
 from ..exceptions import JobCancelled, TaskMQError, TaskTimeout, WorkerDied
@@ -1028,7 +1028,7 @@ def _past(deadline: float | None, margin: float = 0.0) -> bool:
 
 
 def _fields(ticket: Ticket) -> dict:
-    """The extra fields of a log record about ``ticket``'s job (see :mod:`~django_taskmq.joblog`)."""
+    """The extra fields of a log record about ``ticket``'s job (see :mod:`~django_taskmq.observability.joblog`)."""
     try:
         task = ticket.message().envelope.func
     except Exception:  # a log record's field is not worth failing the sentinel for

@@ -25,7 +25,7 @@ from typing import Any, NamedTuple
 from django.db import close_old_connections, connections
 
 from ..runtime import execution as ex
-from .. import reporting
+from ..observability import reporting
 from ..brokers.base import Broker
 from ..brokers.orm.dialect import dialect_named
 from ..conf import Settings
@@ -97,7 +97,7 @@ def run(index: int, conn: Connection, settings: Settings, threads: int = 1, shar
     # The process ends with os._exit: atexit handlers (Sentry's, the OpenTelemetry SDK's flush) do not run.
     reporting.close()
     if settings.opentelemetry:
-        from .. import tracing
+        from ..observability import tracing
 
         tracing.flush()
 

@@ -49,10 +49,10 @@ from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeHistogramMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from . import histograms, monitoring
-from .brokers import get_broker
-from .policy.distribution import BUCKETS
-from .policy.states import JobState
+from . import histograms, statistics
+from ..brokers import get_broker
+from ..policy.distribution import BUCKETS
+from ..policy.states import JobState
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 #: The heartbeat's outcome names -> the ``outcome`` label.
@@ -68,15 +68,15 @@ class TaskMQCollector(Collector):
         self.alias = alias
 
     def collect(self) -> Iterator[Metric]:
-        clusters = monitoring.clusters_alive(self.alias, with_task_names=False)
-        queues = monitoring.queue_stats(self.alias, clusters=clusters)
+        clusters = statistics.clusters_alive(self.alias, with_task_names=False)
+        queues = statistics.queue_stats(self.alias, clusters=clusters)
         names = [q.name for q in queues]
         split = {q.name: (q.running, q.reserved) for q in queues}  # RUNNING: started, and only reserved
 
         jobs = GaugeMetricFamily("taskmq_jobs", "Jobs per queue and state (every state but succeeded; "
                                  "RUNNING as running, started on a worker, and reserved, not started).",
                                  labels=["queue", "state"])
-        counts = monitoring.jobs_by_queue_and_state(self.alias, states=[s.value for s in GAUGED_STATES])
+        counts = statistics.jobs_by_queue_and_state(self.alias, states=[s.value for s in GAUGED_STATES])
         for queue in sorted(set(names) | {q for q, _ in counts}):
             for state in GAUGED_STATES:
                 if state is JobState.RUNNING:
@@ -122,12 +122,12 @@ class TaskMQCollector(Collector):
 
         finished = CounterMetricFamily("taskmq_jobs_finished", "Tasks finished by the workers, per queue and "
                                        "outcome, from the clusters' heartbeats.", labels=["queue", "outcome"])
-        for (queue, outcome), value in sorted(monitoring.finished_counters(self.alias).items()):
+        for (queue, outcome), value in sorted(statistics.finished_counters(self.alias).items()):
             finished.add_metric([queue, OUTCOME_LABELS.get(outcome, outcome)], value)
         yield finished
 
         yield CounterMetricFamily("taskmq_pruned_jobs", "Finished jobs deleted by retention and save_limit.",
-                                  value=monitoring.pruning(self.alias)["deleted"])
+                                  value=statistics.pruning(self.alias)["deleted"])
 
 
 def timing_histograms(alias: str | None = None) -> Iterator[Metric]:

@@ -15,7 +15,7 @@ from typing import Any, NamedTuple, Protocol
 
 from asgiref.sync import async_to_sync
 
-from .. import joblog, reporting
+from ..observability import joblog, reporting
 from .binding import bind, path_signature
 from ..brokers.base import Reservation
 from ..conf import get_settings
@@ -112,7 +112,7 @@ def unpack_verified(reservation: Reservation, salt: str) -> tuple[Reservation, E
 def execute(message: TaskMessage) -> Outcome:
     """Run the task of ``message`` and return its outcome; never raises for the task's errors."""
     if get_settings().opentelemetry:  # only then is opentelemetry imported
-        from .. import tracing
+        from ..observability import tracing
 
         return tracing.run(message, _execute)
     return _execute(message)

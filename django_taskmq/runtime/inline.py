@@ -3,7 +3,7 @@ the cluster (``async_task(..., sync=True)``, ``TASKMQ['sync']``, tests)."""
 
 from __future__ import annotations
 
-from .. import reporting
+from ..observability import reporting
 from . import execution, recorder
 from ..brokers.base import Broker
 from ..conf import Settings

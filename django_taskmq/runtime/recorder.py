@@ -19,7 +19,7 @@ from collections.abc import Callable, Sequence
 
 from django.db import InterfaceError, OperationalError
 
-from .. import joblog, reporting
+from ..observability import joblog, reporting
 from . import cached_results, legacy_chains
 from . import execution as ex
 from ..brokers.base import Ack, Broker
