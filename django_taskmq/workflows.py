@@ -19,16 +19,16 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from . import workflow_rows
+from .brokers import workflow_rows
 from .brokers import get_broker
 from .conf import get_settings
 from .exceptions import ConfigError
-from .ids import new_id
+from .policy.ids import new_id
 from .models import Job, State, WorkflowEdge, WorkflowStep
 from .models import Workflow as WorkflowRecord
 from .options import CALL_OPTIONS, JobTemplate
 from .policy import workflow as rules
-from .workflow_rows import StepCall
+from .brokers.workflow_rows import StepCall
 
 __all__ = ["Workflow", "WorkflowInfo", "StepInfo", "workflow", "cancel_workflow"]
 

@@ -95,7 +95,7 @@ def run(results: ResultPipe, settings: Settings, progress: MutableSequence[int] 
 def warm_up(broker: Broker) -> None:
     """Import what recording needs and connect, before the first outcome arrives: done at the first
     outcome instead, this took about 10 ms here, while the outcomes behind it piled up."""
-    from ..runtime import recorder# noqa: F401  (imported lazily by Monitor.record)
+    from ..runtime import recorder  # noqa: F401  (imported lazily by Monitor.record)
 
     try:
         broker.connect()

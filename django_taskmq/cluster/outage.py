@@ -9,9 +9,10 @@ logs that do not flood.
   silent fail within ``TASKMQ['dead_connection_timeout']`` (TCP keepalives and ``tcp_user_timeout``,
   see :func:`~django_taskmq.policy.connections.keepalive_options`), each option unless the
   project set it in ``OPTIONS``.
-* :func:`check` opens a connection, runs a trivial query and looks for the app's tables. It returns
-  one line saying what is wrong, or None.
-* :class:`~django_taskmq.failures.FailureLog` (imported here for the cluster's components) logs one
+* :func:`~django_taskmq.brokers.problems.check` (imported here, as :func:`close_quietly` is) opens a
+  connection, runs a trivial query and looks for the app's tables. It returns one line saying what is
+  wrong, or None.
+* :class:`~django_taskmq.brokers.outage.FailureLog` (imported here for the cluster's components) logs one
   component's failures while the database is away without flooding the log.
 
 What differs per engine is its dialect's (:meth:`.Dialect.prepare`, ``brokers/orm/``).
@@ -24,7 +25,8 @@ from django.db.backends.signals import connection_created
 
 from ..brokers.orm.dialect import dialect_named
 from ..conf import DEAD_CONNECTION_TIMEOUT
-from ..failures import FailureLog, cause  # the cluster's components reach them here
+from ..brokers.outage import FailureLog, cause  # the cluster's components reach them here
+from ..brokers.problems import check, close_quietly  # (ditto)
 
 __all__ = ["FailureLog", "cause", "check", "close_quietly", "prepare"]
 
@@ -57,45 +59,3 @@ def prepare(alias: str, dead_connection_timeout: float | None = DEAD_CONNECTION_
     settings_dict["OPTIONS"] = options
     if conn.settings_dict is not settings_dict:  # a wrapper built from a copy (tests overriding DATABASES)
         conn.settings_dict["OPTIONS"] = dict(options)
-
-
-def check(alias: str, where: str) -> str | None:
-    """Return None when the cluster can use the database ``alias``, else one line saying why not;
-    ``where`` names it (``Broker.describe()``).
-
-    Connects (within the connect timeout :func:`prepare` set), runs ``SELECT 1`` and checks that
-    the tables of django_taskmq exist. The connection is closed afterwards.
-    """
-    from django.apps import apps
-
-    conn = connections[alias]
-    where = f"database {where}"
-    dialect = dialect_named(conn.vendor)
-    if dialect is not None and dialect.created_by_connecting(conn):
-        # sqlite3 would create an empty file; say what is wrong instead.
-        return f"cannot reach {where}: the file does not exist (run manage.py migrate)"
-    try:
-        with conn.cursor() as cursor:
-            cursor.execute("SELECT 1")
-            cursor.fetchone()
-            tables = set(conn.introspection.table_names(cursor))
-    except Exception as exc:
-        return f"cannot reach {where}: {cause(exc, kind=False)}"
-    finally:
-        close_quietly(alias)
-    from ..models import Job
-
-    models = apps.get_app_config("django_taskmq").get_models()
-    missing = sorted((m is not Job, m._meta.db_table) for m in models if m._meta.db_table not in tables)
-    if missing:
-        others = f" and {len(missing) - 1} other table(s) of django_taskmq" if len(missing) > 1 else ""
-        return f"{where} has no table {missing[0][1]}{others}: run manage.py migrate"
-    return None
-
-
-def close_quietly(alias: str) -> None:
-    """Close the connection to ``alias`` so the next query reconnects; a broken one may fail to close."""
-    try:
-        connections[alias].close()
-    except Exception:
-        pass

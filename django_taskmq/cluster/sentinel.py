@@ -37,7 +37,7 @@ from ..observability import joblog
 from ..brokers.base import Broker
 from ..conf import Settings
 from ..exceptions import JobCancelled, TaskMQError, TaskTimeout, WorkerDied
-from ..ids import cluster_id
+from ..policy.ids import cluster_id
 from ..policy import lease
 from . import dispatch, monitor, outage, processes, pusher, ticker
 from .buffer import Buffer, Waiting

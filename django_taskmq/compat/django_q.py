@@ -36,7 +36,7 @@ from ..chains import Chain as _Chain
 from ..chains import run_links
 from ..conf import Settings, get_settings
 from ..exceptions import ConfigError
-from ..ids import new_id
+from ..policy.ids import new_id
 from ..models import FINAL_STATES, Imported, Job, Schedule, State
 from ..options import OPTIONS, func_path
 from ..policy import cron as cron_policy

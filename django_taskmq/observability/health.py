@@ -14,7 +14,7 @@ import socket
 from dataclasses import dataclass
 
 from ..conf import get_settings
-from ..database_problem import explain
+from ..brokers.problems import explain
 from ..models import Cluster
 from .statistics import database_now
 

@@ -15,11 +15,11 @@ import logging
 from collections.abc import Sequence
 from typing import Any
 
-from .. import workflow_rows
+from ..brokers import workflow_rows
 from ..brokers.base import Broker
 from ..conf import Settings
 from .execution import Outcome
-from ..ids import new_id
+from ..policy.ids import new_id
 from ..options import JobTemplate
 
 logger = logging.getLogger(__name__)
