@@ -6,6 +6,7 @@ inline (sync mode) lives in :mod:`.sync`.
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Callable, Iterable
 from typing import Any
@@ -18,6 +19,8 @@ from .models import FINAL_STATES, Job, State
 from .options import CALL_OPTIONS, OPTIONS, JobTemplate
 from .policy.backoff import Retry
 from .signals import pre_enqueue
+
+logger = logging.getLogger(__name__)
 
 
 def async_task(func: Callable | str, *args: Any, queue: str | None = None, priority: int | None = None,
@@ -212,3 +215,31 @@ def count_group(group: str, failures: bool = False, cached: bool = False) -> int
     if cached:
         return sum(1 for j in cached_results.fetch_group(group, get_settings()) if j.state in states)
     return Job.objects.using(get_settings().database).filter(group=group, state__in=states).count()
+
+
+# Pausing a queue for every cluster (was django_taskmq.pausing). The pause is a row (QueuePause),
+# so it holds for every cluster on every host and survives restarts; see docs/operators.rst.
+
+
+def pause_queue(name: str, by: str = "") -> bool:
+    """Pause the queue ``name`` (one of ``TASKMQ['queues']``, else ConfigError) for every cluster
+    within about a second; ``by`` says who (logged and kept). Return False when it was paused already."""
+    get_settings().check_queue(name)
+    changed = get_broker().pause_queue(name, by)
+    if changed:
+        logger.info("queue %s paused%s: no cluster claims from it until it is resumed", name, f" by {by}" if by else "")
+    return changed
+
+
+def resume_queue(name: str, by: str = "") -> bool:
+    """Resume the queue ``name``; return False when it was not paused."""
+    get_settings().check_queue(name)
+    changed = get_broker().resume_queue(name)
+    if changed:
+        logger.info("queue %s resumed%s", name, f" by {by}" if by else "")
+    return changed
+
+
+def paused_queues() -> frozenset[str]:
+    """Return the names of the queues paused now."""
+    return get_broker().paused_queues()

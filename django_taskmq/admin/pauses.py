@@ -16,7 +16,7 @@ from django.http import HttpResponseRedirect
 from django.urls import path, reverse
 from django.utils.translation import gettext_lazy as _
 
-from .. import pausing
+from .. import api as pausing
 from ..conf import get_settings
 from ..models import QueuePause
 from . import confirm

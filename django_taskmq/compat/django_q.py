@@ -32,8 +32,8 @@ from .. import api, scheduler
 from ..runtime import cached_results
 from ..runtime.binding import nearest
 from ..brokers import get_broker
-from ..chains import Chain as _Chain
-from ..chains import run_links
+from ..workflows import Chain as _Chain
+from ..workflows import run_links
 from ..conf import Settings, get_settings
 from ..exceptions import ConfigError
 from ..policy.ids import new_id

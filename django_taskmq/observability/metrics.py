@@ -43,14 +43,20 @@ Counter, from the pruning chore's row (:class:`~.models.Chore`):
 
 from __future__ import annotations
 
+import hmac
 from collections.abc import Iterator
 
+from django.core.exceptions import PermissionDenied
+from django.http import HttpRequest, HttpResponse
+from django.views.decorators.cache import never_cache
+from django.views.decorators.http import require_GET
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeHistogramMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 from . import histograms, statistics
 from ..brokers import get_broker
+from ..conf import get_settings
 from ..policy.distribution import BUCKETS
 from ..policy.states import JobState
 
@@ -149,3 +155,28 @@ def exposition(alias: str | None = None) -> bytes:
     registry = CollectorRegistry(auto_describe=False)
     registry.register(TaskMQCollector(alias))
     return generate_latest(registry)
+
+
+# The view scrapers read (was django_taskmq.views.metrics), mounted by django_taskmq.urls.
+
+
+def allowed(request: HttpRequest) -> bool:
+    """A staff session, or ``Authorization: Bearer <TASKMQ['metrics_token']>`` when a token is set."""
+    user = getattr(request, "user", None)
+    if user is not None and user.is_active and user.is_staff:
+        return True
+    token = get_settings().metrics_token
+    header = request.headers.get("Authorization", "")
+    scheme, _, given = header.partition(" ")
+    if not token or scheme.lower() != "bearer":
+        return False
+    return hmac.compare_digest(given.strip().encode(), token.encode())
+
+
+@never_cache
+@require_GET
+def view(request: HttpRequest) -> HttpResponse:
+    """The metrics in the Prometheus text format; 403 for anyone else."""
+    if not allowed(request):
+        raise PermissionDenied("a staff session or the metrics bearer token is needed")
+    return HttpResponse(exposition(), content_type=CONTENT_TYPE)

@@ -1,0 +1,5 @@
+"""Deprecated: moved to :mod:`django_taskmq.runtime.execution` (see ``django_taskmq.MOVED``)."""
+
+from django_taskmq import _moved_here
+
+_moved_here(__name__)
