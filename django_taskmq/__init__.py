@@ -33,9 +33,10 @@ __all__ = sorted(_EXPORTS)
 # freezes a few hundred of its own at start-up): the sentinel tells the project's freeze from these.
 FROZEN_AT_IMPORT = gc.get_freeze_count()
 
-#: Modules that moved (old -> new, under ``django_taskmq.``): each old path is a small module that
-#: warns (DeprecationWarning) and hands over the new one; they go in the release after next.
-#: tests/unit/test_architecture.py reads this to tell these shims from the package's modules.
+#: Modules that moved (old -> new, under ``django_taskmq.``). Importing an old path warns
+#: (DeprecationWarning) and gives the new module itself, so pickles and dotted settings that name
+#: the old path keep working; the old paths go in the release after next. No file stands at an old
+#: path (a finder answers for them), so that git follows each moved file when branches merge.
 MOVED = {
     "execution": "runtime.execution",
     "progress": "runtime.progress",
@@ -53,17 +54,39 @@ MOVED = {
 }
 
 
-def _moved_here(old: str) -> None:
-    """Called by the deprecated module ``old``: warn, and make the new module answer for it (the same
-    objects under both names, so pickles and dotted paths naming the old one keep working)."""
-    import importlib
-    import sys
-    import warnings
+class _Moved:
+    """The import system's finder and loader for the old paths of :data:`MOVED`."""
 
-    new = f"django_taskmq.{MOVED[old.rpartition('.')[2]]}"
-    warnings.warn(f"{old} is deprecated: import {new} instead (the old path is removed in the release after next)",
-                  DeprecationWarning, stacklevel=3)
-    sys.modules[old] = importlib.import_module(new)
+    @staticmethod
+    def find_spec(fullname: str, path: Any = None, target: Any = None) -> Any:
+        package, _, old = fullname.rpartition(".")
+        if package != __name__ or old not in MOVED:
+            return None
+        import importlib.util
+
+        return importlib.util.spec_from_loader(fullname, _Moved)  # type: ignore[arg-type]
+
+    @staticmethod
+    def create_module(spec: Any) -> Any:
+        import importlib
+        import warnings
+
+        new = f"{__name__}.{MOVED[spec.name.rpartition('.')[2]]}"
+        warnings.warn(f"{spec.name} is deprecated: import {new} instead (the old path is removed in the release "
+                      "after next)", DeprecationWarning, stacklevel=2)
+        module = importlib.import_module(new)
+        spec.loader_state = module.__spec__  # the import system sets __spec__ to this spec: put it back
+        return module
+
+    @staticmethod
+    def exec_module(module: Any) -> None:
+        module.__spec__ = module.__spec__.loader_state
+
+
+import sys as _sys  # noqa: E402
+
+if not any(finder is _Moved for finder in _sys.meta_path):
+    _sys.meta_path.append(_Moved)  # type: ignore[arg-type]
 
 
 def __getattr__(name: str) -> Any:
