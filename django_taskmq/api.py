@@ -1,7 +1,8 @@
-"""The public enqueue and result API: ``async_task``, ``enqueue_many``, ``result``, ``fetch``, ``cancel``.
+"""The public enqueue and result API: ``async_task``, ``enqueue_many``, ``result``, ``fetch``, ``cancel``; pausing a
+queue: ``pause_queue``, ``resume_queue``, ``paused_queues``.
 
 The producer side. Option checks and the job template live in :mod:`.options`; running a job
-inline (sync mode) lives in :mod:`.sync`.
+inline (sync mode) lives in :mod:`.runtime.inline`.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """Prometheus metrics of the queues and the clusters, in the text exposition format.
 
-Gauges, read from the database at each scrape (:mod:`.monitoring`):
+Gauges, read from the database at each scrape (:mod:`.statistics`):
 
 ``taskmq_jobs{queue, state}``
     jobs per queue and state, every state but ``succeeded`` (successes are pruned by

@@ -1,5 +1,5 @@
 """The frames ``manage.py qmonitor`` draws with ``rich``: clusters and what each worker runs,
-queue × state counts, throughput. Pure functions of the numbers read by :mod:`.monitoring`.
+queue × state counts, throughput. Pure functions of the numbers read by :mod:`.statistics`.
 
 Each table is laid out for the terminal's width: when its columns do not fit, the least telling
 ones go (:class:`Column` ranks them), so its headers are never cut to ``cl…``; at 80 columns the
