@@ -86,7 +86,7 @@ class _Moved:
 import sys as _sys  # noqa: E402
 
 if not any(finder is _Moved for finder in _sys.meta_path):
-    _sys.meta_path.append(_Moved)  # type: ignore[arg-type]
+    _sys.meta_path.append(_Moved)
 
 
 def __getattr__(name: str) -> Any:
