@@ -207,15 +207,15 @@ def main() -> None:
     from django.db import connection, reset_queries
     from django.test.utils import CaptureQueriesContext
 
-    from django_taskmq import metrics, monitoring
+    from django_taskmq.observability import metrics, statistics
 
     cases = {
-        "queue_stats (ready by priority, delayed, retrying, running, dead letters, oldest age)": monitoring.queue_stats,
-        "clusters_alive (heartbeats, task names)": monitoring.clusters_alive,
-        "throughput (last minute, hour, per-minute chart)": monitoring.throughput,
-        "snapshot (all three: the dashboard's and qmonitor's reads)": monitoring.snapshot,
-        "finished_counters (metrics counters from heartbeats)": monitoring.finished_counters,
-        "jobs_by_queue_and_state (every state: the whole index)": monitoring.jobs_by_queue_and_state,
+        "queue_stats (ready by priority, delayed, retrying, running, dead letters, oldest age)": statistics.queue_stats,
+        "clusters_alive (heartbeats, task names)": statistics.clusters_alive,
+        "throughput (last minute, hour, per-minute chart)": statistics.throughput,
+        "snapshot (all three: the dashboard's and qmonitor's reads)": statistics.snapshot,
+        "finished_counters (metrics counters from heartbeats)": statistics.finished_counters,
+        "jobs_by_queue_and_state (every state: the whole index)": statistics.jobs_by_queue_and_state,
         "metrics exposition (every metric; jobs of every state but succeeded)": metrics.exposition,
     }
     if not args.no_page:

@@ -37,7 +37,8 @@ def main() -> None:
     from django.test.utils import setup_databases, teardown_databases
 
     django.setup()
-    from django_taskmq import async_task, execution, recorder
+    from django_taskmq import async_task
+    from django_taskmq.runtime import execution, recorder
     from django_taskmq.brokers import get_broker
     from django_taskmq.conf import get_settings
     from django_taskmq.models import Job

@@ -56,7 +56,8 @@ def main() -> None:
         created = connection.creation.create_test_db(verbosity=0, keepdb=False, serialize=False)
     else:
         call_command("migrate", verbosity=0)
-    from django_taskmq import async_task, execution
+    from django_taskmq import async_task
+    from django_taskmq.runtime import execution
     from django_taskmq.brokers import get_broker
     from django_taskmq.cluster.messages import Ticket, load_task
     from django_taskmq.conf import get_settings, reset_settings

@@ -90,7 +90,8 @@ elif step != "python":
     django.setup()
     django_query()
     if step != "the benchmark project, one query":
-        from django_taskmq import api, recorder, scheduler  # noqa: F401
+        from django_taskmq import api, scheduler
+        from django_taskmq.runtime import recorder  # noqa: F401
         from django_taskmq.brokers import get_broker
         from django_taskmq.cluster import sentinel  # noqa: F401
         get_broker().has_ready(["default"])

@@ -45,7 +45,8 @@ def main() -> None:
     from opentelemetry.sdk.trace import TracerProvider
     from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, SpanExportResult
 
-    from django_taskmq import async_task, execution
+    from django_taskmq import async_task
+    from django_taskmq.runtime import execution
     from django_taskmq.brokers.base import Reservation
     from django_taskmq.conf import reset_settings
     from django_taskmq.envelope import Envelope

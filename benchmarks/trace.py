@@ -85,7 +85,7 @@ def _wrap(owner, name: str, event: str, entry: bool = False) -> None:
 
 def _install(sql: bool) -> None:
     """Wrap the functions on a job's way (by name: see the module docstring)."""
-    from django_taskmq import execution, recorder
+    from django_taskmq.runtime import execution, recorder
     from django_taskmq.brokers import orm
     from django_taskmq.brokers.orm import wakeup
     from django_taskmq.cluster import feeder, messages, monitor, sentinel, worker

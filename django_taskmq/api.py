@@ -1,16 +1,18 @@
-"""The public enqueue and result API: ``async_task``, ``enqueue_many``, ``result``, ``fetch``, ``cancel``.
+"""The public enqueue and result API: ``async_task``, ``enqueue_many``, ``result``, ``fetch``, ``cancel``; pausing a
+queue: ``pause_queue``, ``resume_queue``, ``paused_queues``.
 
 The producer side. Option checks and the job template live in :mod:`.options`; running a job
-inline (sync mode) lives in :mod:`.sync`.
+inline (sync mode) lives in :mod:`.runtime.inline`.
 """
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from . import cached_results, sync
+from .runtime import cached_results, inline
 from .brokers import get_broker
 from .exceptions import ConfigError
 from .conf import get_settings
@@ -18,6 +20,8 @@ from .models import FINAL_STATES, Job, State
 from .options import CALL_OPTIONS, OPTIONS, JobTemplate
 from .policy.backoff import Retry
 from .signals import pre_enqueue
+
+logger = logging.getLogger(__name__)
 
 
 def async_task(func: Callable | str, *args: Any, queue: str | None = None, priority: int | None = None,
@@ -65,7 +69,7 @@ def async_task(func: Callable | str, *args: Any, queue: str | None = None, prior
     settings = get_settings()
     template = JobTemplate(func, options, settings)
     if settings.opentelemetry:  # only then is opentelemetry imported
-        from . import tracing
+        from .observability import tracing
 
         common: dict[str, Any] = template.common
         with tracing.enqueue(common["task_name"], common["queue"], common["priority"]) as (span, carrier):
@@ -110,7 +114,7 @@ def enqueue_many(func: Callable | str, calls: Iterable[Any], **options: Any) -> 
     settings = get_settings()
     template = JobTemplate(func, options, settings)
     if settings.opentelemetry:  # one producer span for the batch
-        from . import tracing
+        from .observability import tracing
 
         calls = list(calls)
         common: dict[str, Any] = template.common
@@ -160,7 +164,7 @@ def run_sync(job_id: str, reraise: bool = False) -> bool:
     """Run a stored job inline, through the same unpack/execute/record path the cluster uses; return
     False when it was not ready to run. With ``reraise``, raise what the task raised once its
     outcome is recorded."""
-    return sync.run(job_id, get_broker(), get_settings(), reraise=reraise)
+    return inline.run(job_id, get_broker(), get_settings(), reraise=reraise)
 
 
 def fetch(job_id: str, wait: float = 0, cached: bool = False) -> Job | None:
@@ -212,3 +216,31 @@ def count_group(group: str, failures: bool = False, cached: bool = False) -> int
     if cached:
         return sum(1 for j in cached_results.fetch_group(group, get_settings()) if j.state in states)
     return Job.objects.using(get_settings().database).filter(group=group, state__in=states).count()
+
+
+# Pausing a queue for every cluster (was django_taskmq.pausing). The pause is a row (QueuePause),
+# so it holds for every cluster on every host and survives restarts; see docs/operators.rst.
+
+
+def pause_queue(name: str, by: str = "") -> bool:
+    """Pause the queue ``name`` (one of ``TASKMQ['queues']``, else ConfigError) for every cluster
+    within about a second; ``by`` says who (logged and kept). Return False when it was paused already."""
+    get_settings().check_queue(name)
+    changed = get_broker().pause_queue(name, by)
+    if changed:
+        logger.info("queue %s paused%s: no cluster claims from it until it is resumed", name, f" by {by}" if by else "")
+    return changed
+
+
+def resume_queue(name: str, by: str = "") -> bool:
+    """Resume the queue ``name``; return False when it was not paused."""
+    get_settings().check_queue(name)
+    changed = get_broker().resume_queue(name)
+    if changed:
+        logger.info("queue %s resumed%s", name, f" by {by}" if by else "")
+    return changed
+
+
+def paused_queues() -> frozenset[str]:
+    """Return the names of the queues paused now."""
+    return get_broker().paused_queues()

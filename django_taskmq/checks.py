@@ -4,16 +4,23 @@ carried over, and django-q2's commands shadowing ours, warn."""
 
 from __future__ import annotations
 
+import importlib
 import importlib.util
+from collections.abc import Iterator
 
 from django.apps import apps
 from django.conf import settings
 from django.core import checks
+from django.core.exceptions import ValidationError
+from django.db import connections
+from django.db.migrations.executor import MigrationExecutor
 
 from .brokers import database
 from .compat import q_cluster
-from .conf import read
+from .conf import Settings, get_settings, read
 from .exceptions import ConfigError
+from .runtime.binding import bind, path_signature
+from .runtime.loading import DECLARED, is_task, resolve
 
 # Every check of django_taskmq carries this tag: ``manage.py check --tag taskmq`` runs them alone,
 # and so does qcluster at start-up.
@@ -41,7 +48,7 @@ def check_settings(app_configs=None, **kwargs) -> list[checks.CheckMessage]:
         return messages + [checks.Error(problem, hint=database.ADVICE, id="taskmq.E006")]
     messages += check_listen_database(conf)
     if conf.error_reporter is not None:
-        from .reporting import reporter_problem
+        from .observability.reporting import reporter_problem
 
         problem = reporter_problem(conf.error_reporter)
         if problem:
@@ -164,3 +171,97 @@ def check_database_server(app_configs=None, databases=None, **kwargs) -> list[ch
     except Exception:  # the database does not answer: qcluster's start-up check says so
         return []
     return [checks.Error(problem, hint=hint, id=check_id) for check_id, problem, hint in problems]
+
+
+# What manage.py qconfig checks beyond the system checks (was django_taskmq.config_check): the
+# database, migrations, the tasks module of every installed app, and each schedule's call.
+
+
+APP = "django_taskmq"
+
+
+def problems() -> Iterator[str]:
+    """Yield one line per problem found; nothing when the configuration is good."""
+    try:
+        settings = get_settings()
+    except ConfigError as exc:
+        yield f"settings: {exc}"
+        return
+
+    for message in checks.run_checks(tags=[TAG], include_deployment_checks=False):
+        if message.level >= checks.ERROR:
+            yield f"system check {message.id}: {message.msg}"
+    database_ok = True
+    for line in _database(settings):
+        database_ok = False
+        yield line
+    yield from _task_modules(settings)
+    if database_ok:
+        yield from _schedules(settings)
+
+
+def _database(settings: Settings) -> Iterator[str]:
+    from .brokers import get_broker
+    from .cluster import outage
+
+    connection = connections[settings.database]
+    if database.file_missing(settings.database):
+        yield f"database: {outage.check(settings.database, get_broker().describe())}"  # (not created by us)
+        return
+    try:
+        executor = MigrationExecutor(connection)
+        targets = [key for key in executor.loader.graph.leaf_nodes() if key[0] == APP]
+        missing = [migration.name for migration, _ in executor.migration_plan(targets)
+                   if migration.app_label == APP]
+    except Exception:  # the database does not answer: the start-up check says how
+        missing = []
+    finally:
+        outage.close_quietly(settings.database)
+    if missing:  # (this also explains missing tables)
+        yield (f"database: {len(missing)} migration(s) of {APP} not applied ({', '.join(missing)}): "
+               f"run manage.py migrate")
+        return
+    problem = outage.check(settings.database, get_broker().describe())
+    if problem:
+        yield f"database: {problem}"
+
+
+def _task_modules(settings: Settings) -> Iterator[str]:
+    """Import each installed app's ``tasks`` module; check the queue of every ``@task`` declared."""
+    for config in apps.get_app_configs():
+        module = f"{config.name}.tasks"
+        try:
+            importlib.import_module(module)
+        except ModuleNotFoundError as exc:
+            if exc.name != module:  # the module exists and imports something missing
+                yield f"{module}: cannot be imported: {exc}"
+        except Exception as exc:  # a @task with a wrong option raises ConfigError at import
+            yield f"{module}: cannot be imported: {type(exc).__name__}: {exc}"
+    for path in sorted(DECLARED):
+        try:
+            target = resolve(path)
+        except ImportError:
+            continue  # declared in a module that is not importable by that path (a test's local task)
+        queue = getattr(target, "queue", None) if is_task(target) or isinstance(target, type) else None
+        if queue is not None and queue not in settings.queues:
+            yield f"@task {path}: queue {queue!r} is not in TASKMQ['queues'] {sorted(settings.queues)}"
+
+
+def _schedules(settings: Settings) -> Iterator[str]:
+    from .models import Schedule
+
+    for item in Schedule.objects.using(settings.database).exclude(repeats=0).order_by("name"):
+        try:
+            item.clean()
+        except ValidationError as exc:
+            for field, errors in exc.message_dict.items():
+                for error in errors:
+                    yield f"schedule {item.name!r}: {field}: {error}"
+            continue
+        kwargs = dict(item.kwargs)
+        if item.intended_date_kwarg:
+            kwargs[item.intended_date_kwarg] = "2000-01-01T00:00:00+00:00"
+        try:
+            bind(path_signature(item.func), item.args, kwargs, item.func)
+        except TypeError as exc:
+            yield f"schedule {item.name!r}: its arguments do not fit {item.func}: {exc}"

@@ -13,9 +13,9 @@ from typing import Any
 from .api import run_sync
 from .brokers import get_broker
 from .conf import get_settings
-from .durable_context import MAX_SIGNAL
+from .runtime.durable_context import MAX_SIGNAL
 from .exceptions import BadPackage, ConfigError
-from .loading import is_django_task
+from .runtime.loading import is_django_task
 from .models import Job
 from .options import check_names
 from .signing import seal_result, verify

@@ -16,7 +16,7 @@ from django.db.models import Q
 from django.utils import timezone
 from django.utils.translation import gettext_lazy as _
 
-from .allowed_tasks import check_allowed
+from .runtime.allowed_tasks import check_allowed
 from .conf import get_settings
 from .exceptions import BadPackage, ConfigError, UnreadableResult
 from .policy import cron as cron_policy

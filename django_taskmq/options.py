@@ -12,12 +12,12 @@ import math
 import time
 from typing import Any
 
-from .binding import bind, nearest, path_signature
+from .runtime.binding import bind, nearest, path_signature
 from .conf import COUNTER_MAX, Settings
 from .envelope import Envelope, seal_arguments
 from .exceptions import ConfigError
-from .ids import new_id
-from .loading import callable_for, is_task, is_task_class, resolve, runnable
+from .policy.ids import new_id
+from .runtime.loading import callable_for, is_task, is_task_class, resolve, runnable
 from .policy.backoff import Retry
 from .policy.flow import check_key, check_limit, parse_rate
 from .policy.priority import validate_priority

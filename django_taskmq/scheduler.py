@@ -17,7 +17,7 @@ from typing import Any
 from django.db import DatabaseError
 from django.utils import timezone
 
-from .allowed_tasks import check_allowed
+from .runtime.allowed_tasks import check_allowed
 from .api import async_task
 from .brokers import Broker, get_broker
 from .brokers.clock import as_datetime
@@ -25,7 +25,7 @@ from .conf import Settings, get_settings
 from .encryption import SCHEDULE, MissingKey, Sealed, Undecryptable
 from .exceptions import ConfigError
 from .models import Schedule
-from .binding import bind, path_signature
+from .runtime.binding import bind, path_signature
 from .options import OPTIONS, check_schedule_options, func_path, validate_options
 from .policy import cron as cron_policy
 

@@ -6,7 +6,7 @@ from collections.abc import Callable
 from typing import Any
 
 from .api import async_task
-from .loading import DECLARED
+from .runtime.loading import DECLARED
 from .options import OPTIONS, TASK_OPTIONS, check_names, validate_options
 
 OPTION_NAMES = TASK_OPTIONS  # the options a task fixes as its defaults

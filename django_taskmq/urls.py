@@ -6,10 +6,10 @@ session or a bearer token (``TASKMQ['metrics_token']``).
 
 from django.urls import path
 
-from . import views
+from .observability import metrics
 
 app_name = "django_taskmq"
 
 urlpatterns = [
-    path("metrics/", views.metrics, name="metrics"),
+    path("metrics/", metrics.view, name="metrics"),
 ]

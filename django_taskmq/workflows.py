@@ -19,18 +19,17 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from . import workflow_rows
-from .brokers import get_broker
+from .brokers import get_broker, workflow_rows
+from .brokers.workflow_rows import StepCall
 from .conf import get_settings
 from .exceptions import ConfigError
-from .ids import new_id
 from .models import Job, State, WorkflowEdge, WorkflowStep
 from .models import Workflow as WorkflowRecord
-from .options import CALL_OPTIONS, JobTemplate
+from .options import CALL_OPTIONS, JobTemplate, func_path, validate_options
 from .policy import workflow as rules
-from .workflow_rows import StepCall
+from .policy.ids import new_id
 
-__all__ = ["Workflow", "WorkflowInfo", "StepInfo", "workflow", "cancel_workflow"]
+__all__ = ["Workflow", "WorkflowInfo", "StepInfo", "workflow", "cancel_workflow", "Chain", "async_chain"]
 
 # Options a step may not take: they decide whether its job exists or runs now, which the workflow
 # decides (see the "Workflows" page of the docs).
@@ -115,7 +114,7 @@ class Workflow:
         steps = rules.order({name: step.after for name, step in self.steps.items()}, ConfigError)
         settings = get_settings()
         if settings.opentelemetry:  # one producer span for the workflow; every step runs in its trace
-            from . import tracing
+            from .observability import tracing
 
             with tracing.enqueue(f"workflow {self.name or self.id}", settings.default_queue, 0,
                                  batch=len(self.steps)) as (span, carrier):
@@ -211,3 +210,57 @@ def cancel_workflow(workflow_id: str) -> int:
 def _check_id(workflow_id: object) -> None:
     if not isinstance(workflow_id, str) or not workflow_id:
         raise ConfigError(f"a workflow id is a non-empty string, got {workflow_id!r}")
+
+
+# Chains (was django_taskmq.chains): a chain is a workflow underneath, every link a step waiting for
+# the one before it. A link that fails for good ends the chain: the links after it end CANCELLED.
+
+
+class Chain:
+    """Build a chain with :meth:`append`, start it with :meth:`run`."""
+
+    def __init__(self, chain: list | None = None, group: str | None = None, **options: Any) -> None:
+        self.links: list[tuple[str, tuple, dict, dict]] = []
+        self.group = group
+        self.options = options
+        for link in chain or []:
+            if not isinstance(link, (tuple, list)):
+                link = (link,)
+            func, args, kwargs = (*link, (), {})[:3] if len(link) == 1 else (*link, {})[:3]
+            self.append(func, *args, **kwargs)
+
+    def append(self, func: Any, *args: Any, q_options: dict | None = None, **kwargs: Any) -> Chain:
+        """Add a link: ``func(*args, **kwargs)`` with per-link options in ``q_options``."""
+        options = {**self.options, **(q_options or {})}
+        if self.group:
+            options.setdefault("group", self.group)
+        validate_options(options, get_settings())  # a later link's bad queue fails here, at the call
+        self.links.append((func_path(func), tuple(args), dict(kwargs), options))
+        return self
+
+    def run(self) -> str:
+        """Queue the chain (every link at once, each waiting for the one before); return the
+        first link's job id."""
+        if not self.links:
+            raise ConfigError("an empty chain cannot run")
+        return run_links(self.links, self.group)
+
+
+def run_links(links: list[tuple[str, tuple, dict, dict]], group: str | None = None, sync: bool | None = None) -> str:
+    """Queue ``links`` (``(func path, args, kwargs, options)``) as a workflow, each waiting for
+    the one before; return the first link's job id. Links run inline when ``sync`` is True, or,
+    when it is None, when the first link's options say ``sync`` (django-q2's ``async_chain(sync=True)``)."""
+    flow = Workflow(name=f"chain {group}" if group else "chain")
+    previous: list[str] = []
+    for number, (func, args, kwargs, options) in enumerate(links, 1):
+        options = dict(options)
+        link_sync = options.pop("sync", None)
+        sync = link_sync if sync is None else sync
+        previous = [flow.add_call(func, args, kwargs, options, name=f"link-{number}", after=previous)]
+    flow.enqueue(sync=sync)
+    return flow.job_ids["link-1"]
+
+
+def async_chain(chain: list, group: str | None = None, **options: Any) -> str:
+    """Queue a chain given as a list of ``(func, args, kwargs)`` tuples; return the first job id."""
+    return Chain(chain, group=group, **options).run()

@@ -8,7 +8,7 @@ LOGGING = {
     "disable_existing_loggers": False,
     "filters": {
         # Records that a task's own code logs while it runs get the job's fields too.
-        "job": {"()": "django_taskmq.joblog.JobFields"},
+        "job": {"()": "django_taskmq.observability.joblog.JobFields"},
     },
     "formatters": {
         "json": {

@@ -112,7 +112,8 @@ def reports_then_waits(gate: str, cap: float = 60.0) -> str:
 def reports_often(calls: int) -> dict[str, float]:
     """Report progress ``calls`` times in a loop, wait until the last report is written; return
     how many writes this job's reports made and over how many seconds."""
-    from django_taskmq import current_job, progress
+    from django_taskmq import current_job
+    from django_taskmq.runtime import progress
 
     job = current_job()
     writer = progress.writer()

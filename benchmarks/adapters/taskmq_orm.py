@@ -14,7 +14,7 @@ from __future__ import annotations
 import time
 
 from django_taskmq.conf import get_settings
-from django_taskmq.ids import new_id
+from django_taskmq.policy.ids import new_id
 from django_taskmq.models import Job
 from django_taskmq.options import JobTemplate
 

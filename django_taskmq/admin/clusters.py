@@ -13,7 +13,7 @@ from django.utils.translation import gettext_lazy as _
 
 from ..brokers.clock import clock_for
 from ..models import Cluster
-from ..monitoring import ALIVE_WITHIN
+from ..observability.statistics import ALIVE_WITHIN
 from .display import duration
 from .jobs import ReadOnlyMixin
 

@@ -25,7 +25,7 @@ from django.template.response import TemplateResponse
 from django.urls import path, reverse
 from django.utils.translation import gettext as _
 
-from .. import histograms, monitoring
+from ..observability import histograms, statistics
 from ..brokers import get_broker
 from ..models import Job
 from ..policy.states import JobState
@@ -49,7 +49,7 @@ def dashboard_view(request: HttpRequest, site: admin.AdminSite) -> TemplateRespo
     """Render the dashboard (through ``site.admin_view``: logged-in staff only)."""
     if not can_view(request):
         raise PermissionDenied
-    snap = monitoring.snapshot()
+    snap = statistics.snapshot()
     jobs_url = reverse("admin:django_taskmq_job_changelist", current_app=site.name)
     letters_url = reverse("admin:django_taskmq_deadletter_changelist", current_app=site.name)
     pauses = (reverse("admin:django_taskmq_queuepause_pause", current_app=site.name),
@@ -78,7 +78,7 @@ def dashboard_view(request: HttpRequest, site: admin.AdminSite) -> TemplateRespo
     return TemplateResponse(request, "admin/django_taskmq/dashboard.html", context)
 
 
-def _queue_row(q: monitoring.QueueStats, jobs_url: str, letters_url: str, pauses: tuple[str, str]) -> dict[str, Any]:
+def _queue_row(q: statistics.QueueStats, jobs_url: str, letters_url: str, pauses: tuple[str, str]) -> dict[str, Any]:
     def jobs(**params: str) -> str:
         return f"{jobs_url}?{urlencode({'queue': q.name, **params})}"
 
@@ -115,7 +115,7 @@ def timing_rows() -> list[dict[str, Any]]:
             for task, t in histograms.by_task(histograms.last_hour()).items()]
 
 
-def _cluster_row(c: monitoring.ClusterInfo) -> dict[str, Any]:
+def _cluster_row(c: statistics.ClusterInfo) -> dict[str, Any]:
     return {
         "name": c.name, "host": c.host, "pid": c.pid, "state": c.state, "workers": c.workers,
         "queues": ", ".join(c.queues), "heartbeat": duration(c.heartbeat_age),

@@ -15,7 +15,7 @@ from django.db import connections
 from django.db.models import CharField, F, Func, Q, QuerySet
 from django.utils.translation import gettext_lazy as _
 
-from .. import monitoring
+from ..observability import statistics
 from ..conf import get_settings
 from ..models import Cluster, State
 from ..policy.priority import MAX_PRIORITY, MIN_PRIORITY
@@ -70,7 +70,7 @@ EXECUTING, RESERVED = "executing", "reserved"
 
 def executing_now(alias: str) -> set[str]:
     """The ids of the jobs the workers of the clusters alive execute (their heartbeats)."""
-    return monitoring.executing_ids(monitoring.clusters_alive(alias, with_task_names=False))
+    return statistics.executing_ids(statistics.clusters_alive(alias, with_task_names=False))
 
 
 class ExecutionFilter(admin.SimpleListFilter):

@@ -7,7 +7,7 @@ from typing import Any
 from django import forms
 from django.utils.translation import gettext_lazy as _
 
-from ..allowed_tasks import check_allowed
+from ..runtime.allowed_tasks import check_allowed
 from ..conf import get_settings
 from ..exceptions import ConfigError
 from ..models import Schedule

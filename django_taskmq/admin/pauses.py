@@ -2,7 +2,7 @@
 queue's row on the dashboard) and *Resume* (an action, and the dashboard's link).
 
 Pausing adds a ``QueuePause`` row (``add paused queue``), resuming deletes it (``delete paused
-queue``); both go through :mod:`django_taskmq.pausing` as code would, after a confirmation page,
+queue``); both go through :func:`django_taskmq.api.pause_queue` as code would, after a confirmation page,
 and leave a ``LogEntry``.
 """
 
@@ -16,7 +16,7 @@ from django.http import HttpResponseRedirect
 from django.urls import path, reverse
 from django.utils.translation import gettext_lazy as _
 
-from .. import pausing
+from .. import api
 from ..conf import get_settings
 from ..models import QueuePause
 from . import confirm
@@ -65,7 +65,7 @@ class QueuePauseAdmin(ReadOnlyMixin, admin.ModelAdmin):
 
     def _resume(self, request, rows: list[QueuePause]) -> int:
         confirm.log(request, rows, "Resumed", deletion=True)
-        resumed = sum(pausing.resume_queue(row.queue, by=request.user.get_username()) for row in rows)
+        resumed = sum(api.resume_queue(row.queue, by=request.user.get_username()) for row in rows)
         self.message_user(request, _("%(n)d queue(s) resumed: %(q)s.") % {
             "n": resumed, "q": ", ".join(row.queue for row in rows)}, messages.SUCCESS)
         return resumed
@@ -75,7 +75,7 @@ class QueuePauseAdmin(ReadOnlyMixin, admin.ModelAdmin):
         if not self.has_pause_permission(request):
             raise PermissionDenied
         back = reverse("admin:django_taskmq_dashboard", current_app=self.admin_site.name)
-        paused = pausing.paused_queues()
+        paused = api.paused_queues()
         initial = {"queue": request.GET.get("queue")} if request.GET.get("queue") else {}
         form = PauseForm(request.POST if confirm.confirmed(request) else None, paused=paused, initial=initial)
         if not confirm.confirmed(request) or not form.is_valid():
@@ -85,7 +85,7 @@ class QueuePauseAdmin(ReadOnlyMixin, admin.ModelAdmin):
                            "finish; new jobs are still accepted and wait."),
                 note=_("Paused now: %s") % (", ".join(sorted(paused)) or "-"), selected=[], cancel_url=back)
         queue = form.cleaned_data["queue"]
-        pausing.pause_queue(queue, by=request.user.get_username())
+        api.pause_queue(queue, by=request.user.get_username())
         row = QueuePause.objects.get(queue=queue)
         LogEntry.objects.log_actions(request.user.pk, [row], ADDITION, "Paused")
         self.message_user(request, _("Queue %(q)s paused: no cluster starts its jobs until it is resumed.")

@@ -9,7 +9,7 @@ from django.urls import reverse
 from django.utils.html import format_html
 from django.utils.safestring import SafeString
 
-from .. import monitoring
+from ..observability import statistics
 from ..policy.progress import fraction
 from .display import duration
 
@@ -31,7 +31,7 @@ def _number(value: Any) -> str:
     return f"{value:g}" if isinstance(value, float) else str(value)
 
 
-def running_rows(clusters: list[monitoring.ClusterInfo], site_name: str) -> list[dict[str, Any]]:
+def running_rows(clusters: list[statistics.ClusterInfo], site_name: str) -> list[dict[str, Any]]:
     """One row per busy worker of the clusters alive: where, what, for how long, and its progress."""
     rows = []
     for c in clusters:

@@ -10,7 +10,7 @@
     fulfil.enqueue(42)
 
 ``@durable`` marks the Django task's function (``taskmq_durable``, read by
-:func:`~django_taskmq.loading.is_durable`) and keeps its django_taskmq options on it
+:func:`~django_taskmq.runtime.loading.is_durable`) and keeps its django_taskmq options on it
 (``taskmq_options``, applied by :meth:`TaskMQBackend.enqueue`); it returns the same Django task.
 The mark is on the function because Django's ``Task.using()`` makes a new task around the same
 function. Imported only when ``@durable`` is given a Django task, so Django's tasks framework is

@@ -39,7 +39,7 @@ except ImportError:  # Django 5.2 with the django-tasks backport
 
 from ..conf import get_settings
 from ..exceptions import ConfigError
-from ..loading import is_django_task, resolve
+from ..runtime.loading import is_django_task, resolve
 from ..options import TASK_OPTIONS, check_names, validate_options
 from ..policy import attempts as history
 from ..policy.priority import MAX_PRIORITY

@@ -48,7 +48,7 @@ class Ack(NamedTuple):
 
 
 class StepRecord(NamedTuple):
-    """What one run of a durable task did, kept for the runs after it (see :mod:`django_taskmq.durable_context`).
+    """What one run of a durable task did, kept for the runs after it (see :mod:`django_taskmq.runtime.durable_context`).
 
     ``kind`` is "step" (``result``: its signed value), "sleep" (``wake_at``: the broker's epoch it
     wakes at) or "wait" (``signal``: the name it waits for, ``wake_at``: its deadline or None,

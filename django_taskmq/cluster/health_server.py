@@ -1,7 +1,7 @@
 """``qcluster --health-port PORT``: the cluster's health over HTTP, for probes that speak HTTP.
 
 ``GET /health/live`` answers 200 while the cluster's sentinel runs; ``GET /health/ready`` answers
-200 while its heartbeat is fresh and the database answers (:func:`django_taskmq.health.check`),
+200 while its heartbeat is fresh and the database answers (:func:`django_taskmq.observability.health.check`),
 503 with one line why otherwise. It runs as a thread of the monitor process: the monitor never
 forks (a thread in the sentinel would be copied into every worker it forks) and it is reborn by
 the sentinel if it dies.
@@ -26,7 +26,7 @@ class _Handler(BaseHTTPRequestHandler):
             alive = os.getppid() == self.server.sentinel
             self._answer(alive, "the sentinel runs" if alive else "the sentinel is gone")
         elif self.path.rstrip("/") == "/health/ready":
-            from .. import health
+            from ..observability import health
 
             answer = health.check(host=socket.gethostname(), pid=self.server.sentinel)
             self._answer(answer.ok, answer.reason)

@@ -8,7 +8,7 @@ killed for it. What Python allows instead:
   thread runs: a thread blocked in C code (``time.sleep``, a socket read without a timeout, a C
   extension) only sees it when that call returns;
 * a coroutine function (it runs on an event loop of its own, see
-  :func:`django_taskmq.execution.execute`) has its asyncio task cancelled, which interrupts any
+  :func:`django_taskmq.runtime.execution.execute`) has its asyncio task cancelled, which interrupts any
   ``await``. From the moment its thread hands the coroutine over, nothing is raised in that thread:
   an exception landing while it starts the event loop's thread would leave the coroutine running
   there, orphaned. One interrupted before its loop runs is cancelled as it starts.
@@ -40,7 +40,7 @@ import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-from .. import execution as ex
+from ..runtime import execution as ex
 from ..exceptions import JobCancelled, TaskTimeout
 
 
@@ -184,7 +184,7 @@ def _cancel(entry: Running) -> None:
 
 
 class _Watch:
-    """The :class:`~django_taskmq.execution.CoroutineWatch` of one task: what its coroutine tells
+    """The :class:`~django_taskmq.runtime.execution.CoroutineWatch` of one task: what its coroutine tells
     :class:`Interrupts`."""
 
     def __init__(self, interrupts: Interrupts, entry: Running) -> None:

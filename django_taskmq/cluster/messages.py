@@ -8,7 +8,7 @@ Sentinel and pusher, over their pipe (pickled named tuples: immutable, fast to p
 Sentinel and each worker, over the worker's own pipe (raw bytes, never unpickled by the sentinel):
 
 * sentinel -> worker: a tasks frame (:func:`tasks_frame`: one or more :attr:`Ticket.blob`\\ s,
-  pickled :class:`~django_taskmq.execution.TaskMessage`\\ s, opened by :func:`read_tasks_frame`
+  pickled :class:`~django_taskmq.runtime.execution.TaskMessage`\\ s, opened by :func:`read_tasks_frame`
   and :func:`load_task`; marked :data:`ALONE` when its one task met an idle cluster);
   :data:`STOP`, the poison pill (the worker finishes what it runs, returns what it has not
   started, then exits); or :func:`cancel_frame`, asking a worker with several
@@ -18,7 +18,7 @@ Sentinel and each worker, over the worker's own pipe (raw bytes, never unpickled
   it wants to stop (``max_rss``); :func:`unstarted_frame`, the job ids of the prefetched tasks it
   hands back at the poison pill; and an outcome frame per task, one status
   byte (:data:`SUCCEEDED`, :data:`FAILED` or :data:`TIMED_OUT`), the job id, a NUL byte, then the
-  pickled :class:`~django_taskmq.execution.Outcome`: :func:`outcome_frame` builds it,
+  pickled :class:`~django_taskmq.runtime.execution.Outcome`: :func:`outcome_frame` builds it,
   :func:`read_outcome_frame` splits it without unpickling; or, for a success its worker recorded
   itself, :func:`recorded_frame` (:data:`RECORDED`, the job id, a NUL byte).
 
@@ -36,10 +36,10 @@ import pickle
 from collections.abc import Iterable
 from typing import NamedTuple
 
-from .. import execution as ex
+from ..runtime import execution as ex
 from ..brokers.base import Reservation
 from ..envelope import Envelope
-from ..execution import Outcome, TaskMessage
+from ..runtime.execution import Outcome, TaskMessage
 
 
 class Want(NamedTuple):

@@ -15,7 +15,7 @@ import time
 from collections.abc import Generator, MutableSequence
 from typing import Any, Protocol
 
-from .. import execution as ex
+from ..runtime import execution as ex
 from ..brokers.base import Broker
 from ..conf import Settings
 from ..policy import retention as retention_policy
@@ -88,7 +88,7 @@ def run(results: ResultPipe, settings: Settings, owner: str, progress: MutableSe
         serve(settings.health_port)
     post_spawn.send(sender=run, proc_name="monitor")
     Monitor(results, broker, settings, progress, owner=owner).serve()
-    from .. import reporting
+    from ..observability import reporting
 
     reporting.close()  # the reports of timeouts and crashes still waiting (see reporting.lost)
 
@@ -96,7 +96,7 @@ def run(results: ResultPipe, settings: Settings, owner: str, progress: MutableSe
 def warm_up(broker: Broker) -> None:
     """Import what recording needs and connect, before the first outcome arrives: done at the first
     outcome instead, this took about 10 ms here, while the outcomes behind it piled up."""
-    from .. import recorder  # noqa: F401  (imported lazily by Monitor.record)
+    from ..runtime import recorder  # noqa: F401  (imported lazily by Monitor.record)
 
     try:
         broker.connect()
@@ -178,7 +178,7 @@ class Monitor:
         Giving up loses nothing: the leases of these jobs run out and the jobs are delivered again.
         The failed tries are logged (rate-limited), and the recovery.
         """
-        from .. import recorder
+        from ..runtime import recorder
 
         started = time.monotonic()
         deadline = started + self.settings.lease / 2

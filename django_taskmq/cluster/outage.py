@@ -12,9 +12,10 @@ logs that do not flood.
 * :func:`bound_statements` runs at the start of each of the cluster's own processes (sentinel,
   monitor, pusher, scheduler; never a worker, whose tasks' queries are the user's): from then on the
   statements of that process's connections end within a bound (see ``cluster/statement_clock.py``).
-* :func:`check` opens a connection, runs a trivial query and looks for the app's tables. It returns
-  one line saying what is wrong, or None.
-* :class:`~django_taskmq.failures.FailureLog` (imported here for the cluster's components) logs one
+* :func:`~django_taskmq.brokers.problems.check` (imported here, as :func:`close_quietly` is) opens a
+  connection, runs a trivial query and looks for the app's tables. It returns one line saying what is
+  wrong, or None.
+* :class:`~django_taskmq.brokers.outage.FailureLog` (imported here for the cluster's components) logs one
   component's failures while the database is away without flooding the log.
 
 What differs per engine is its dialect's (:meth:`.Dialect.prepare`, ``brokers/orm/``).
@@ -28,8 +29,9 @@ from django.db import connections
 from django.db.backends.signals import connection_created
 
 from ..brokers import database
+from ..brokers.outage import FailureLog, cause  # the cluster's components reach them here
+from ..brokers.problems import check, close_quietly  # (ditto)
 from ..conf import DEAD_CONNECTION_TIMEOUT, Settings
-from ..failures import FailureLog, cause  # the cluster's components reach them here
 from ..policy.lease import statement_bound
 
 __all__ = ["FailureLog", "bound_statements", "cause", "check", "close_quietly", "prepare"]
@@ -80,39 +82,6 @@ def bound_statements(settings: Settings) -> None:
     _bounds[settings.database] = (os.getpid(), statement_bound(settings.lease))
 
 
-def check(alias: str, where: str) -> str | None:
-    """Return None when the cluster can use the database ``alias``, else one line saying why not;
-    ``where`` names it (``Broker.describe()``).
-
-    Connects (within the connect timeout :func:`prepare` set), runs ``SELECT 1`` and checks that
-    the tables of django_taskmq exist. The connection is closed afterwards.
-    """
-    from django.apps import apps
-
-    conn = connections[alias]
-    where = f"database {where}"
-    if database.file_missing(alias):
-        # sqlite3 would create an empty file; say what is wrong instead.
-        return f"cannot reach {where}: the file does not exist (run manage.py migrate)"
-    try:
-        with conn.cursor() as cursor:
-            cursor.execute("SELECT 1")
-            cursor.fetchone()
-            tables = set(conn.introspection.table_names(cursor))
-    except Exception as exc:
-        return f"cannot reach {where}: {cause(exc, kind=False)}"
-    finally:
-        close_quietly(alias)
-    from ..models import Job
-
-    models = apps.get_app_config("django_taskmq").get_models()
-    missing = sorted((m is not Job, m._meta.db_table) for m in models if m._meta.db_table not in tables)
-    if missing:
-        others = f" and {len(missing) - 1} other table(s) of django_taskmq" if len(missing) > 1 else ""
-        return f"{where} has no table {missing[0][1]}{others}: run manage.py migrate"
-    return None
-
-
 def forget(alias: str) -> None:
     """Close this thread's connection to ``alias`` and drop Django's object for it, so a child forked
     afterwards starts from a new one: not a copy carrying this process's statement clock."""
@@ -120,12 +89,4 @@ def forget(alias: str) -> None:
     try:
         del connections[alias]
     except AttributeError:  # never made in this thread
-        pass
-
-
-def close_quietly(alias: str) -> None:
-    """Close the connection to ``alias`` so the next query reconnects; a broken one may fail to close."""
-    try:
-        connections[alias].close()
-    except Exception:
         pass

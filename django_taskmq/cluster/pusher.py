@@ -13,7 +13,7 @@ import signal
 import time
 from multiprocessing.connection import Connection
 
-from .. import joblog
+from ..observability import joblog
 from ..brokers.base import Broker, Waker
 from ..conf import Settings
 from ..exceptions import BadPackage

@@ -32,12 +32,12 @@ from typing import Any, Protocol
 
 from django.db import connections
 
-from .. import execution as ex
-from .. import joblog
+from ..runtime import execution as ex
+from ..observability import joblog
 from ..brokers.base import Broker
 from ..conf import Settings
 from ..exceptions import JobCancelled, TaskMQError, TaskTimeout, WorkerDied
-from ..ids import cluster_id
+from ..policy.ids import cluster_id
 from ..policy import lease
 from . import dispatch, monitor, outage, processes, pusher, ticker
 from .buffer import Buffer, Waiting
@@ -47,7 +47,7 @@ from .messages import (END_OF_RESULTS, IDLE, READY, RECORDED, RETIRING, STOP, SU
                        read_unstarted_frame, SUSPENDED)
 from .poller import Poller, pause, readable
 from .result_pipe import ResultPipe
-from .slots import CANCEL_GRACE, NOT_STARTED, Process, SharedMemory, Slot
+from .slots import INTERRUPT_GRACE, NOT_STARTED, Process, SharedMemory, Slot
 from .upkeep import DatabaseAway, Report, Upkeep
 
 logger = logging.getLogger(__name__)
@@ -59,7 +59,7 @@ URGENT_CHECK = 0.02  # seconds between asks for work above the buffer's lowest p
 OUTCOMES = ("succeeded", "failed", "timeouts", "crashes", "suspended")
 #: Seconds the stop procedure gives the monitor (and the pusher) beyond ``stop_timeout`` before it
 #: kills them: whatever the tasks and the database do, the cluster exits within ``stop_timeout``
-#: plus this plus :data:`CANCEL_GRACE`.
+#: plus this plus :data:`INTERRUPT_GRACE`.
 STOP_MARGIN = 3.0
 #: Seconds between two looks for cancellation requests of the jobs the cluster holds (one primary-key
 #: read, only while it holds some): a cancelled job learns of it within about this.
@@ -586,7 +586,7 @@ class Sentinel:
         """Stop the tasks of ``slot`` that run past their timeout.
 
         With several threads the worker is asked to interrupt the task; a task still running
-        :data:`CANCEL_GRACE` seconds later is stuck: the worker gets no more work and is killed
+        :data:`INTERRUPT_GRACE` seconds later is stuck: the worker gets no more work and is killed
         once every task it still runs is stuck too (its other tasks finish, or reach their own
         timeouts, first).
         """
@@ -877,7 +877,7 @@ class Sentinel:
         if self.results is not None:
             self.results.put(END_OF_RESULTS)
         while self.monitor.is_alive() and self.signals < 2:
-            if _past(deadline, STOP_MARGIN + CANCEL_GRACE):
+            if _past(deadline, STOP_MARGIN + INTERRUPT_GRACE):
                 logger.error("cluster %s: the monitor did not record the last outcomes in time; killing it "
                              "(their leases bring those jobs back)", self.name)
                 processes.kill(self.monitor)
@@ -959,7 +959,7 @@ class Sentinel:
 
         A worker with one thread is killed at once (as at a timeout). With several threads each task
         is interrupted (:mod:`.interrupts`: its ``finally`` blocks run); what has not stopped
-        :data:`CANCEL_GRACE` seconds later (blocked in C code) goes with its worker, killed. Only a
+        :data:`INTERRUPT_GRACE` seconds later (blocked in C code) goes with its worker, killed. Only a
         task known to have stopped goes back: never two holders at once.
         """
         now = time.monotonic()
@@ -971,7 +971,7 @@ class Sentinel:
                 for job_id, running in slot.running.items():
                     running.halted = True
                     slot.send(cancel_frame(job_id))
-            elif self.threads == 1 or now - slot.halted > CANCEL_GRACE:  # type: ignore[operator]
+            elif self.threads == 1 or now - slot.halted > INTERRUPT_GRACE:  # type: ignore[operator]
                 if readable(slot.pipe):
                     self._from_worker(slot)  # what ended meanwhile is recorded as it ended
                     if slot not in self.slots or not slot.running:
@@ -1026,7 +1026,7 @@ def _past(deadline: float | None, margin: float = 0.0) -> bool:
 
 
 def _fields(ticket: Ticket) -> dict:
-    """The extra fields of a log record about ``ticket``'s job (see :mod:`~django_taskmq.joblog`)."""
+    """The extra fields of a log record about ``ticket``'s job (see :mod:`~django_taskmq.observability.joblog`)."""
     try:
         task = ticket.message().envelope.func
     except Exception:  # a log record's field is not worth failing the sentinel for

@@ -20,8 +20,9 @@ from . import worker
 from .messages import Ticket
 
 #: Seconds a worker with several threads has to stop a task past its timeout once asked, before
-#: the task counts as stuck (blocked in C code) and its worker takes no more work.
-CANCEL_GRACE = 1.0
+#: the task counts as stuck (blocked in C code) and its worker takes no more work. Not
+#: TASKMQ['cancel_grace'], the time a cancelled task has to stop by itself before it is interrupted.
+INTERRUPT_GRACE = 1.0
 
 
 class Process(Protocol):
@@ -82,8 +83,8 @@ class Running:
         return self.cancel_requested is not None and now - self.cancel_requested > grace
 
     def stuck(self, now: float) -> bool:
-        """It was asked to stop more than :data:`CANCEL_GRACE` seconds ago and still runs."""
-        return self.cancelled is not None and now - self.cancelled > CANCEL_GRACE
+        """It was asked to stop more than :data:`INTERRUPT_GRACE` seconds ago and still runs."""
+        return self.cancelled is not None and now - self.cancelled > INTERRUPT_GRACE
 
 
 @dataclass

@@ -24,8 +24,8 @@ from typing import Any, NamedTuple
 
 from django.db import close_old_connections, connections
 
-from .. import execution as ex
-from .. import reporting
+from ..runtime import execution as ex
+from ..observability import reporting
 from ..brokers.base import Broker
 from ..brokers import database
 from ..conf import Settings
@@ -97,7 +97,7 @@ def run(index: int, conn: Connection, settings: Settings, threads: int = 1, shar
     # The process ends with os._exit: atexit handlers (Sentry's, the OpenTelemetry SDK's flush) do not run.
     reporting.close()
     if settings.opentelemetry:
-        from .. import tracing
+        from ..observability import tracing
 
         tracing.flush()
 
@@ -207,7 +207,7 @@ class OneAtATime:
     def _record(self, outcome: ex.Outcome) -> bool:
         """Record ``outcome`` if it is a plain success (see :func:`recorder.plain_success`); False
         when it is not, or recording failed: the monitor then records it as any other."""
-        from .. import recorder
+        from ..runtime import recorder
 
         if not recorder.plain_success(outcome):
             return False

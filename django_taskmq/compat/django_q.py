@@ -28,14 +28,15 @@ from typing import Any
 from django.db import IntegrityError
 from django.utils import timezone
 
-from .. import api, cached_results, scheduler
-from ..binding import nearest
+from .. import api, scheduler
+from ..runtime import cached_results
+from ..runtime.binding import nearest
 from ..brokers import get_broker
-from ..chains import Chain as _Chain
-from ..chains import run_links
+from ..workflows import Chain as _Chain
+from ..workflows import run_links
 from ..conf import Settings, get_settings
 from ..exceptions import ConfigError
-from ..ids import new_id
+from ..policy.ids import new_id
 from ..models import FINAL_STATES, Imported, Job, Schedule, State
 from ..options import OPTIONS, func_path
 from ..policy import cron as cron_policy
@@ -176,7 +177,7 @@ def async_task(func: Any, *args: Any, **kwargs: Any) -> str:
     (``priority``, ``delay``, ``key``, ...).
 
     With ``chain``, the task and the chain's tasks are queued at once as one chain (a workflow, see
-    :mod:`django_taskmq.chains`): each runs once the one before it succeeded, and after a task that
+    :mod:`django_taskmq.workflows`): each runs once the one before it succeeded, and after a task that
     fails for good the rest end CANCELLED (django-q2 queues the chain after the task however it
     ended). The task's job id is returned.
     """

@@ -39,7 +39,7 @@ from django.utils import timezone
 from django.utils.dateparse import parse_datetime
 
 from ..brokers import Broker
-from ..chains import run_links
+from ..workflows import run_links
 from ..conf import Settings
 from ..envelope import PickleSerializer
 from ..exceptions import ConfigError

@@ -16,7 +16,7 @@ from typing import Any
 
 from ..conf import get_settings
 from ..policy.redaction import redact
-from ..reporting import FailedJob
+from ..observability.reporting import FailedJob
 
 try:
     from sentry_sdk.integrations.logging import ignore_logger

@@ -15,8 +15,8 @@ import sys
 from django.core.management.base import BaseCommand, CommandError
 
 from ..conf import get_settings
-from ..database_problem import explain
-from ..failures import is_database_error
+from ..brokers.problems import explain
+from ..brokers.outage import is_database_error
 
 
 class OperatorCommand(BaseCommand):

@@ -133,13 +133,13 @@ class Captured:
     """
 
     def __init__(self) -> None:
-        from ..ids import new_id
+        from ..policy.ids import new_id
 
         self._after: str = new_id()
         self._until: str | None = None
 
     def _close(self) -> None:
-        from ..ids import new_id
+        from ..policy.ids import new_id
 
         self._until = new_id()
 

@@ -50,7 +50,7 @@ class TestClock:
     def advance(self, by: float | datetime.timedelta) -> float:
         """Move the clock ``by`` seconds (or a ``timedelta``) ahead; return its new time. Jobs whose
         sleep or wait timeout it passes run at the next :func:`~django_taskmq.testing.drain`."""
-        from ..durable_context import seconds_of
+        from ..runtime.durable_context import seconds_of
 
         seconds = seconds_of(by, "clock.advance()")
         self._now += seconds
@@ -61,7 +61,7 @@ class TestClock:
 def frozen_clock(start: datetime.datetime | None = None) -> Iterator[TestClock]:
     """Count durable sleeps and waits of jobs run in the test process by a :class:`TestClock` for
     the block, which starts at ``start`` (an aware datetime; default: the database's time now)."""
-    from .. import durable_context
+    from ..runtime import durable_context
     from ..brokers import get_broker
 
     if start is not None and (not isinstance(start, datetime.datetime) or start.tzinfo is None):
@@ -79,7 +79,7 @@ def frozen_clock(start: datetime.datetime | None = None) -> Iterator[TestClock]:
 def wake_due() -> list[str]:
     """Make the jobs whose sleep, or wait with a timeout, the active test clock has passed ready now;
     return their ids (none without a test clock). :func:`~django_taskmq.testing.drain` calls it."""
-    from .. import durable_context
+    from ..runtime import durable_context
 
     clock = durable_context.test_clock
     if clock is None:

@@ -10,7 +10,7 @@ from django.core.exceptions import ValidationError
 from django.utils import timezone
 
 from django_taskmq import ConfigError, schedule
-from django_taskmq.allowed_tasks import allowed_prefixes, check_allowed
+from django_taskmq.runtime.allowed_tasks import allowed_prefixes, check_allowed
 from django_taskmq.models import Job, Schedule
 from django_taskmq.scheduler import tick
 

@@ -103,7 +103,7 @@ def test_a_function_that_no_longer_imports_dead_letters_at_once(broker):
         job_id = async_task("tests.tasks.vanishing")
     finally:
         del module.vanishing
-    from django_taskmq.loading import resolve
+    from django_taskmq.runtime.loading import resolve
 
     resolve.cache_clear()
     run_sync(job_id)

@@ -8,7 +8,7 @@ import pytest
 from django.core.cache import cache
 
 from django_taskmq import async_task, count_group, fetch, result, result_group
-from django_taskmq.cached_results import job_key
+from django_taskmq.runtime.cached_results import job_key
 from django_taskmq.conf import get_settings
 from django_taskmq.exceptions import ConfigError, UnreadableResult
 from django_taskmq.models import Job, State
@@ -109,7 +109,7 @@ def test_cached_and_save_are_checked_at_the_call(db):
 def test_a_hook_sees_the_cached_result(sync, monkeypatch):
     seen = []
     monkeypatch.setattr("tests.tasks.noop", lambda job: seen.append(result(job.id, cached=True)))
-    from django_taskmq.loading import resolve
+    from django_taskmq.runtime.loading import resolve
 
     resolve.cache_clear()
     async_task("tests.tasks.add", 20, 1, cached=True, hook="tests.tasks.noop")
@@ -120,7 +120,7 @@ def test_a_hook_sees_the_cached_result(sync, monkeypatch):
 def test_a_record_the_cache_refuses_costs_no_other_job_its_record(broker, settings, taskmq_settings):
     """Two cached jobs recorded in one batch: the cache refuses the first's 2 MB record; the
     second's is written all the same, and both jobs succeed."""
-    from django_taskmq import execution, recorder
+    from django_taskmq.runtime import execution, recorder
 
     settings.CACHES = {**settings.CACHES, "small": {"BACKEND": "tests.cache_backends.ItemLimitedCache",
                                                       "LOCATION": "taskmq-small"}}

@@ -11,8 +11,8 @@ import pytest
 from django.core.management import CommandError, call_command
 
 from django_taskmq import ConfigError, JobCancelled, LeaseLost, async_task, cancel, current_job
-from django_taskmq import execution as ex
-from django_taskmq import joblog
+from django_taskmq.runtime import execution as ex
+from django_taskmq.observability import joblog
 from django_taskmq.brokers.base import Reservation
 from django_taskmq.models import Job, State
 from django_taskmq.signals import post_execute

@@ -10,9 +10,9 @@ import time
 import pytest
 
 from django_taskmq import ConfigError, LeaseLost, async_task, cancel, durable, send_signal
-from django_taskmq import execution, recorder
+from django_taskmq.runtime import execution, recorder
 from django_taskmq.conf import get_settings
-from django_taskmq.durable_context import DurableContext
+from django_taskmq.runtime.durable_context import DurableContext
 from django_taskmq.models import DeadLetter, Job, JobSignal, JobStep, State
 from tests.tasks import read_run_log
 

@@ -12,8 +12,9 @@ from __future__ import annotations
 import pytest
 from django.db import connection, transaction
 
-from django_taskmq import async_task, recorder
-from django_taskmq import execution as ex
+from django_taskmq import async_task
+from django_taskmq.runtime import recorder
+from django_taskmq.runtime import execution as ex
 from django_taskmq.brokers import Ack, get_broker
 from django_taskmq.models import Job, State
 

@@ -7,7 +7,7 @@ import time
 import pytest
 
 from django_taskmq import ConfigError, async_task, fetch
-from django_taskmq import progress
+from django_taskmq.runtime import progress
 from django_taskmq.policy.progress import MESSAGE_LIMIT, report
 
 

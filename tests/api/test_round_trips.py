@@ -14,8 +14,9 @@ import pytest
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
-from django_taskmq import async_task, recorder
-from django_taskmq import execution as ex
+from django_taskmq import async_task
+from django_taskmq.runtime import recorder
+from django_taskmq.runtime import execution as ex
 from django_taskmq.brokers import get_broker
 from django_taskmq.conf import get_settings
 from django_taskmq.models import Job, QueueState, State

@@ -13,7 +13,8 @@ import pytest
 from django.core.management import call_command
 from django.utils import timezone
 
-from django_taskmq import enqueue_many, monitoring
+from django_taskmq import enqueue_many
+from django_taskmq.observability import statistics
 from django_taskmq.models import Cluster, Job, State
 
 pytestmark = pytest.mark.django_db
@@ -42,13 +43,13 @@ def test_the_stored_state_is_running_for_both(held):
 
 
 def test_queue_stats_count_them_apart(held):
-    emails = next(q for q in monitoring.queue_stats() if q.name == "emails")
+    emails = next(q for q in statistics.queue_stats() if q.name == "emails")
     assert (emails.running, emails.reserved, emails.ready_total) == (1, 4, 1)
 
 
 def test_a_cluster_that_is_not_alive_runs_nothing(held):
     Cluster.objects.update(beat_at=timezone.now() - timezone.timedelta(minutes=5))
-    emails = next(q for q in monitoring.queue_stats() if q.name == "emails")
+    emails = next(q for q in statistics.queue_stats() if q.name == "emails")
     assert (emails.running, emails.reserved) == (0, 5)
 
 

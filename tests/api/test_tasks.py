@@ -132,7 +132,7 @@ def test_async_task_with_a_task_object_uses_its_defaults(broker):
 def test_a_chain_link_with_an_unknown_queue_fails_at_the_call():
     """Every link's options are checked against TASKMQ at append time, not when the link is due."""
     from django_taskmq import ConfigError
-    from django_taskmq.chains import Chain
+    from django_taskmq import Chain
 
     chain = Chain().append("tests.tasks.noop")
     with pytest.raises(ConfigError, match="unknown queue"):

@@ -9,8 +9,10 @@ import time
 import pytest
 from django.db import transaction
 
-from django_taskmq import async_task, histograms, monitoring, recorder
-from django_taskmq import execution as ex
+from django_taskmq import async_task
+from django_taskmq.observability import histograms, statistics
+from django_taskmq.runtime import recorder
+from django_taskmq.runtime import execution as ex
 from django_taskmq.api import run_sync
 from django_taskmq.conf import get_settings
 from django_taskmq.models import Job, OutcomeCount, TimingCount
@@ -32,10 +34,10 @@ def test_throughput_counts_outcomes_whose_rows_were_deleted(broker):
     failing = next(r for r in reservations if Job.objects.get(pk=r.job_id).func == "tests.tasks.fail")
     recorder.record([outcome(r) for r in reservations if r is not failing]
                     + [outcome(failing, ex.FAILURE, error="kaput")], broker, get_settings(), outside_transaction=True)
-    before = monitoring.throughput()
+    before = statistics.throughput()
     assert (before.succeeded_minute, before.failed_minute, before.succeeded_hour, before.failed_hour) == (5, 1, 5, 1)
     Job.objects.all().delete()  # what retention and save_limit do
-    after = monitoring.throughput()
+    after = statistics.throughput()
     assert (after.succeeded_minute, after.failed_minute, after.succeeded_hour, after.failed_hour) == (5, 1, 5, 1)
     assert sum(ok for _, ok, _f in after.per_minute) == 5 and sum(f for _, _ok, f in after.per_minute) == 1
     assert set(OutcomeCount.objects.values_list("queue", flat=True)) == {"emails"}
@@ -46,7 +48,7 @@ def test_a_lone_success_and_sync_mode_are_counted(broker):
     (reservation,) = broker.reserve(["default"], 1, 30, "owner-a")
     recorder.record([outcome(reservation)], broker, get_settings(), outside_transaction=True)  # an idle cluster's
     run_sync(async_task("tests.tasks.noop"))
-    assert monitoring.throughput().succeeded_minute == 2
+    assert statistics.throughput().succeeded_minute == 2
 
 
 def test_a_retry_is_not_an_outcome_yet(broker):
@@ -54,7 +56,7 @@ def test_a_retry_is_not_an_outcome_yet(broker):
     (reservation,) = broker.reserve(["default"], 1, 30, "owner-a")
     recorder.record([outcome(reservation, ex.FAILURE, error="kaput")], broker, get_settings())
     assert Job.objects.get().state == "RETRYING"
-    assert (monitoring.throughput().failed_minute, OutcomeCount.objects.count()) == (0, 0)
+    assert (statistics.throughput().failed_minute, OutcomeCount.objects.count()) == (0, 0)
 
 
 def test_the_count_is_in_the_transaction_that_records_the_outcomes(broker):
@@ -62,7 +64,7 @@ def test_the_count_is_in_the_transaction_that_records_the_outcomes(broker):
     (reservation,) = broker.reserve(["default"], 1, 30, "owner-a")
     with pytest.raises(RuntimeError), transaction.atomic():
         recorder.record([outcome(reservation)], broker, get_settings())
-        assert monitoring.throughput().succeeded_minute == 1
+        assert statistics.throughput().succeeded_minute == 1
         raise RuntimeError("the caller's transaction rolls back")
     assert Job.objects.get().state == "RUNNING" and not OutcomeCount.objects.exists()
 

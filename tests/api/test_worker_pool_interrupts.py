@@ -20,7 +20,7 @@ import pytest
 from django.db import connections
 
 from django_taskmq import async_task
-from django_taskmq import execution as ex
+from django_taskmq.runtime import execution as ex
 from django_taskmq.cluster.interrupts import Interrupts
 from django_taskmq.cluster.messages import (STOP, TIMED_OUT, Ticket, cancel_frame, cancel_request_frame,
                                             read_outcome_frame, tasks_frame)

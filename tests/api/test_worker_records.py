@@ -14,7 +14,7 @@ import pytest
 from django.db import connections
 
 from django_taskmq import async_task
-from django_taskmq import execution as ex
+from django_taskmq.runtime import execution as ex
 from django_taskmq.cluster.messages import (RECORDED, STOP, SUCCEEDED, Ticket, read_outcome_frame,
                                             recorded_frame, tasks_frame)
 from django_taskmq.cluster.worker import OneAtATime

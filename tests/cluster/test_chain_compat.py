@@ -8,7 +8,7 @@ import collections
 
 import pytest
 
-from django_taskmq import legacy_chains
+from django_taskmq.runtime import legacy_chains
 from django_taskmq.compat.django_q import async_task as q_async_task
 from django_taskmq.models import Job, Workflow, WorkflowStep
 from tests.legacy_packages import queue_chained

@@ -216,7 +216,7 @@ def test_the_clock_skew_shows_in_qinfo_and_in_the_metrics(cluster, faked):
     (shown,) = re.findall(r"ahead .* clock_skew=([-+][0-9.]+)s", text)
     assert abs(float(shown) - SKEW) < 5, text
 
-    from django_taskmq import metrics
+    from django_taskmq.observability import metrics
 
     exposition = metrics.exposition().decode()
     (sample,) = [line for line in exposition.splitlines() if line.startswith("taskmq_clock_skew_seconds{")]

@@ -9,7 +9,7 @@ import signal
 import pytest
 
 from django_taskmq import async_task
-from django_taskmq.joblog import FIELDS
+from django_taskmq.observability.joblog import FIELDS
 from tests.observe import JSON_LOGS
 
 pytestmark = [pytest.mark.cluster]

@@ -148,7 +148,7 @@ def test_the_dashboard_counts_as_running_the_jobs_started_and_shows_the_others_r
     """A busy cluster with prefetch: 2 workers run 2 gated tasks and the cluster holds more. The
     table says RUNNING for all it holds; the dashboard and the job list say 2 running (the ones the
     run log says started) and the others reserved, not started."""
-    from django_taskmq import monitoring
+    from django_taskmq.observability import statistics
 
     cluster.configure(prefetch=4)
     gate = cluster.gate("busy")
@@ -156,7 +156,7 @@ def test_the_dashboard_counts_as_running_the_jobs_started_and_shows_the_others_r
     qc = cluster.start("-w", "2", "-n", "busy-cluster")
 
     def split() -> tuple[int, int]:
-        default = next(q for q in monitoring.queue_stats() if q.name == "default")
+        default = next(q for q in statistics.queue_stats() if q.name == "default")
         return default.running, default.reserved
 
     def settled() -> int:  # how many the cluster holds, once 2 started and every view agrees

@@ -7,7 +7,7 @@ import collections
 import pytest
 
 from django_taskmq import async_task, async_chain
-from django_taskmq.chains import Chain
+from django_taskmq import Chain
 from django_taskmq.models import DeadLetter, Job
 
 pytestmark = [pytest.mark.cluster, pytest.mark.django_db(transaction=True)]

@@ -7,7 +7,8 @@ import signal
 
 import pytest
 
-from django_taskmq import enqueue_many, histograms, monitoring
+from django_taskmq import enqueue_many
+from django_taskmq.observability import histograms, statistics
 from django_taskmq.models import Cluster, Job
 
 from .conftest import job_states
@@ -46,7 +47,7 @@ def test_the_dashboard_s_last_minute_survives_save_limit(cluster):
     cluster.wait_until(lambda: Job.objects.filter(state="SUCCEEDED").count() <= 100,
                        lambda: f"save_limit to prune; {Job.objects.filter(state='SUCCEEDED').count()} rows left",
                        alive=[qc])
-    figures = monitoring.throughput()
+    figures = statistics.throughput()
     timing = histograms.last_hour()[("tests.tasks.noop", "default")]
     rows = Job.objects.filter(state="SUCCEEDED").count()
     qc.send(signal.SIGTERM)

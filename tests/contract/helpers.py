@@ -58,11 +58,11 @@ def put_many(broker: Broker, calls: Iterable[Sequence[Any]], func: str = NOOP, *
 
 
 def run(broker: Broker, job_id: str) -> None:
-    """Run the stored job ``job_id`` in this process on ``broker``, as sync mode does (``sync.run``:
+    """Run the stored job ``job_id`` in this process on ``broker``, as sync mode does (``inline.run``:
     ``reserve_job``, unpack, execute, record)."""
-    from django_taskmq import sync
+    from django_taskmq.runtime import inline
 
-    sync.run(job_id, broker, broker.settings)
+    inline.run(job_id, broker, broker.settings)
 
 
 def jobs(broker: Broker, ids: Iterable[str]) -> dict[str, Any]:

@@ -14,8 +14,8 @@ import time
 
 import pytest
 
-from django_taskmq import execution as ex
-from django_taskmq import recorder
+from django_taskmq.runtime import execution as ex
+from django_taskmq.runtime import recorder
 from django_taskmq.brokers.base import Ack
 from django_taskmq.exceptions import LeaseLost
 from django_taskmq.policy import attempts

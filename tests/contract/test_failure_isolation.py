@@ -10,8 +10,8 @@ import time
 
 import pytest
 
-from django_taskmq import execution as ex
-from django_taskmq import recorder
+from django_taskmq.runtime import execution as ex
+from django_taskmq.runtime import recorder
 from django_taskmq.conf import get_settings
 from django_taskmq.policy.states import JobState
 from tests.contract.helpers import job, jobs, letters, put, put_many, run

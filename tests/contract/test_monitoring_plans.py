@@ -1,12 +1,12 @@
 """The last hour's outcomes read by the dashboard, ``qmonitor`` and the metrics endpoint: the
-throughput (``monitoring.throughput``) and the wait and run times (``histograms.last_hour``) read
+throughput (``statistics.throughput``) and the wait and run times (``histograms.last_hour``) read
 no job row at all, only their rollups' last hour through their indexes."""
 
 from __future__ import annotations
 
 import pytest
 
-from django_taskmq import histograms, monitoring
+from django_taskmq.observability import histograms, statistics
 from django_taskmq.policy.states import JobState
 from tests.contract.helpers import recorded, sqlite_plan
 from tests.contract.test_retention import end
@@ -23,7 +23,7 @@ def test_sqlite_reads_the_last_hours_outcomes_from_the_rollups_through_their_ind
                                                    JobState.DEAD)]
     orm_broker.time_outcomes({job_id: timezone.now() for job_id in ended})
     with recorded(connection) as executed:
-        monitoring.throughput()
+        statistics.throughput()
         timings = histograms.last_hour()
 
     # The dead one was dead-lettered unopened (its deliveries spent): it never started, so it has no

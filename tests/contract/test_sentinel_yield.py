@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import pytest
 
-from django_taskmq import execution as ex
+from django_taskmq.runtime import execution as ex
 from django_taskmq.cluster.messages import Ticket
 from django_taskmq.policy.states import JobState
 from tests.contract.helpers import delivery, put

@@ -114,7 +114,8 @@ def reports_progress(total):
     """Report ``total`` steps through ``django_taskmq.current_job()``; return once they are written."""
     import time
 
-    from django_taskmq import current_job, progress
+    from django_taskmq import current_job
+    from django_taskmq.runtime import progress
 
     job = current_job()
     for done in range(1, total + 1):

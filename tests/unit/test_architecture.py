@@ -300,3 +300,136 @@ def test_the_import_rule_finds_the_orm_brokers_internals():
     assert reaches_into_the_orm_broker(source, "django_taskmq.cluster.probe") == [
         "django_taskmq.brokers.clock._private", "django_taskmq.brokers.orm.dialect", "django_taskmq.brokers.orm.mysql",
         "django_taskmq.brokers.orm.sqlite"]
+
+# The layers. Each rule names a part of the package and the parts it must never import, at module
+# level or inside a function (imported_modules reads both). docs/architecture.rst's table of the
+# folders is checked against PARTS below, and the page against the files.
+PARTS = {
+    "policy": "pure rules: no Django, nothing of django_taskmq outside policy/",
+    "brokers": "the broker contract and its ORM implementation; the database outage log",
+    "runtime": "the runtime of one task, shared by workers and sync mode",
+    "observability": "statistics, metrics, histograms, health, terminal, job logs, error reports, tracing",
+    "cluster": "the qcluster processes: sentinel, pusher, workers, monitor, scheduler",
+    "admin": "the Django admin pages",
+    "management": "the manage.py commands",
+    "compat": "django-q2 compatibility",
+    "backends": "Django's tasks framework backend",
+    "contrib": "optional integrations (Sentry)",
+    "testing": "test helpers for projects",
+}
+NEVER = {
+    "brokers": ("runtime", "observability", "cluster", "admin", "management", "compat", "testing"),
+    "runtime": ("cluster", "admin", "management"),
+    "observability": ("cluster", "admin", "management"),
+    "cluster": ("admin",),
+}
+# policy may raise the package's exceptions (a module free of Django).
+POLICY_MAY = ("django_taskmq", "django_taskmq.exceptions")
+# The claim path: what claims and hands out work. It must not import observability itself.
+CLAIM_PATH = ("django_taskmq.cluster.pusher", "django_taskmq.cluster.feeder", "django_taskmq.cluster.buffer")
+# Known exceptions, each with its reason; a new one fails the test.
+KNOWN = {
+    ("django_taskmq.cluster.pusher", "django_taskmq.observability.joblog"):
+        "a package that fails its check is logged with the job's fields (joblog.fields)",
+}
+
+
+def part_of(module: str) -> str:
+    """The folder of ``module`` ("" for a top-level module of django_taskmq)."""
+    parts = module.split(".")
+    return parts[1] if len(parts) > 2 or (len(parts) == 2 and parts[1] in PARTS) else ""
+
+
+def layer_violations(graph: dict[str, set[str]]) -> list[str]:
+    found = []
+    for module, imports in sorted(graph.items()):
+        part = part_of(module)
+        for target in sorted(imports):
+            if (module, target) in KNOWN:
+                continue
+            if part == "policy" and part_of(target) != "policy" and target not in POLICY_MAY:
+                found.append(f"{module} imports {target}: policy imports nothing outside policy/ but exceptions")
+            elif part_of(target) in NEVER.get(part, ()):
+                found.append(f"{module} imports {target}: {part}/ never imports {part_of(target)}/")
+            elif module in CLAIM_PATH and part_of(target) == "observability":
+                found.append(f"{module} imports {target}: the claim path never imports observability/")
+    return found
+
+
+def django_imports(path: Path) -> set[str]:
+    return {alias.name for node in ast.walk(ast.parse(path.read_text()))
+            for alias in (node.names if isinstance(node, ast.Import) else [])
+            if alias.name.split(".")[0] == "django"} | {
+        node.module for node in ast.walk(ast.parse(path.read_text()))
+        if isinstance(node, ast.ImportFrom) and node.module and node.module.split(".")[0] == "django"}
+
+
+def test_no_module_imports_against_the_layers():
+    graph = {module_name(p): imported_modules(p) for p in SOURCES}
+    assert layer_violations(graph) == []
+
+
+def test_policy_does_not_import_django():
+    offenders = {module_name(p): sorted(django_imports(p)) for p in SOURCES
+                 if part_of(module_name(p)) == "policy" and django_imports(p)}
+    assert offenders == {}
+
+
+@pytest.mark.parametrize("module, target", [
+    ("django_taskmq.observability.health", "django_taskmq.cluster.sentinel"),
+    ("django_taskmq.runtime.execution", "django_taskmq.cluster.worker"),
+    ("django_taskmq.brokers.orm.broker", "django_taskmq.runtime.execution"),
+    ("django_taskmq.policy.lease", "django_taskmq.models"),
+    ("django_taskmq.cluster.pusher", "django_taskmq.observability.metrics"),
+])
+def test_an_import_against_the_layers_is_found(module, target):
+    assert layer_violations({module: {target}})
+
+
+def test_the_known_exceptions_still_exist():
+    graph = {module_name(p): imported_modules(p) for p in SOURCES}
+    assert [pair for pair in KNOWN if pair[1] not in graph.get(pair[0], set())] == []
+
+
+def test_the_package_has_at_most_18_modules_at_the_top():
+    top = sorted(p.stem for p in PACKAGE.glob("*.py"))
+    assert len(top) <= 18, top
+    # The deprecated old paths are answered by a finder (django_taskmq.MOVED), not by files.
+    assert sorted(set(top) & set(django_taskmq.MOVED)) == []
+
+
+def test_every_folder_is_a_part_with_rules():
+    folders = sorted(p.name for p in PACKAGE.iterdir()
+                     if (p / "__init__.py").exists() and p.name != "migrations")
+    assert folders == sorted(PARTS)
+
+
+ARCHITECTURE_PAGE = ROOT / "docs" / "architecture.rst"
+
+
+def test_the_architecture_page_lists_every_folder_and_module_and_names_only_existing_ones():
+    import re
+
+    page = ARCHITECTURE_PAGE.read_text()
+    named = set(re.findall(r"``(django_taskmq(?:\.\w+)+)``", page))
+    paths = set(re.findall(r"``((?:\w+/)+\w+\.py)``", page))
+    missing = sorted(m for m in named if not _exists(m) and not _attribute_exists(m)) + sorted(
+        m for m in paths if not (ROOT / m).exists() and not (PACKAGE / m).exists())
+    assert missing == [], "the architecture page names modules that do not exist"
+    listed = set(re.findall(r"^\s+(?:\* )?- ``(\w+(?:/\w+)?)(?:\.py|/)``", page, re.M))
+    wanted = {p.stem for p in PACKAGE.glob("*.py")} | {
+        f"{part}/{p.stem}" for part in PARTS if part in ("runtime", "observability", "brokers", "cluster")
+        for p in (PACKAGE / part).glob("*.py") if p.stem != "__init__"} | set(PARTS)
+    assert sorted(wanted - listed) == [], "modules missing from the architecture page's table"
+
+
+def _attribute_exists(dotted: str) -> bool:
+    module, _, name = dotted.rpartition(".")
+    if not _exists(module):
+        return False
+    import importlib
+
+    try:
+        return hasattr(importlib.import_module(module), name)
+    except Exception:
+        return False

@@ -6,7 +6,7 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 
-from django_taskmq.ids import CLUSTER_ID_LENGTH, cluster_id
+from django_taskmq.policy.ids import CLUSTER_ID_LENGTH, cluster_id
 
 names = st.text(min_size=1, max_size=300)
 pids = st.integers(min_value=1, max_value=2**31 - 1)

@@ -1,4 +1,4 @@
-"""The rate-limited failure log of the cluster's components (``django_taskmq.failures.FailureLog``).
+"""The rate-limited failure log of the cluster's components (``django_taskmq.brokers.outage.FailureLog``).
 
 A fake clock drives it: no process, no database, no waiting.
 """
@@ -10,7 +10,7 @@ import logging
 import pytest
 from django.db import OperationalError
 
-from django_taskmq.failures import FailureLog, cause
+from django_taskmq.brokers.outage import FailureLog, cause
 
 
 class Clock:

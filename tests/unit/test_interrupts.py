@@ -16,7 +16,7 @@ import time
 
 import pytest
 
-from django_taskmq import execution as ex
+from django_taskmq.runtime import execution as ex
 from django_taskmq.cluster.interrupts import Interrupts, Running, guard_thread_starts
 from django_taskmq.exceptions import JobCancelled, TaskTimeout
 

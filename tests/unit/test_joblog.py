@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import logging
 
-from django_taskmq import joblog
+from django_taskmq.observability import joblog
 from django_taskmq.brokers.base import Reservation
 
 R = Reservation("j1", "mail", 5, 2, 0, "token", "tests:host:1:ab", 5)

@@ -5,7 +5,7 @@ recorded with it)."""
 
 from __future__ import annotations
 
-from django_taskmq import execution as ex
+from django_taskmq.runtime import execution as ex
 from django_taskmq.brokers.base import Reservation
 from django_taskmq.exceptions import TaskTimeout
 from django_taskmq.policy.storable import ERROR_LIMIT, TRACEBACK_LIMIT

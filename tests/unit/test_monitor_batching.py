@@ -15,7 +15,7 @@ import threading
 import pytest
 from django.db import OperationalError
 
-from django_taskmq import execution as ex
+from django_taskmq.runtime import execution as ex
 from django_taskmq.cluster import monitor as monitor_module
 from django_taskmq.cluster.messages import END_OF_RESULTS, IDLE, dump_outcome
 from django_taskmq.cluster.monitor import Monitor

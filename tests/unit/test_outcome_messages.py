@@ -2,7 +2,7 @@
 
 import pickle
 
-from django_taskmq import execution as ex
+from django_taskmq.runtime import execution as ex
 from django_taskmq.brokers.base import Reservation
 from django_taskmq.cluster.messages import (FAILED, SUCCEEDED, SUSPENDED, dump_outcome, outcome_frame,
                                             read_outcome_frame)

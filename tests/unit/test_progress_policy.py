@@ -37,7 +37,7 @@ def test_anything_else_stored_reads_as_no_report():
 
 
 def test_qmonitor_shows_a_bar_the_numbers_and_the_message():
-    from django_taskmq.terminal import progress_text
+    from django_taskmq.observability.terminal import progress_text
 
     assert progress_text({"done": 5, "total": 10, "message": "rows"}) == "[#####     ] 5/10 rows"
     assert progress_text({"done": 7, "total": None, "message": ""}) == "7"

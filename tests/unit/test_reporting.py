@@ -8,7 +8,7 @@ from hypothesis import given, strategies as st
 
 from django_taskmq.contrib.sentry import context, tags, without_local_variables
 from django_taskmq.policy.states import used_up
-from django_taskmq.reporting import DEAD, FAILED, RETRYING, FailedJob, expected_state, guarded
+from django_taskmq.observability.reporting import DEAD, FAILED, RETRYING, FailedJob, expected_state, guarded
 
 
 @given(st.integers(1, 50), st.integers(1, 50), st.booleans())

@@ -14,7 +14,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from django_taskmq import execution as ex
+from django_taskmq.runtime import execution as ex
 from django_taskmq.brokers.base import Reservation
 from django_taskmq.cluster.messages import CANCEL, CANCEL_REQUEST, Ticket, cancel_frame, cancel_request_frame
 from django_taskmq.cluster.slots import Running

@@ -16,12 +16,12 @@ from collections.abc import Callable, Iterator
 
 import pytest
 
-from django_taskmq import execution as ex
+from django_taskmq.runtime import execution as ex
 from django_taskmq.brokers.base import Broker, Reservation
 from django_taskmq.cluster.messages import (ALONE, IDLE, READY, STOP, TASKS, Batch, Ticket, outcome_frame, read_tasks_frame,
                                             recorded_frame)
 from django_taskmq.cluster.sentinel import ClusterState, Sentinel
-from django_taskmq.cluster.slots import CANCEL_GRACE, Slot
+from django_taskmq.cluster.slots import INTERRUPT_GRACE, Slot
 from django_taskmq.conf import get_settings
 from tests.fake_results import FakeResults
 from tests.memory_broker import MemoryBroker
@@ -265,7 +265,7 @@ def test_a_worker_not_ready_yet_gets_nothing():
 
 def test_with_threads_a_task_past_its_timeout_is_cancelled_then_its_worker_is_marked_stuck():
     """The worker is asked to interrupt the task (a cancel frame naming it); a task still running
-    CANCEL_GRACE seconds later makes the worker take no more work while its other task runs on."""
+    INTERRUPT_GRACE seconds later makes the worker take no more work while its other task runs on."""
     import time
 
     from django_taskmq.cluster.messages import cancel_frame
@@ -285,7 +285,7 @@ def test_with_threads_a_task_past_its_timeout_is_cancelled_then_its_worker_is_ma
             h.step()
         assert not h.worker_ends[0].poll(0) and not slot.stuck  # asked once; still within the grace
 
-        slot.running["late"].cancelled -= CANCEL_GRACE + 0.1  # as if asked that long ago
+        slot.running["late"].cancelled -= INTERRUPT_GRACE + 0.1  # as if asked that long ago
         h.step_until(lambda: slot.stuck, "the worker marked stuck")
         assert set(slot.running) == {"late", "fine"}  # "fine" has no timeout: it runs on
         h.push(ticket("new", 0))

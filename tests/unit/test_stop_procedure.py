@@ -23,7 +23,7 @@ from collections.abc import Iterator
 import pytest
 from django.db import OperationalError
 
-from django_taskmq import execution as ex
+from django_taskmq.runtime import execution as ex
 from django_taskmq.cluster.messages import END_OF_RESULTS, IDLE, STOP, Batch, Stop, Ticket, outcome_frame, recorded_frame
 from django_taskmq.cluster.sentinel import Sentinel
 from django_taskmq.cluster.slots import Running, Slot

@@ -14,8 +14,8 @@ import pytest
 from hypothesis import given, strategies as st
 from rich.console import Console
 
-from django_taskmq import terminal
-from django_taskmq.monitoring import ClusterInfo, QueueStats, Snapshot, Throughput, WorkerTask
+from django_taskmq.observability import terminal
+from django_taskmq.observability.statistics import ClusterInfo, QueueStats, Snapshot, Throughput, WorkerTask
 
 SNAPSHOT = Path(__file__).parent.parent / "api" / "snapshots" / "qmonitor-80.txt"
 AT = datetime.datetime(2026, 12, 4, 21, 30, tzinfo=datetime.UTC)

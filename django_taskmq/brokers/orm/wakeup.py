@@ -13,7 +13,7 @@ import logging
 import time
 from multiprocessing.connection import Connection
 
-from ...failures import FailureLog
+from ..outage import FailureLog
 
 logger = logging.getLogger(__name__)
 

@@ -87,7 +87,8 @@ class Command(BaseCommand):
         # (its scheduler), the monitor and each worker that records a success import them for
         # themselves after it, and importing writes to, so copies, much of the heap they inherited
         # (0.7 to 3 MiB a cluster; see "Memory" in docs/performance.rst).
-        from django_taskmq import api, recorder, scheduler  # noqa: F401
+        from django_taskmq import api, scheduler
+        from django_taskmq.runtime import recorder  # noqa: F401
 
         # The one place the cluster's broker is chosen; the pusher and the monitor, forked children,
         # each build their own at their entry point.

@@ -39,7 +39,7 @@ class Command(BaseCommand):
         self.stdout.write("TASKMQ = " + pprint.pformat(_plain(settings), sort_dicts=False))
 
     def check_all(self) -> None:
-        from django_taskmq.config_check import problems
+        from django_taskmq.checks import problems
 
         found = list(problems())
         for line in found:

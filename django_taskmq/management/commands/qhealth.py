@@ -3,7 +3,7 @@ otherwise, with one line why; for a Kubernetes exec probe or a systemd ``ExecSta
 
 from django.core.management.base import BaseCommand
 
-from django_taskmq import health
+from django_taskmq.observability import health
 
 
 class Command(BaseCommand):

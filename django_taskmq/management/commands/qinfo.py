@@ -7,7 +7,7 @@ dashboard's numbers, as one JSON object for scripts."""
 import json
 
 
-from django_taskmq import monitoring
+from django_taskmq.observability import statistics
 from django_taskmq.brokers import get_broker
 from django_taskmq.management.operator_command import OperatorCommand
 
@@ -23,14 +23,14 @@ class Command(OperatorCommand):
 
     def handle(self, *args, **options):
         if options["json"]:
-            data = monitoring.as_json(monitoring.snapshot(), get_broker().stats())
+            data = statistics.as_json(statistics.snapshot(), get_broker().stats())
             data["flow"] = get_broker().flow_status()
-            data["pruning"] = monitoring.pruning()
-            data["workflows"] = monitoring.workflow_counts()
+            data["pruning"] = statistics.pruning()
+            data["workflows"] = statistics.workflow_counts()
             self.stdout.write(json.dumps(data, indent=2, sort_keys=False))
             return
-        clusters = monitoring.clusters_alive(with_task_names=False)
-        queues = monitoring.queue_stats(clusters=clusters)
+        clusters = statistics.clusters_alive(with_task_names=False)
+        queues = statistics.queue_stats(clusters=clusters)
         self.stdout.write(f"clusters alive: {len(clusters)}")
         for c in clusters:
             counts = ", ".join(f"{k} {v}" for k, v in c.counts.items()
@@ -49,11 +49,11 @@ class Command(OperatorCommand):
         if paused:
             self.stdout.write(f"paused queues (no cluster claims from them): {', '.join(paused)}")
         self._flow(get_broker().flow_status())
-        workflows = monitoring.workflow_counts()
+        workflows = statistics.workflow_counts()
         self.stdout.write("workflows: " + ", ".join(f"{state.lower()} {n}" for state, n in workflows.items()))
         suspended = get_broker().suspended()
         self.stdout.write(f"durable jobs: sleeping {suspended['sleep']}, waiting for a signal {suspended['wait']}")
-        self._pruning(monitoring.pruning())
+        self._pruning(statistics.pruning())
 
     def _pruning(self, pruning: dict) -> None:
         kept = ", ".join(f"{state} {'for ever' if s is None else f'{s / 86400:g} d'}"

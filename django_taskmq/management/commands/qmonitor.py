@@ -21,7 +21,7 @@ from django.utils import timezone
 from rich.console import Console
 from rich.live import Live
 
-from django_taskmq import monitoring, terminal
+from django_taskmq.observability import statistics, terminal
 from django_taskmq.brokers import get_broker
 from django_taskmq.management.operator_command import OperatorCommand
 
@@ -41,7 +41,7 @@ class Command(OperatorCommand):
         if not interval > 0:
             raise CommandError("--interval must be a positive number of seconds")
         self.where = get_broker().describe()
-        self.throughput: monitoring.Throughput | None = None
+        self.throughput: statistics.Throughput | None = None
         self.throughput_at = 0.0
         self.throughput_read_at = None
         if options["once"]:
@@ -71,14 +71,14 @@ class Command(OperatorCommand):
         """Read the numbers and build one frame (the throughput at most every THROUGHPUT_EVERY s)."""
         now = time.monotonic()
         if self.throughput is None or now - self.throughput_at >= THROUGHPUT_EVERY:
-            self.throughput = monitoring.throughput()
+            self.throughput = statistics.throughput()
             self.throughput_at, self.throughput_read_at = now, timezone.localtime()
-        taken = monitoring.database_now()
-        clusters = monitoring.clusters_alive(now=taken)
-        snap = monitoring.Snapshot(taken_at=timezone.localtime(taken),
-                                   queues=monitoring.queue_stats(now=taken.timestamp(), clusters=clusters),
+        taken = statistics.database_now()
+        clusters = statistics.clusters_alive(now=taken)
+        snap = statistics.Snapshot(taken_at=timezone.localtime(taken),
+                                   queues=statistics.queue_stats(now=taken.timestamp(), clusters=clusters),
                                    clusters=clusters, throughput=self.throughput)
-        counts = monitoring.jobs_by_queue_and_state(states=COUNTED)
+        counts = statistics.jobs_by_queue_and_state(states=COUNTED)
         return terminal.frame(snap, counts, self.where, self.throughput_read_at, hint=hint,
                               width=getattr(self, "width", terminal.WIDTH))
 

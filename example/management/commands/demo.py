@@ -8,7 +8,7 @@ from django.core.management.base import BaseCommand
 from django.db.models import Count
 
 from django_taskmq import Priority, async_task, enqueue_many
-from django_taskmq.chains import async_chain
+from django_taskmq import async_chain
 from django_taskmq.models import Job
 from example.tasks import build_report, send_welcome
 

@@ -21,8 +21,8 @@ import logging
 from collections.abc import Iterable
 from typing import Any
 
-from .brokers.base import Reservation
-from .envelope import Envelope
+from ..brokers.base import Reservation
+from ..envelope import Envelope
 
 #: The extra fields of every record about a job.
 FIELDS = ("job_id", "task", "queue", "priority", "attempt", "cluster")

@@ -19,21 +19,22 @@ from collections.abc import Callable, Sequence
 
 from django.db import InterfaceError, OperationalError
 
-from . import cached_results, joblog, legacy_chains, reporting
+from ..observability import joblog, reporting
+from . import cached_results, legacy_chains
 from . import execution as ex
-from .brokers.base import Ack, Broker
-from .brokers.clock import as_datetime
-from .conf import Settings
-from .exceptions import LeaseLost, UnreadableResult
+from ..brokers.base import Ack, Broker
+from ..brokers.clock import as_datetime
+from ..conf import Settings
+from ..exceptions import LeaseLost, UnreadableResult
 from .loading import resolve
-from .models import _from_epoch
-from .policy.backoff import Retry
-from .policy.connections import disconnect
-from .policy import throughput as throughput_policy
-from .policy.states import JobState
-from .policy.storable import clip_head, clip_tail
-from .signals import post_execute
-from .signing import SealedResult, verify_result
+from ..models import _from_epoch
+from ..policy.backoff import Retry
+from ..policy.connections import disconnect
+from ..policy import throughput as throughput_policy
+from ..policy.states import JobState
+from ..policy.storable import clip_head, clip_tail
+from ..signals import post_execute
+from ..signing import SealedResult, verify_result
 
 logger = logging.getLogger(__name__)
 

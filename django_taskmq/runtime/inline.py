@@ -3,10 +3,11 @@ the cluster (``async_task(..., sync=True)``, ``TASKMQ['sync']``, tests)."""
 
 from __future__ import annotations
 
-from . import execution, recorder, reporting
-from .brokers.base import Broker
-from .conf import Settings
-from .exceptions import BadPackage
+from ..observability import reporting
+from . import execution, recorder
+from ..brokers.base import Broker
+from ..conf import Settings
+from ..exceptions import BadPackage
 
 
 def run(job_id: str, broker: Broker, settings: Settings, reraise: bool = False) -> bool:

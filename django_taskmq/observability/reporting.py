@@ -2,7 +2,7 @@
 execution (see :class:`FailedJob` for ``job``).
 
 The worker holds the live exception of a task that raised (:func:`failed`, called by
-:func:`~django_taskmq.execution.execute`) and hands it to the reporter only after the outcome has
+:func:`~django_taskmq.runtime.execution.execute`) and hands it to the reporter only after the outcome has
 left for the sentinel (:func:`deliver`): whatever the reporter does, raise or hang, the job's
 outcome is already decided. A reporter runs in a daemon thread that the worker waits for at most
 :data:`REPORT_TIMEOUT` seconds; one still running then is left behind (and logged), so a hung
@@ -19,10 +19,10 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from .brokers.base import Reservation
-from .envelope import Envelope
-from .loading import resolve
-from .policy.redaction import shown_call
+from ..brokers.base import Reservation
+from ..envelope import Envelope
+from ..runtime.loading import resolve
+from ..policy.redaction import shown_call
 
 logger = logging.getLogger(__name__)
 
@@ -76,7 +76,7 @@ def expected_state(deliveries: int, max_deliveries: int, acks_failure: bool, ret
     imported). ``max_deliveries`` 0 means the broker's default guard did not travel with the
     reservation: only ``deliveries`` past it would say DEAD, so it reads as "not used up".
     """
-    from .policy.states import used_up
+    from ..policy.states import used_up
 
     if not retried:
         return DEAD
@@ -110,8 +110,8 @@ def reporter_problem(path: str) -> str | None:
 def failed(exc: BaseException, r: Reservation, envelope: Envelope, retried: bool = True) -> None:
     """Hold ``exc``, the failure of the delivery ``r`` of ``envelope``, for :func:`deliver` (no-op
     without a reporter). ``retried`` False: this failure is never retried (see :func:`expected_state`)."""
-    from .conf import get_settings
-    from .exceptions import TaskTimeout
+    from ..conf import get_settings
+    from ..exceptions import TaskTimeout
 
     settings = get_settings()
     # A TaskTimeout is the interruption of a task at its timeout (several threads): its outcome is
@@ -168,8 +168,8 @@ def lost(r: Reservation, envelope: Envelope | None, status: str, error: str, sta
     The monitor records outcomes for the whole cluster: the report waits for a background thread
     of this process (at most :data:`BACKLOG` of them), so no reporter slows recording.
     """
-    from .conf import get_settings
-    from .exceptions import TaskTimeout, WorkerDied
+    from ..conf import get_settings
+    from ..exceptions import TaskTimeout, WorkerDied
 
     kind = TaskTimeout if status == "timeout" else WorkerDied
     text = error.partition(": ")[2] or error or status
@@ -201,7 +201,7 @@ def close(timeout: float = REPORT_TIMEOUT) -> None:
     """Let the reporter send what it buffered (its ``flush(timeout)``, if any), after the reports of
     :func:`lost` still waiting (for at most ``timeout`` more); a worker and the monitor call it as
     they end."""
-    from .conf import get_settings
+    from ..conf import get_settings
 
     path = get_settings().error_reporter
     if path is None:

@@ -8,7 +8,7 @@ import logging
 import time
 from collections.abc import Callable
 
-from .policy.connections import disconnect
+from ..policy.connections import disconnect
 
 LOG_EVERY = 5.0  # seconds between two lines of one component while its failures go on
 CAUSE_LENGTH = 300

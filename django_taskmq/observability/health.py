@@ -13,10 +13,10 @@ import os
 import socket
 from dataclasses import dataclass
 
-from .conf import get_settings
-from .database_problem import explain
-from .models import Cluster
-from .monitoring import database_now
+from ..conf import get_settings
+from ..brokers.problems import explain
+from ..models import Cluster
+from .statistics import database_now
 
 #: A heartbeat older than this (seconds) means the cluster is stuck or cannot reach the database.
 FRESH_WITHIN = 10.0

@@ -1,6 +1,6 @@
 """Prometheus metrics of the queues and the clusters, in the text exposition format.
 
-Gauges, read from the database at each scrape (:mod:`.monitoring`):
+Gauges, read from the database at each scrape (:mod:`.statistics`):
 
 ``taskmq_jobs{queue, state}``
     jobs per queue and state, every state but ``succeeded`` (successes are pruned by
@@ -43,16 +43,22 @@ Counter, from the pruning chore's row (:class:`~.models.Chore`):
 
 from __future__ import annotations
 
+import hmac
 from collections.abc import Iterator
 
+from django.core.exceptions import PermissionDenied
+from django.http import HttpRequest, HttpResponse
+from django.views.decorators.cache import never_cache
+from django.views.decorators.http import require_GET
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeHistogramMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from . import histograms, monitoring
-from .brokers import get_broker
-from .policy.distribution import BUCKETS
-from .policy.states import JobState
+from . import histograms, statistics
+from ..brokers import get_broker
+from ..conf import get_settings
+from ..policy.distribution import BUCKETS
+from ..policy.states import JobState
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 #: The heartbeat's outcome names -> the ``outcome`` label.
@@ -68,15 +74,15 @@ class TaskMQCollector(Collector):
         self.alias = alias
 
     def collect(self) -> Iterator[Metric]:
-        clusters = monitoring.clusters_alive(self.alias, with_task_names=False)
-        queues = monitoring.queue_stats(self.alias, clusters=clusters)
+        clusters = statistics.clusters_alive(self.alias, with_task_names=False)
+        queues = statistics.queue_stats(self.alias, clusters=clusters)
         names = [q.name for q in queues]
         split = {q.name: (q.running, q.reserved) for q in queues}  # RUNNING: started, and only reserved
 
         jobs = GaugeMetricFamily("taskmq_jobs", "Jobs per queue and state (every state but succeeded; "
                                  "RUNNING as running, started on a worker, and reserved, not started).",
                                  labels=["queue", "state"])
-        counts = monitoring.jobs_by_queue_and_state(self.alias, states=[s.value for s in GAUGED_STATES])
+        counts = statistics.jobs_by_queue_and_state(self.alias, states=[s.value for s in GAUGED_STATES])
         for queue in sorted(set(names) | {q for q, _ in counts}):
             for state in GAUGED_STATES:
                 if state is JobState.RUNNING:
@@ -122,12 +128,12 @@ class TaskMQCollector(Collector):
 
         finished = CounterMetricFamily("taskmq_jobs_finished", "Tasks finished by the workers, per queue and "
                                        "outcome, from the clusters' heartbeats.", labels=["queue", "outcome"])
-        for (queue, outcome), value in sorted(monitoring.finished_counters(self.alias).items()):
+        for (queue, outcome), value in sorted(statistics.finished_counters(self.alias).items()):
             finished.add_metric([queue, OUTCOME_LABELS.get(outcome, outcome)], value)
         yield finished
 
         yield CounterMetricFamily("taskmq_pruned_jobs", "Finished jobs deleted by retention and save_limit.",
-                                  value=monitoring.pruning(self.alias)["deleted"])
+                                  value=statistics.pruning(self.alias)["deleted"])
 
 
 def timing_histograms(alias: str | None = None) -> Iterator[Metric]:
@@ -149,3 +155,28 @@ def exposition(alias: str | None = None) -> bytes:
     registry = CollectorRegistry(auto_describe=False)
     registry.register(TaskMQCollector(alias))
     return generate_latest(registry)
+
+
+# The view scrapers read (was django_taskmq.views.metrics), mounted by django_taskmq.urls.
+
+
+def allowed(request: HttpRequest) -> bool:
+    """A staff session, or ``Authorization: Bearer <TASKMQ['metrics_token']>`` when a token is set."""
+    user = getattr(request, "user", None)
+    if user is not None and user.is_active and user.is_staff:
+        return True
+    token = get_settings().metrics_token
+    header = request.headers.get("Authorization", "")
+    scheme, _, given = header.partition(" ")
+    if not token or scheme.lower() != "bearer":
+        return False
+    return hmac.compare_digest(given.strip().encode(), token.encode())
+
+
+@never_cache
+@require_GET
+def view(request: HttpRequest) -> HttpResponse:
+    """The metrics in the Prometheus text format; 403 for anyone else."""
+    if not allowed(request):
+        raise PermissionDenied("a staff session or the metrics bearer token is needed")
+    return HttpResponse(exposition(), content_type=CONTENT_TYPE)

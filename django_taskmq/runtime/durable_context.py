@@ -19,11 +19,11 @@ from collections import Counter
 from collections.abc import Callable
 from typing import Any
 
-from .brokers import get_broker
-from .brokers.base import Broker, Reservation, StepRecord
-from .conf import get_settings
-from .exceptions import ConfigError, Reject
-from .signing import seal_result, verify_result
+from ..brokers import get_broker
+from ..brokers.base import Broker, Reservation, StepRecord
+from ..conf import get_settings
+from ..exceptions import ConfigError, Reject
+from ..signing import seal_result, verify_result
 
 STEP, SLEEP, WAIT = "step", "sleep", "wait"  # models.StepKind's values (the models need Django's registry)
 MAX_NAME = 200

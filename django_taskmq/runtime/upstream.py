@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from .conf import get_settings
-from .models import Job, State, WorkflowEdge, WorkflowStep
+from ..conf import get_settings
+from ..models import Job, State, WorkflowEdge, WorkflowStep
 
 
 def upstream_results(job_id: str) -> dict[str, Any]:

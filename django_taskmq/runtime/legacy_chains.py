@@ -2,7 +2,7 @@
 
 Until 0.2 the django-q2 compat ``async_task(..., chain=[...])`` and ``qimport_djangoq`` put the
 links after a job in its package, and the recorder queued the next link after each success (links
-after a failure were never created). Chains are workflows now (:mod:`.chains`). A package of the
+after a failure were never created). Chains are workflows now (``Chain`` in :mod:`django_taskmq.workflows`). A package of the
 old format still waiting in a queue runs its chain once: when its job succeeds, the rest of the
 chain is queued as one workflow in the transaction that acknowledges it, so a link that fails from
 then on ends the links after it CANCELLED, as every chain's. A job that fails for good ends its
@@ -15,12 +15,12 @@ import logging
 from collections.abc import Sequence
 from typing import Any
 
-from . import workflow_rows
-from .brokers.base import Broker
-from .conf import Settings
+from ..brokers import workflow_rows
+from ..brokers.base import Broker
+from ..conf import Settings
 from .execution import Outcome
-from .ids import new_id
-from .options import JobTemplate
+from ..policy.ids import new_id
+from ..options import JobTemplate
 
 logger = logging.getLogger(__name__)
 

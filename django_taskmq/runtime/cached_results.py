@@ -27,10 +27,10 @@ from typing import Any
 
 from django.core.cache import caches
 
-from .conf import Settings
-from .exceptions import ConfigError, UnreadableResult
-from .models import Job
-from .signing import seal_result, verify_result
+from ..conf import Settings
+from ..exceptions import ConfigError, UnreadableResult
+from ..models import Job
+from ..signing import seal_result, verify_result
 
 # What a record keeps of the job, besides its result: enough for a Job that reads like the stored one.
 FIELDS = ("id", "func", "task_name", "group", "queue", "state", "error", "cluster", "attempt", "enqueued_at",

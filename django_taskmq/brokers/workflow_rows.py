@@ -10,9 +10,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, NamedTuple
 
-from .ids import new_id
-from .options import JobTemplate
-from .policy.states import JobState
+from ..policy.ids import new_id
+from ..options import JobTemplate
+from ..policy.states import JobState
 
 
 class StepCall(NamedTuple):

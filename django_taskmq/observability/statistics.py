@@ -28,13 +28,13 @@ from typing import Any
 from django.db import connections
 from django.db.models import Count, Min, Q
 
-from .brokers.clock import as_datetime, clock_for
-from .conf import get_settings
-from .models import READY_STATES, Cluster, DeadLetter, Job, OutcomeCount, QueuePause, Workflow, WorkflowStates
-from .policy import retention as retention_policy
-from .policy import throughput as throughput_policy
-from .policy.states import JobState
-from .policy.progress import read as read_progress
+from ..brokers.clock import as_datetime, clock_for
+from ..conf import get_settings
+from ..models import READY_STATES, Cluster, DeadLetter, Job, OutcomeCount, QueuePause, Workflow, WorkflowStates
+from ..policy import retention as retention_policy
+from ..policy import throughput as throughput_policy
+from ..policy.states import JobState
+from ..policy.progress import read as read_progress
 
 #: A cluster is alive while its heartbeat is younger than this (seconds) and it has not stopped.
 ALIVE_WITHIN = 30.0
@@ -193,7 +193,7 @@ def queue_stats(alias: str | None = None, now: float | None = None,
 def pruning(alias: str | None = None) -> dict[str, Any]:
     """What deletes old jobs: the retention in force, the cluster holding the pruning chore (empty
     when none holds it now), the rows deleted in all, and when it last ran."""
-    from .models import Chore
+    from ..models import Chore
 
     alias = _alias(alias)
     row = Chore.objects.using(alias).filter(name=retention_policy.CHORE).first()

@@ -18,10 +18,10 @@ import inspect
 from django.apps import apps
 from django.conf import settings as django_settings
 
-from .conf import Settings, get_settings
-from .exceptions import ConfigError
+from ..conf import Settings, get_settings
+from ..exceptions import ConfigError
 from .loading import DECLARED, is_django_task, is_task, is_task_class, resolve
-from .options import check_path
+from ..options import check_path
 
 
 def allowed_prefixes(settings: Settings | None = None) -> tuple[str, ...]:

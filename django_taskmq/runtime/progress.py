@@ -22,9 +22,9 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from .brokers.base import Reservation
-from .exceptions import JobCancelled
-from .policy.progress import INTERVAL, report
+from ..brokers.base import Reservation
+from ..exceptions import JobCancelled
+from ..policy.progress import INTERVAL, report
 
 logger = logging.getLogger(__name__)
 
@@ -98,7 +98,7 @@ class Writer:
     def _write(self, reservation: Reservation, values: dict[str, Any]) -> None:
         from django.db import close_old_connections
 
-        from .brokers import get_broker
+        from ..brokers import get_broker
 
         stored = {**values, "at": time.time(), "delivery": reservation.deliveries}
         try:
@@ -119,7 +119,7 @@ def writer() -> Writer:
     global _writer
     with _writer_lock:
         if _writer is None or not _writer.thread.is_alive():
-            from .conf import get_settings
+            from ..conf import get_settings
 
             _writer = Writer(get_settings().database)
         return _writer

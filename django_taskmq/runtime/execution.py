@@ -15,18 +15,18 @@ from typing import Any, NamedTuple, Protocol
 
 from asgiref.sync import async_to_sync
 
-from . import joblog, reporting
+from ..observability import joblog, reporting
 from .binding import bind, path_signature
-from .brokers.base import Reservation
-from .conf import get_settings
+from ..brokers.base import Reservation
+from ..conf import get_settings
 from .durable_context import DurableContext, Suspended
-from .envelope import Envelope
-from .exceptions import Defer, JobCancelled, Reject, RetryLater
+from ..envelope import Envelope
+from ..exceptions import Defer, JobCancelled, Reject, RetryLater
 from .loading import callable_for, is_django_task, is_durable, resolve
 from .progress import CurrentJob, cancel_probe, cancel_requested
-from .signals import pre_execute
-from .policy.storable import clip_head, clip_tail
-from .signing import seal_result, verify_pickled
+from ..signals import pre_execute
+from ..policy.storable import clip_head, clip_tail
+from ..signing import seal_result, verify_pickled
 
 class Status(str, enum.Enum):
     """How one delivery ended, as the worker (or the sentinel, for a lost one) reports it."""
@@ -69,7 +69,7 @@ coroutine_watch: contextvars.ContextVar[CoroutineWatch | None] = \
 
 def current_job() -> CurrentJob | None:
     """Return the job the calling code runs in, or None outside a task: its id (a ``str``) with
-    :meth:`~django_taskmq.progress.CurrentJob.set_progress`."""
+    :meth:`~django_taskmq.runtime.progress.CurrentJob.set_progress`."""
     running = joblog.running.get()
     return None if running is None else CurrentJob(running[0])
 
@@ -112,7 +112,7 @@ def unpack_verified(reservation: Reservation, salt: str) -> tuple[Reservation, E
 def execute(message: TaskMessage) -> Outcome:
     """Run the task of ``message`` and return its outcome; never raises for the task's errors."""
     if get_settings().opentelemetry:  # only then is opentelemetry imported
-        from . import tracing
+        from ..observability import tracing
 
         return tracing.run(message, _execute)
     return _execute(message)

@@ -21,7 +21,7 @@ import contextlib
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from . import __version__
+from .. import __version__
 
 SYSTEM = "taskmq"
 #: The key of the trace context in the envelope's options.

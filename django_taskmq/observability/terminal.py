@@ -1,5 +1,5 @@
 """The frames ``manage.py qmonitor`` draws with ``rich``: clusters and what each worker runs,
-queue × state counts, throughput. Pure functions of the numbers read by :mod:`.monitoring`.
+queue × state counts, throughput. Pure functions of the numbers read by :mod:`.statistics`.
 
 Each table is laid out for the terminal's width: when its columns do not fit, the least telling
 ones go (:class:`Column` ranks them), so its headers are never cut to ``cl…``; at 80 columns the
@@ -16,10 +16,10 @@ from rich.console import Group, JustifyMethod, RenderableType
 from rich.table import Table
 from rich.text import Text
 
-from . import monitoring
-from .policy import durations
-from .policy.progress import fraction
-from .policy.states import JobState
+from . import statistics
+from ..policy import durations
+from ..policy.progress import fraction
+from ..policy.states import JobState
 
 SPARK = "▁▂▃▄▅▆▇█"
 #: The states counted per queue besides the ready, delayed and retrying numbers of QueueStats.
@@ -102,7 +102,7 @@ CLUSTER_COLUMNS = [
 ]
 
 
-def clusters_table(clusters: Sequence[monitoring.ClusterInfo], width: int = WIDTH) -> Table:
+def clusters_table(clusters: Sequence[statistics.ClusterInfo], width: int = WIDTH) -> Table:
     """The clusters alive: where, since when, how busy, and their counts."""
     workers = sum(c.workers for c in clusters)
     rows = [[c.name, f"{c.host}:{c.pid}", c.state, str(c.workers), str(len(c.tasks)), ",".join(c.queues),
@@ -116,7 +116,7 @@ WORKER_COLUMNS = [Column("host:pid", 2), Column("worker", 1, RIGHT), Column("tas
                   Column("queue", 2), Column("for", 0, RIGHT), Column("progress", 3)]
 
 
-def workers_table(clusters: Sequence[monitoring.ClusterInfo], width: int = WIDTH) -> Table:
+def workers_table(clusters: Sequence[statistics.ClusterInfo], width: int = WIDTH) -> Table:
     """What each busy worker runs (started tasks, not the ones its cluster holds): its cluster, the
     task, the job and for how long."""
     tasks = [(c, t) for c in clusters for t in sorted(c.tasks, key=lambda t: t.worker)]
@@ -144,7 +144,7 @@ QUEUE_COLUMNS = [Column("queue"), Column("ready", 0, RIGHT), Column("by priority
                  Column("dead letters", 0, RIGHT)]
 
 
-def queues_table(queues: Sequence[monitoring.QueueStats], counts: Mapping[tuple[str, str], int],
+def queues_table(queues: Sequence[statistics.QueueStats], counts: Mapping[tuple[str, str], int],
                  width: int = WIDTH) -> Table:
     """Queue × state: ready (by priority), oldest ready, delayed, retrying, running (executing on a
     worker), reserved (held by a cluster, not started), the finished states but succeeded, and dead
@@ -160,7 +160,7 @@ def queues_table(queues: Sequence[monitoring.QueueStats], counts: Mapping[tuple[
     return table("Queues", QUEUE_COLUMNS, rows, width)
 
 
-def throughput_text(throughput: monitoring.Throughput | None, read_at: datetime.datetime | None,
+def throughput_text(throughput: statistics.Throughput | None, read_at: datetime.datetime | None,
                     width: int = WIDTH) -> Text:
     """Succeeded and failed in the last minute and hour, and a sparkline of the last hour."""
     if throughput is None:
@@ -180,7 +180,7 @@ def throughput_text(throughput: monitoring.Throughput | None, read_at: datetime.
     return text
 
 
-def frame(snapshot: monitoring.Snapshot, counts: Mapping[tuple[str, str], int], where: str,
+def frame(snapshot: statistics.Snapshot, counts: Mapping[tuple[str, str], int], where: str,
           throughput_read_at: datetime.datetime | None = None, hint: str = "q or Ctrl-C quits",
           width: int = WIDTH) -> RenderableType:
     """One screen of ``qmonitor``, laid out for ``width`` columns (80 and up: narrower tables drop

@@ -22,10 +22,10 @@ from dataclasses import dataclass, field
 from django.db.models import Sum
 from django.utils import timezone
 
-from .conf import get_settings
-from .models import TimingCount
-from .policy import throughput as throughput_policy
-from .policy.distribution import BUCKETS, cumulative, merged, quantile
+from ..conf import get_settings
+from ..models import TimingCount
+from ..policy import throughput as throughput_policy
+from ..policy.distribution import BUCKETS, cumulative, merged, quantile
 
 WINDOW = datetime.timedelta(hours=1)
 
