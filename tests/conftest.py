@@ -30,9 +30,17 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
+import hypothesis
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
+
+# Tests assert orders, counts and states, never durations: Hypothesis's per-example deadline and its "input
+# generation is slow" health check are timings, which a busy machine (a suite's parallel processes, other runs)
+# fails at random. A test's own @settings still wins.
+hypothesis.settings.register_profile(
+    "taskmq", deadline=None, suppress_health_check=[hypothesis.HealthCheck.too_slow])
+hypothesis.settings.load_profile("taskmq")
 
 
 # -- database selection --------------------------------------------------------------------------
