@@ -166,6 +166,14 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(skip)
 
 
+def pytest_configure(config: pytest.Config) -> None:
+    """On a pytest-xdist worker, drop the COLUMNS and LINES (80 by 24) that execnet sets there: commands
+    (qmonitor) would draw their frames that narrow, unlike in a one-process run."""
+    if hasattr(config, "workerinput"):
+        os.environ.pop("COLUMNS", None)
+        os.environ.pop("LINES", None)
+
+
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo) -> Any:
     """Under pytest-xdist, make the report's text UTF-8 encodable: a worker sends it to the controller as
