@@ -30,9 +30,17 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
+import hypothesis
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
+
+# Tests assert orders, counts and states, never durations: Hypothesis's per-example deadline and its "input
+# generation is slow" health check are timings, which a busy machine (a suite's parallel processes, other runs)
+# fails at random. A test's own @settings still wins.
+hypothesis.settings.register_profile(
+    "taskmq", deadline=None, suppress_health_check=[hypothesis.HealthCheck.too_slow])
+hypothesis.settings.load_profile("taskmq")
 
 
 # -- database selection --------------------------------------------------------------------------
@@ -106,6 +114,18 @@ def _through_pgbouncer() -> bool:
 # Every test of these folders starts real processes (qcluster, a virtualenv): they carry the "slow" marker, which
 # the fast suite (./scripts/test --fast) leaves out. Elsewhere such tests are marked one by one.
 SLOW_FOLDERS = ("cluster", "packaging")
+# The suites run tests in parallel (pytest-xdist, scripts/suites); these modules carry the "serial" marker and run
+# afterwards, alone: they restart the shared PostgreSQL server, put a cluster in a network namespace, hold every
+# table locked for a fixed stall, or drive a browser whose timeouts a busy machine would eat.
+SERIAL_MODULES = {
+    "cluster/test_database_restart.py", "cluster/test_host_cut_off.py", "cluster/test_database_stall.py",
+    "cluster/test_operator_browser.py", "cluster/test_payload_browser.py",
+}
+DATABASE_FIXTURES = {"db", "transactional_db", "live_server", "broker", "orm_broker", "cluster"}
+
+
+def _uses_database(item: pytest.Item) -> bool:
+    return bool(item.get_closest_marker("django_db") or DATABASE_FIXTURES & set(getattr(item, "fixturenames", ())))
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
@@ -113,8 +133,16 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
     tests = Path(__file__).resolve().parent
     for item in items:
-        if item.path.is_relative_to(tests) and item.path.relative_to(tests).parts[0] in SLOW_FOLDERS:
+        if not item.path.is_relative_to(tests):
+            continue
+        where = item.path.relative_to(tests)
+        if where.parts[0] in SLOW_FOLDERS:
             item.add_marker(pytest.mark.slow)
+        if where.as_posix() in SERIAL_MODULES:
+            item.add_marker(pytest.mark.serial)
+        # Pure logic cannot tell one engine from another: it runs in the SQLite suites only.
+        if where.parts[0] == "unit" and not _uses_database(item):
+            item.add_marker(pytest.mark.engine_free)
 
     if _through_pgbouncer() and pgbouncer_path() is None:
         if os.environ.get("CI") == "true":
@@ -136,6 +164,31 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     for item in items:
         if item.get_closest_marker("django_db") or {"db", "transactional_db", "broker"} & set(item.fixturenames):
             item.add_marker(skip)
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """On a pytest-xdist worker, drop the COLUMNS and LINES (80 by 24) that execnet sets there: commands
+    (qmonitor) would draw their frames that narrow, unlike in a one-process run."""
+    if hasattr(config, "workerinput"):
+        os.environ.pop("COLUMNS", None)
+        os.environ.pop("LINES", None)
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo) -> Any:
+    """Under pytest-xdist, make the report's text UTF-8 encodable: a worker sends it to the controller as
+    UTF-8, and a test of unstorable text (a lone surrogate) would otherwise crash the worker with its log."""
+    outcome = yield
+    if not hasattr(item.config, "workerinput"):
+        return
+    report = outcome.get_result()
+
+    def clean(text: str) -> str:
+        return text.encode("utf-8", "backslashreplace").decode("utf-8")
+
+    report.sections = [(clean(title), clean(text)) for title, text in report.sections]
+    if report.longrepr is not None and str(report.longrepr) != clean(str(report.longrepr)):
+        report.longrepr = clean(str(report.longrepr))
 
 
 @pytest.fixture(scope="session")

@@ -7,7 +7,9 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import tempfile
 import uuid
+from pathlib import Path
 
 import pytest
 from django.db import connection
@@ -77,12 +79,13 @@ def test_with_the_database_stopped_each_command_says_it_does_not_answer(args):
 def piped(command: str, env: dict[str, str]) -> tuple[int, str, str]:
     """Run ``python -m django COMMAND | head -1`` in bash: the command's exit status, the line head
     printed, and what the command wrote on stderr."""
-    script = f"{sys.executable} -m django {command} 2>stderr.txt | head -1; echo \"status=${{PIPESTATUS[0]}}\""
-    done = subprocess.run(["bash", "-c", script], cwd=str(ROOT), env=env, capture_output=True, text=True,
-                          timeout=120)
-    first, status = done.stdout.splitlines()[0], done.stdout.splitlines()[-1]
-    stderr = (ROOT / "stderr.txt").read_text()
-    (ROOT / "stderr.txt").unlink()
+    with tempfile.TemporaryDirectory() as tmp:  # of its own: parallel test processes run this at once
+        errors = Path(tmp, "stderr.txt")
+        script = f"{sys.executable} -m django {command} 2>{errors} | head -1; echo \"status=${{PIPESTATUS[0]}}\""
+        done = subprocess.run(["bash", "-c", script], cwd=str(ROOT), env=env, capture_output=True, text=True,
+                              timeout=120)
+        first, status = done.stdout.splitlines()[0], done.stdout.splitlines()[-1]
+        stderr = errors.read_text()
     return int(status.removeprefix("status=")), first, stderr
 
 
