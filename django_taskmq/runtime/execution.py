@@ -20,13 +20,12 @@ from .binding import bind, path_signature
 from ..brokers.base import Reservation
 from ..conf import get_settings
 from .durable_context import DurableContext, Suspended
-from ..envelope import Envelope
+from ..envelope import Envelope, seal_result, verify_pickled
 from ..exceptions import Defer, JobCancelled, Reject, RetryLater
 from .loading import callable_for, is_django_task, is_durable, resolve
 from .progress import CurrentJob, cancel_probe, cancel_requested
 from ..signals import pre_execute
 from ..policy.storable import clip_head, clip_tail
-from ..signing import seal_result, verify_pickled
 
 class Status(str, enum.Enum):
     """How one delivery ended, as the worker (or the sentinel, for a lost one) reports it."""
