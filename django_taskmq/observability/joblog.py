@@ -28,6 +28,7 @@ FIELDS = ("job_id", "task", "queue", "priority", "attempt", "cluster")
 
 logger = logging.getLogger("django_taskmq.jobs")
 
+
 def fields(reservation: Reservation, task: str | None) -> dict[str, Any]:
     """The ``extra`` of a record about the delivery ``reservation`` of ``task`` (None: not known)."""
     return {"job_id": reservation.job_id, "task": task, "queue": reservation.queue,
