@@ -51,6 +51,7 @@ MOVED = {
     "ids": "policy.ids",
     "pausing": "api",
     "chains": "workflows",
+    "signing": "envelope",
 }
 
 

@@ -13,7 +13,7 @@ class TaskMQConfig(AppConfig):
 
         from . import checks as taskmq_checks
         from .conf import reset_settings
-        from .signing import reset_signers
+        from .envelope import reset_signers
 
         checks.register(taskmq_checks.check_settings, taskmq_checks.TAG)
         checks.register(taskmq_checks.check_database, checks.Tags.database, taskmq_checks.TAG)

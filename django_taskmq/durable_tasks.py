@@ -18,7 +18,7 @@ from .exceptions import BadPackage, ConfigError
 from .runtime.loading import is_django_task
 from .models import Job
 from .options import check_names
-from .signing import seal_result, verify
+from .envelope import seal_result, verify
 from .tasks import OPTION_NAMES, Task
 
 

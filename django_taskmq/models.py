@@ -24,7 +24,7 @@ from .policy.cron import ScheduleType
 from .policy.states import JobState
 from .policy.workflow import WorkflowState
 from .options import check_schedule_options
-from .signing import verify, verify_result
+from .envelope import verify, verify_result
 
 
 class State(models.TextChoices):
@@ -76,7 +76,7 @@ class Job(models.Model):
     # When the first execution started (started_at is the latest's); NULL until one ran.
     first_started_at = models.DateTimeField(_("first execution started"), null=True, blank=True)
     finished_at = models.DateTimeField(null=True, blank=True)
-    # The return value as a signed package (see signing.py): read through ``result``, which
+    # The return value as a signed package (see envelope.py): read through ``result``, which
     # verifies before it unpickles, so a row written straight into the table runs no code.
     result_package = models.TextField(_("signed result"), null=True, blank=True, editable=False)
     error = models.TextField(blank=True, default="")

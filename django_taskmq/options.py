@@ -14,7 +14,7 @@ from typing import Any
 
 from .runtime.binding import bind, nearest, path_signature
 from .conf import COUNTER_MAX, Settings
-from .envelope import Envelope, seal_arguments
+from .envelope import Envelope, seal_arguments, sign
 from .exceptions import ConfigError
 from .policy.ids import new_id
 from .runtime.loading import callable_for, is_task, is_task_class, resolve, runnable
@@ -24,7 +24,6 @@ from .policy.priority import validate_priority
 from .policy.states import JobState
 from .policy.times import FromNow
 from .policy.unique import Unique, parse_unique
-from .signing import sign
 
 DELAY_MAX = 10 * 366 * 86400.0  # ten years: a longer delay is a mistake, not a plan
 # The one list of enqueue options. A @task or Task class may fix the TASK_OPTIONS as defaults;

@@ -6,10 +6,9 @@ from typing import Any
 
 from django_taskmq import async_task
 from django_taskmq.conf import get_settings
-from django_taskmq.envelope import Envelope
+from django_taskmq.envelope import Envelope, sign
 from django_taskmq.models import Job
 from django_taskmq.options import JobTemplate
-from django_taskmq.signing import sign
 
 
 def queue_chained(func: str, args: tuple, chain: list[tuple[str, tuple, dict, dict]], **options: Any) -> str:

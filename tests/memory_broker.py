@@ -36,7 +36,7 @@ from django_taskmq.policy import timings as timings_policy
 from django_taskmq.policy.priority import validate_priority
 from django_taskmq.policy.states import Event, InvalidTransition, JobState, transition
 from django_taskmq.policy.unique import REPLACEABLE, Unique
-from django_taskmq.signing import seal_result, verify_result
+from django_taskmq.envelope import seal_result, verify_result
 
 
 @dataclass

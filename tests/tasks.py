@@ -122,6 +122,20 @@ def current() -> str | None:
     return current_job()
 
 
+async def current_in_subtasks() -> list[str | None]:
+    """Return ``current_job()`` as this coroutine, two asyncio tasks it starts and a thread of
+    ``asyncio.to_thread`` see it."""
+    import asyncio
+
+    async def seen() -> str | None:
+        await asyncio.sleep(0)
+        return current_job()
+
+    here = current_job()
+    gathered = await asyncio.gather(seen(), seen())
+    return [here, *gathered, await asyncio.to_thread(current_job)]
+
+
 def unpicklable_result() -> Any:
     """Return a value that cannot be pickled (a lock)."""
     return threading.Lock()

@@ -19,13 +19,12 @@ from django.utils.safestring import SafeString
 
 from ..brokers import get_broker
 from ..conf import get_settings
-from ..envelope import Envelope
+from ..envelope import Envelope, verify, verify_result
 from ..encryption import Sealed
 from ..exceptions import BadPackage, UnreadableResult
 from ..models import FINAL_STATES, NEVER_WAKES, DeadLetter, Job, JobSignal, JobStep, State, StepKind, WorkflowStep
 from ..policy import attempts as attempt_history
 from ..policy.redaction import redact, shown_call
-from ..signing import verify, verify_result
 from . import payload_access
 from .display import between, duration, monospace, short_repr, when
 

@@ -45,7 +45,7 @@ from ..policy import attempts as history
 from ..policy.priority import MAX_PRIORITY
 from ..policy.states import JobState as State
 from ..signals import post_execute, pre_execute
-from ..signing import verify
+from ..envelope import verify
 
 if TYPE_CHECKING:
     from ..models import Job
@@ -224,7 +224,7 @@ class TaskMQBackend(BaseTaskBackend):
             worker_ids=[job.cluster or job.lease_owner or ""] * attempts,
         )
         if job.state == State.SUCCEEDED:
-            object.__setattr__(result, "_return_value", job.result)  # verified: signing.verify_result
+            object.__setattr__(result, "_return_value", job.result)  # verified: envelope.verify_result
         return result
 
     def task_context(self, job_id: str) -> TaskContext:

@@ -32,7 +32,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import contextvars
 import ctypes
 import functools
 import sys
@@ -40,7 +39,7 @@ import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-from ..runtime import execution as ex
+from ..runtime import context
 from ..exceptions import JobCancelled, TaskTimeout
 
 
@@ -61,11 +60,6 @@ class Running:
     def error(self) -> type[BaseException]:
         """What an interruption raises in its thread."""
         return JobCancelled if self.cancel_requested else TaskTimeout
-
-
-#: The task the calling thread runs, for guard_thread_starts (set by Interrupts.running).
-_current: contextvars.ContextVar[tuple[Interrupts, Running] | None] = \
-    contextvars.ContextVar("taskmq_interruptible", default=None)
 
 
 class Interrupts:
@@ -95,9 +89,10 @@ class Interrupts:
             if waited is not None and not waited.thread:
                 entry.interrupted, entry.cancel_requested = waited.interrupted, waited.cancel_requested
             self._running[entry.job_id] = entry
-        token = ex.coroutine_watch.set(_Watch(self, entry))
-        probe = ex.cancel_probe.set(lambda: entry.cancel_requested)
-        current = _current.set((self, entry))
+        # The task's current job (runtime.context): what its coroutine, its cancellation checks and
+        # guard_thread_starts ask for.
+        token = context.enter(watch=_Watch(self, entry), cancel_probe=lambda: entry.cancel_requested,
+                              interruptible=(self, entry))
         try:
             if entry.interrupted:
                 raise entry.error()()
@@ -105,9 +100,7 @@ class Interrupts:
         finally:
             with self._lock:
                 self._running.pop(entry.job_id, None)
-            _current.reset(current)
-            ex.cancel_probe.reset(probe)
-            ex.coroutine_watch.reset(token)
+            context.leave(token)
 
     def _handing_over(self, entry: Running) -> None:
         with self._lock:
@@ -184,7 +177,7 @@ def _cancel(entry: Running) -> None:
 
 
 class _Watch:
-    """The :class:`~django_taskmq.runtime.execution.CoroutineWatch` of one task: what its coroutine tells
+    """The :class:`~django_taskmq.runtime.context.CoroutineWatch` of one task: what its coroutine tells
     :class:`Interrupts`."""
 
     def __init__(self, interrupts: Interrupts, entry: Running) -> None:
@@ -208,7 +201,7 @@ def guard_thread_starts() -> None:
 
     @functools.wraps(start)
     def guarded_start(thread: threading.Thread) -> None:
-        current = _current.get()
+        current = context.get().interruptible
         if current is None or current[1].thread != threading.get_ident():
             return start(thread)
         interrupts, entry = current

@@ -17,7 +17,7 @@ logger = logging.getLogger(__name__)
 
 def _salt() -> str:
     from django_taskmq.conf import get_settings
-    from django_taskmq.signing import result_salt
+    from django_taskmq.envelope import result_salt
 
     return result_salt(get_settings().name)
 
@@ -35,7 +35,7 @@ def _write(schema_editor, column: str, updates: list) -> None:
 
 
 def sign_old_results(apps, schema_editor):
-    from django_taskmq.signing import sign_bytes
+    from django_taskmq.envelope import sign_bytes
 
     salt = _salt()
     updates = []
@@ -50,7 +50,7 @@ def sign_old_results(apps, schema_editor):
 
 
 def unsign_results(apps, schema_editor):
-    from django_taskmq.signing import _signer
+    from django_taskmq.envelope import _signer
 
     signer = _signer(_salt())
     updates = []

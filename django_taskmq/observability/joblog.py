@@ -16,22 +16,17 @@ integration ignore this logger, so each failure is one event).
 
 from __future__ import annotations
 
-import contextvars
 import logging
 from collections.abc import Iterable
 from typing import Any
 
 from ..brokers.base import Reservation
-from ..envelope import Envelope
+from ..runtime import context
 
 #: The extra fields of every record about a job.
 FIELDS = ("job_id", "task", "queue", "priority", "attempt", "cluster")
 
 logger = logging.getLogger("django_taskmq.jobs")
-
-#: The job the calling code runs in (its reservation and envelope), for :class:`JobFields`.
-running: contextvars.ContextVar[tuple[Reservation, Envelope] | None] = \
-    contextvars.ContextVar("taskmq_running", default=None)
 
 
 def fields(reservation: Reservation, task: str | None) -> dict[str, Any]:
@@ -45,9 +40,10 @@ class JobFields(logging.Filter):
     does not carry already). It never drops a record."""
 
     def filter(self, record: logging.LogRecord) -> bool:
-        current = running.get()
-        if current is not None:
-            for name, value in fields(current[0], current[1].func).items():
+        current = context.get()  # the job the calling code runs in, if any
+        if current.reservation is not None:
+            task = current.envelope.func if current.envelope is not None else None
+            for name, value in fields(current.reservation, task).items():
                 if not hasattr(record, name):
                     setattr(record, name, value)
         return True

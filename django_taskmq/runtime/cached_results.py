@@ -3,7 +3,7 @@
 The recorder (the monitor, or the calling process in sync mode) writes the record of a job that
 asked for it once its final outcome committed, as it runs hooks; ``result``, ``fetch``,
 ``result_group`` and ``count_group`` read it with ``cached=True``. A record is signed like a stored
-result (:func:`~django_taskmq.signing.seal_result`), and the result inside it is the one the worker
+result (:func:`~django_taskmq.envelope.seal_result`), and the result inside it is the one the worker
 signed: nothing read from the cache is unpickled before it verified. Jobs that do not ask for the
 cache never reach this module.
 
@@ -30,7 +30,7 @@ from django.core.cache import caches
 from ..conf import Settings
 from ..exceptions import ConfigError, UnreadableResult
 from ..models import Job
-from ..signing import seal_result, verify_result
+from ..envelope import seal_result, verify_result
 
 # What a record keeps of the job, besides its result: enough for a Job that reads like the stored one.
 FIELDS = ("id", "func", "task_name", "group", "queue", "state", "error", "cluster", "attempt", "enqueued_at",

@@ -23,7 +23,7 @@ from ..brokers import get_broker
 from ..brokers.base import Broker, Reservation, StepRecord
 from ..conf import get_settings
 from ..exceptions import ConfigError, Reject
-from ..signing import seal_result, verify_result
+from ..envelope import seal_result, verify_result
 
 STEP, SLEEP, WAIT = "step", "sleep", "wait"  # models.StepKind's values (the models need Django's registry)
 MAX_NAME = 200

@@ -6,27 +6,26 @@ The cluster and sync mode share these functions, so a task runs the same way in 
 from __future__ import annotations
 
 import asyncio
-import contextvars
 import enum
 import inspect
 import time
 import traceback as tb
-from typing import Any, NamedTuple, Protocol
+from typing import Any, NamedTuple
 
 from asgiref.sync import async_to_sync
 
-from ..observability import joblog, reporting
+from ..observability import reporting
+from . import context
 from .binding import bind, path_signature
 from ..brokers.base import Reservation
 from ..conf import get_settings
 from .durable_context import DurableContext, Suspended
-from ..envelope import Envelope
+from ..envelope import Envelope, seal_result, verify_pickled
 from ..exceptions import Defer, JobCancelled, Reject, RetryLater
 from .loading import callable_for, is_django_task, is_durable, resolve
-from .progress import CurrentJob, cancel_probe, cancel_requested
+from .progress import CurrentJob, cancel_requested
 from ..signals import pre_execute
 from ..policy.storable import clip_head, clip_tail
-from ..signing import seal_result, verify_pickled
 
 class Status(str, enum.Enum):
     """How one delivery ended, as the worker (or the sentinel, for a lost one) reports it."""
@@ -46,32 +45,11 @@ class Status(str, enum.Enum):
 SUCCESS, FAILURE, RETRY, DEFER, REJECT, TIMEOUT, CRASH, UNSTORABLE, CANCELLED, SUSPEND = Status
 
 
-class CoroutineWatch(Protocol):
-    """Told of a coroutine task's hand-over to its event loop (a worker interrupts a coroutine by
-    cancelling its asyncio task, never in its thread: see cluster.interrupts)."""
-
-    def handing_over(self) -> None:
-        """In the task's thread: its coroutine is about to go to an event loop of its own."""
-
-    def started(self, loop: asyncio.AbstractEventLoop, task: asyncio.Task) -> None:
-        """In the event loop's thread: the coroutine starts, as ``task`` of ``loop``."""
-
-
-#: Sync mode's list of the exceptions its task raised (None elsewhere): the caller records the
-#: outcome while the exception is current, and re-raises a KeyboardInterrupt, as Django's
-#: ImmediateBackend does.
-raised: contextvars.ContextVar[list[BaseException] | None] = contextvars.ContextVar("taskmq_raised", default=None)
-
-#: The watch of the task the calling thread runs (set by a worker: see cluster.interrupts).
-coroutine_watch: contextvars.ContextVar[CoroutineWatch | None] = \
-    contextvars.ContextVar("taskmq_coroutine_watch", default=None)
-
-
 def current_job() -> CurrentJob | None:
     """Return the job the calling code runs in, or None outside a task: its id (a ``str``) with
     :meth:`~django_taskmq.runtime.progress.CurrentJob.set_progress`."""
-    running = joblog.running.get()
-    return None if running is None else CurrentJob(running[0])
+    reservation = context.get().reservation
+    return None if reservation is None else CurrentJob(reservation)
 
 
 class TaskMessage(NamedTuple):
@@ -137,7 +115,7 @@ def _execute(message: TaskMessage) -> Outcome:
         reporting.failed(exc, message.reservation, envelope, retried=False)
         return outcome
     # current_job() reads it, and so do the task's own log records (joblog.JobFields).
-    running = joblog.running.set(message)
+    running = context.enter(reservation=message.reservation, envelope=envelope)
     try:
         if pre_execute.has_listeners():
             pre_execute.send(sender=Outcome, job_id=message.reservation.job_id, func=envelope.func, envelope=envelope)
@@ -161,12 +139,12 @@ def _execute(message: TaskMessage) -> Outcome:
         cancelled = isinstance(exc, asyncio.CancelledError) and cancel_requested()
         if not cancelled:  # held: reported once the outcome has left (reporting.deliver)
             reporting.failed(exc, message.reservation, envelope)
-            kept = raised.get()
+            kept = context.get().raised
             if kept is not None:
                 kept.append(exc)
         return _outcome(message, CANCELLED if cancelled else FAILURE, started, exc)
     finally:
-        joblog.running.reset(running)
+        context.leave(running)
     return Outcome(message.reservation, envelope, SUCCESS, value, started_at=started, finished_at=time.time())
 
 
@@ -185,14 +163,14 @@ def _context(message: TaskMessage) -> tuple:
 def run_coroutine(awaitable: Any) -> Any:
     """Run the awaitable of a coroutine task to its end on an event loop of its own, in a thread of
     its own (``async_to_sync``); the calling thread waits. The task's watch, if any, is told."""
-    watch = coroutine_watch.get()
+    watch = context.get().watch
     if watch is not None:
         watch.handing_over()
     return async_to_sync(_awaited)(awaitable)
 
 
 async def _awaited(awaitable: Any) -> Any:
-    watch = coroutine_watch.get()
+    watch = context.get().watch
     if watch is not None:
         task = asyncio.current_task()
         if task is not None:

@@ -4,7 +4,7 @@ the cluster (``async_task(..., sync=True)``, ``TASKMQ['sync']``, tests)."""
 from __future__ import annotations
 
 from ..observability import reporting
-from . import execution, recorder
+from . import context, execution, recorder
 from ..brokers.base import Broker
 from ..conf import Settings
 from ..exceptions import BadPackage
@@ -27,11 +27,11 @@ def run(job_id: str, broker: Broker, settings: Settings, reraise: bool = False) 
         broker.dead_letter_package(reservation, str(exc))
         return True
     kept: list[BaseException] = []
-    token = execution.raised.set(kept)
+    token = context.enter(raised=kept)
     try:
         outcome = execution.seal(execution.execute(message), settings)
     finally:
-        execution.raised.reset(token)
+        context.leave(token)
     try:
         if not kept:
             recorder.record([outcome], broker, settings)

@@ -14,14 +14,13 @@ progress until its new delivery reports (see :attr:`Job.progress <django_taskmq.
 
 from __future__ import annotations
 
-import contextvars
 import logging
 import math
 import threading
 import time
-from collections.abc import Callable
 from typing import Any
 
+from . import context
 from ..brokers.base import Reservation
 from ..exceptions import JobCancelled
 from ..policy.progress import INTERVAL, report
@@ -130,14 +129,9 @@ def set_progress(reservation: Reservation, done: Any, total: Any = None, message
     writer().put(reservation, report(done, total, message))
 
 
-#: Set by the worker around a task: answers whether the task's cancellation was requested.
-cancel_probe: contextvars.ContextVar[Callable[[], bool] | None] = contextvars.ContextVar("taskmq_cancel_probe",
-                                                                                       default=None)
-
-
 def cancel_requested() -> bool:
     """True when the task the calling code runs in was asked to stop (see :attr:`CurrentJob.cancelled`)."""
-    probe = cancel_probe.get()
+    probe = context.get().cancel_probe
     return probe is not None and probe()
 
 

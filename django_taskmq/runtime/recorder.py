@@ -34,7 +34,7 @@ from ..policy import throughput as throughput_policy
 from ..policy.states import JobState
 from ..policy.storable import clip_head, clip_tail
 from ..signals import post_execute
-from ..signing import SealedResult, verify_result
+from ..envelope import SealedResult, verify_result
 
 logger = logging.getLogger(__name__)
 

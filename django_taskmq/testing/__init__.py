@@ -52,7 +52,7 @@ class Enqueued:
 
 def _read(jobs: Iterable[Any]) -> list[Enqueued]:
     from ..conf import get_settings
-    from ..signing import verify
+    from ..envelope import verify
 
     name = get_settings().name
     found = []

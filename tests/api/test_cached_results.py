@@ -12,7 +12,7 @@ from django_taskmq.runtime.cached_results import job_key
 from django_taskmq.conf import get_settings
 from django_taskmq.exceptions import ConfigError, UnreadableResult
 from django_taskmq.models import Job, State
-from django_taskmq.signing import seal_result
+from django_taskmq.envelope import seal_result
 
 
 @pytest.fixture

@@ -12,7 +12,7 @@ from django.core.management import CommandError, call_command
 
 from django_taskmq import ConfigError, JobCancelled, LeaseLost, async_task, cancel, current_job
 from django_taskmq.runtime import execution as ex
-from django_taskmq.observability import joblog
+from django_taskmq.runtime import context
 from django_taskmq.brokers.base import Reservation
 from django_taskmq.models import Job, State
 from django_taskmq.signals import post_execute
@@ -101,9 +101,8 @@ def test_a_task_that_raises_job_cancelled_ends_cancelled_and_its_hook_and_signal
 
 def test_current_job_is_its_id_and_says_whether_it_was_cancelled():
     assert current_job() is None
-    token = joblog.running.set((Reservation("j1", "default", 0, 1, 0, "t"), None))
     requested = [False]
-    probe = ex.cancel_probe.set(lambda: requested[0])
+    token = context.enter(reservation=Reservation("j1", "default", 0, 1, 0, "t"), cancel_probe=lambda: requested[0])
     try:
         job = current_job()
         assert job == "j1" and isinstance(job, str) and job.cancelled is False
@@ -113,13 +112,13 @@ def test_current_job_is_its_id_and_says_whether_it_was_cancelled():
         with pytest.raises(JobCancelled, match="job j1 was cancelled"):
             job.raise_if_cancelled()
     finally:
-        ex.cancel_probe.reset(probe)
-        joblog.running.reset(token)
-    token = joblog.running.set((Reservation("j2", "default", 0, 1, 0, "t"), None))  # sync mode: never cancelled
+        context.leave(token)
+    token = context.enter(reservation=Reservation("j2", "default", 0, 1, 0, "t"))  # sync mode: never cancelled
     try:
         assert current_job().cancelled is False
     finally:
-        joblog.running.reset(token)
+        context.leave(token)
+    assert current_job() is None
 
 
 def run(*args: str) -> str:

@@ -257,7 +257,7 @@ def test_a_durable_task_as_a_workflow_step_holds_its_dependents_until_it_ends(br
 
 def test_the_steps_and_signals_of_an_encrypted_job_are_encrypted_like_its_result(broker, settings):
     from django_taskmq.encryption import Sealed, generate_key
-    from django_taskmq.signing import verify_result
+    from django_taskmq.envelope import verify_result
 
     settings.TASKMQ = {**settings.TASKMQ, "encryption_keys": [generate_key()]}
     job_id = async_task(f"{TASKS}.approval", encrypt=True)

@@ -15,7 +15,7 @@ from django_taskmq.encryption import Keyring, MissingKey, Sealed, Undecryptable,
 from django_taskmq.exceptions import BadPackage, ConfigError, UnreadableResult
 from django_taskmq.models import Job, Schedule
 from django_taskmq.scheduler import SEALED, open_arguments, tick
-from django_taskmq.signing import seal_result, verify, verify_result
+from django_taskmq.envelope import seal_result, verify, verify_result
 
 pytestmark = pytest.mark.django_db
 

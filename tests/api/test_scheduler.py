@@ -53,7 +53,7 @@ def test_schedule_kwargs_named_like_options_go_to_the_function(broker):
     schedule("tests.tasks.takes_options", name="opts", next_run=timezone.now() - datetime.timedelta(seconds=1),
              delay=7, priority=0)
     (job_id,) = tick()
-    from django_taskmq.signing import verify
+    from django_taskmq.envelope import verify
 
     envelope = verify(Job.objects.get(pk=job_id).payload, "tests")
     assert envelope.kwargs == {"delay": 7}

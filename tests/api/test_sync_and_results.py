@@ -42,6 +42,16 @@ def test_task_sees_its_own_job_id(broker):
     assert current_job() is None
 
 
+def test_a_coroutine_task_and_what_it_starts_see_its_job(broker):
+    """The one current-job context reaches a coroutine task's asyncio tasks and threads it starts
+    with asyncio.to_thread (a context copied), and is gone once the task ended."""
+    from django_taskmq import current_job
+
+    job_id = async_task(tasks.current_in_subtasks, sync=True)
+    assert result(job_id) == [job_id] * 4
+    assert current_job() is None
+
+
 def test_sync_failure_is_a_failed_delivery_waiting_for_retry(broker):
     """A raising task in sync mode is recorded as a failed delivery: RETRYING with its error."""
     job_id = async_task(tasks.fail, "kaput", sync=True)

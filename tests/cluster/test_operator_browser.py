@@ -152,7 +152,7 @@ def long_rows(broker) -> dict[str, str]:
 
     from django_taskmq import Workflow, schedule
     from django_taskmq.models import Cluster
-    from django_taskmq.signing import BAD_SIGNATURE
+    from django_taskmq.envelope import BAD_SIGNATURE
 
     ids = [async_task("tests.tasks.noop", queue=LONG_QUEUE, task_name=LONG_TASK) for _ in range(4)]
     dead, reserved = broker.reserve([LONG_QUEUE], 2, 600.0, "ops-demo-with-a-rather-long-cluster-label:web-1:42:ab")

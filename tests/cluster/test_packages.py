@@ -6,9 +6,8 @@ import pytest
 
 from django_taskmq import async_task, enqueue_many
 from django_taskmq.conf import get_settings
-from django_taskmq.envelope import Envelope
+from django_taskmq.envelope import BAD_SIGNATURE, Envelope, sign
 from django_taskmq.models import DeadLetter, Job
-from django_taskmq.signing import BAD_SIGNATURE, sign
 
 from .conftest import job_states
 

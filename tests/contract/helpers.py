@@ -21,11 +21,10 @@ from typing import Any
 from django.core import signing as django_signing
 
 from django_taskmq.brokers.base import Ack, Broker, Reservation
-from django_taskmq.envelope import Envelope
+from django_taskmq.envelope import Envelope, sign, sign_bytes
 from django_taskmq.exceptions import LeaseLost
 from django_taskmq.options import JobTemplate
 from django_taskmq.policy.states import JobState
-from django_taskmq.signing import sign, sign_bytes
 
 NOOP = "tests.tasks.noop"
 

@@ -15,9 +15,8 @@ import threading
 import pytest
 
 from django_taskmq import ConfigError
-from django_taskmq.envelope import Envelope
+from django_taskmq.envelope import BAD_SIGNATURE, Envelope, sign
 from django_taskmq.policy.states import JobState
-from django_taskmq.signing import BAD_SIGNATURE, sign
 from tests.contract import helpers
 from tests.contract.helpers import forged, garbage, job, letters, put, run
 from tests.tasks import read_run_log
@@ -183,7 +182,7 @@ def test_signatures_are_djangos_byte_for_byte(settings):
     packages written before it (and by any other process) verify, and the other way round."""
     from django.core import signing as django_signing
 
-    from django_taskmq.signing import _signer
+    from django_taskmq.envelope import _signer
 
     for secret in ("a-first-secret", b"a-bytes-secret"):
         settings.SECRET_KEY = secret

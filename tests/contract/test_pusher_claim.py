@@ -14,7 +14,7 @@ from __future__ import annotations
 from django_taskmq.cluster.messages import Ticket, Want
 from django_taskmq.cluster.pusher import Pusher
 from django_taskmq.policy.states import JobState
-from django_taskmq.signing import BAD_SIGNATURE
+from django_taskmq.envelope import BAD_SIGNATURE
 from tests.contract import helpers
 from tests.contract.helpers import forged, garbage, job, letters, put, signed, states
 

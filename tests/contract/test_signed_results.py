@@ -23,7 +23,7 @@ from django_taskmq.api import run_sync
 from django_taskmq.conf import get_settings
 from django_taskmq.exceptions import UnreadableResult
 from django_taskmq.models import Job, State
-from django_taskmq.signing import BAD_RESULT_SIGNATURE, result_salt
+from django_taskmq.envelope import BAD_RESULT_SIGNATURE, result_salt
 from tests.tasks import read_run_log
 
 pytestmark = pytest.mark.django_db

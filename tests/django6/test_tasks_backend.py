@@ -305,7 +305,7 @@ def test_a_django_task_reports_progress_through_current_job():
 
 def test_backend_options_encrypt_a_tasks_arguments_and_result(settings):
     from django_taskmq.encryption import Sealed, generate_key
-    from django_taskmq.signing import verify, verify_result
+    from django_taskmq.envelope import verify, verify_result
     from tests.django6 import tasks_django
 
     settings.TASKMQ = {**settings.TASKMQ, "encryption_keys": [generate_key()]}

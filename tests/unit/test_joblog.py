@@ -7,6 +7,8 @@ import logging
 
 from django_taskmq.observability import joblog
 from django_taskmq.brokers.base import Reservation
+from django_taskmq.envelope import Envelope
+from django_taskmq.runtime import context
 
 R = Reservation("j1", "mail", 5, 2, 0, "token", "tests:host:1:ab", 5)
 
@@ -27,11 +29,11 @@ def test_fields_of_a_delivery():
 def test_the_filter_adds_the_running_job_and_keeps_what_a_record_carries():
     record = logging.LogRecord("x", logging.INFO, __file__, 1, "m", (), None)
     record.queue = "given"
-    token = joblog.running.set((R, type("E", (), {"func": "app.send"})()))
+    token = context.enter(reservation=R, envelope=Envelope(func="app.send"))
     try:
         assert joblog.JobFields().filter(record) is True
     finally:
-        joblog.running.reset(token)
+        context.leave(token)
     assert (record.job_id, record.task, record.queue, record.attempt) == ("j1", "app.send", "given", 2)
     outside = logging.LogRecord("x", logging.INFO, __file__, 1, "m", (), None)
     assert joblog.JobFields().filter(outside) is True and not hasattr(outside, "job_id")

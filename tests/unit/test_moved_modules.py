@@ -37,6 +37,17 @@ def test_a_name_imported_from_an_old_path_is_the_new_one():
     assert failed is new_failed
 
 
+def test_signing_is_the_envelope_module_now():
+    # signing.py and envelope.py became one module: what code imported from signing still works.
+    sys.modules.pop("django_taskmq.signing", None)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)
+        from django_taskmq.signing import BAD_SIGNATURE, sign, verify
+    from django_taskmq import envelope
+
+    assert (sign, verify, BAD_SIGNATURE) == (envelope.sign, envelope.verify, envelope.BAD_SIGNATURE)
+
+
 def test_a_pickle_naming_an_old_path_loads():
     # What an object pickled before the move names: its class under the old module path.
     from django_taskmq.runtime.execution import Status

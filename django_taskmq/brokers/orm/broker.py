@@ -37,7 +37,7 @@ from ...policy.states import HAS_DELIVERIES_LEFT_SQL, JobState, used_up
 from ...policy.unique import REPLACEABLE, Unique
 from ...policy.workflow import KEY_PREFIX, WorkflowState
 from ...signals import job_dead
-from ...signing import seal_result
+from ...envelope import seal_result
 from .. import pooling
 from ..base import Ack, Broker, Reservation, StepRecord
 from ..clock import Clock, FromNow, Skew
