@@ -1,21 +1,29 @@
 """Claim latency of ordinary work beside many sleeping durable jobs, on PostgreSQL.
 
-    .venv/bin/python benchmarks/durable_sleepers.py [--sleeping 100000] [--claims 200] [--runs 3]
+    .venv/bin/python benchmarks/durable_sleepers.py [--sleeping 1000,10000,100000] [--claims 200] [--runs 3]
     .venv/bin/python benchmarks/durable_sleepers.py --report benchmarks/results/durable-sleepers.json
 
-On a fresh database ``bench_durable_sleepers`` (``tests.settings_postgresql``), ``--sleeping`` jobs
-are stored once, ten hours in the future. Each run then times ``--claims`` claims of one new job
-(``Broker.reserve`` of 1, each after an enqueue of it) beside them in three shapes, interleaved:
+On a fresh database ``bench_durable_sleepers`` (``tests.settings_postgresql``), jobs ten hours in
+the future are stored, first as many as the smallest of ``--sleeping``, then more up to each next
+size. At each size, each run times ``--claims`` claims of one new job (``Broker.reserve`` of 1,
+each after an enqueue of it) beside them in three shapes, interleaved:
 
 * ``none``: the jobs parked in a side table (the job table as without them);
 * ``suspended``: ``SUSPENDED``, as a durable sleep leaves them (outside the ready index);
 * ``delayed``: ``QUEUED`` for ten hours (``delay=``), what a sleep looked like before it had a state
   of its own: the ready index holds them and each claim walks them.
 
-Each shape is vacuumed and analysed before it is timed, as autovacuum would leave it; the jobs the
-claims made are deleted between shapes. The machine's foreign load (``hostload.LoadMeter``) is
-recorded per measurement. Raw results: ``benchmarks/results/durable-sleepers.json``; ``report.py``
-renders them in ARCHIVE.md. The issue's goal: ``suspended`` within 10 % of ``none``.
+Each shape is vacuumed and analysed before it is timed, as autovacuum (or, with it off, the
+cluster's scheduler: ``broker.analyze``) would leave it, and the table's dead rows are recorded
+(``pg_stat_user_tables.n_dead_tup``); the jobs the claims made are deleted between shapes. Each
+claim is timed twice: by the client (``claim_ms``: the call, with the round trips and the waits
+for a core), and by the server (``server_ms``: the sum of the durations the server logs for the
+claim's statements, ``log_min_duration_statement`` 0 sent to this session as LOG messages; needs
+a superuser). On a machine whose other work takes most of its cores the client's figure is mostly
+waiting, and a shape's median can move by 2x between runs for no reason of its own: the server's
+figure is what the sleepers cost. The machine's foreign load (``hostload.LoadMeter``) is recorded
+per measurement. Raw results: ``benchmarks/results/durable-sleepers.json``; ``report.py`` renders
+them in ARCHIVE.md. The issue's goal: ``suspended`` within 10 % of ``none``.
 """
 
 from __future__ import annotations
@@ -24,6 +32,7 @@ import argparse
 import datetime
 import json
 import os
+import re
 import statistics
 import subprocess
 import sys
@@ -73,36 +82,57 @@ def measure(args: argparse.Namespace) -> dict:
                 f"WHERE visible_at >= {far}")
         sql(f"VACUUM ANALYZE {job}")
 
-    def claims() -> list[float]:
-        times = []
+    def dead_rows() -> int:
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT n_dead_tup FROM pg_stat_user_tables WHERE relid = %s::regclass", [job])
+            return cursor.fetchone()[0]
+
+    logged: list[str] = []
+    connection.ensure_connection()
+    connection.connection.add_notice_handler(lambda notice: logged.append(notice.message_primary or ""))
+
+    def claims() -> tuple[list[float], list[float]]:
+        """The client's and the server's milliseconds of each claim."""
+        times, server = [], []
+        sql("SET log_min_duration_statement = 0", "SET client_min_messages = log")
         for _ in range(args.claims):
             async_task("tests.tasks.noop")
+            logged.clear()
             began = time.perf_counter()
             assert len(broker.reserve(["default"], 1, 60, "bench")) == 1
             times.append((time.perf_counter() - began) * 1000)
-        return times
+            server.append(sum(float(m.group(1)) for line in logged
+                              if (m := re.match(r"duration: ([0-9.]+) ms", line))))
+        sql("SET log_min_duration_statement = -1", "SET client_min_messages = notice")
+        return times, server
 
     rows = []
+    stored = 0
     try:
-        for _ in range(0, args.sleeping, 5000):
-            enqueue_many("tests.tasks.noop", [()] * min(5000, args.sleeping - _), delay=AHEAD)
         sql(f"CREATE TABLE parked (LIKE {job} INCLUDING DEFAULTS)")
-        for run in range(1, args.runs + 1):
-            order = SHAPES[run % 3:] + SHAPES[:run % 3]  # each shape first once in three runs
-            for name in order:
-                shape(name)
-                with LoadMeter() as meter:
-                    times = claims()
-                rows.append({"run": run, "shape": name, "sleeping": args.sleeping, "claim_ms": times,
-                             "foreign_cores": meter.result["foreign_cores"]})
-                print(f"run {run} {name}: {statistics.median(times):.3f} ms a claim "
-                      f"(foreign load {meter.result['foreign_cores']} cores)", flush=True)
+        for size in sorted(args.sleeping):
+            for start in range(stored, size, 5000):
+                enqueue_many("tests.tasks.noop", [()] * min(5000, size - start), delay=AHEAD)
+            stored = size
+            for run in range(1, args.runs + 1):
+                order = SHAPES[run % 3:] + SHAPES[:run % 3]  # each shape first once in three runs
+                for name in order:
+                    shape(name)
+                    dead = dead_rows()
+                    with LoadMeter() as meter:
+                        times, server = claims()
+                    rows.append({"run": run, "shape": name, "sleeping": size, "claim_ms": times,
+                                 "server_ms": server, "dead_rows": dead,
+                                 "foreign_cores": meter.result["foreign_cores"]})
+                    print(f"{size} run {run} {name}: {statistics.median(times):.3f} ms a claim, "
+                          f"{statistics.median(server):.3f} ms in the server ({dead} dead rows; "
+                          f"foreign load {meter.result['foreign_cores']} cores)", flush=True)
     finally:
         teardown_databases(state, verbosity=0)
     commit = subprocess.run(["git", "rev-parse", "--short=12", "HEAD"], capture_output=True, text=True,
                             cwd=ROOT).stdout.strip()
     return {"commit": commit, "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-            "runs": args.runs, "sleeping": args.sleeping, "claims": args.claims, "rows": rows}
+            "runs": args.runs, "sleeping": sorted(args.sleeping), "claims": args.claims, "rows": rows}
 
 
 def _spread(values: list[float]) -> str:
@@ -110,29 +140,45 @@ def _spread(values: list[float]) -> str:
 
 
 def report(rows: list[dict]) -> None:
-    """Print the table of ``rows`` (markdown): per shape, the median of each run's median and p99
-    claim, with the runs' range, and the ratio of the medians to ``none``'s."""
-    def per_run(shape: str, quantile: int) -> list[float]:
-        return [statistics.quantiles(r["claim_ms"], n=100)[quantile - 1] if quantile != 50
-                else statistics.median(r["claim_ms"]) for r in rows if r["shape"] == shape]
+    """Print the table of ``rows`` (markdown): per size and shape, the median of each run's median
+    and p99 claim as the client timed it and its ratio to ``none``'s, the median of each run's
+    median as the server timed it and of its ratio to the same run's ``none``, with the runs' range."""
+    def per_run(size: int, shape: str, quantile: int, key: str = "claim_ms") -> list[float]:
+        return [statistics.quantiles(r[key], n=100)[quantile - 1] if quantile != 50 else statistics.median(r[key])
+                for r in rows if r["shape"] == shape and r["sleeping"] == size]
 
-    sleeping = rows[0]["sleeping"]
-    base = statistics.median(per_run("none", 50))
-    print(f"| {sleeping:,} jobs ten hours ahead | claim p50, ms | claim p99, ms | p50 / none |")
-    print("|---|---|---|---|")
     labels = {"none": "none (parked in a side table)", "suspended": "`SUSPENDED` (a durable sleep)",
               "delayed": "`QUEUED` for later (`delay=`)"}
-    for shape in SHAPES:
-        p50 = per_run(shape, 50)
-        print(f"| {labels[shape]} | {_spread(p50)} | {_spread(per_run(shape, 99))} | "
-              f"{statistics.median(p50) / base:.2f} |")
+    timed = all("server_ms" in r for r in rows)
+    if timed:
+        print("| jobs ten hours ahead | shape | client p50, ms | client p99, ms | client p50 / none | "
+              "server p50, ms | server p50 / none, per run | dead rows |")
+        print("|---|---|---|---|---|---|---|---|")
+    else:
+        print("| jobs ten hours ahead | shape | claim p50, ms | claim p99, ms | p50 / none |")
+        print("|---|---|---|---|---|")
+    for size in sorted({r["sleeping"] for r in rows}):
+        base = statistics.median(per_run(size, "none", 50))
+        for shape in SHAPES:
+            p50 = per_run(size, shape, 50)
+            cells = [f"{size:,}", labels[shape], _spread(p50), _spread(per_run(size, shape, 99)),
+                     f"{statistics.median(p50) / base:.2f}"]
+            if timed:
+                server = per_run(size, shape, 50, "server_ms")
+                dead = [r["dead_rows"] for r in rows if r["shape"] == shape and r["sleeping"] == size]
+                # Each run's ratio to that run's none: the shapes of a run met the same machine.
+                ratios = [a / b for a, b in zip(server, per_run(size, "none", 50, "server_ms"))]
+                cells += [_spread(server), _spread(ratios), f"{min(dead)}-{max(dead)}"]
+            print("| " + " | ".join(cells) + " |")
     loads = sorted({r["foreign_cores"] for r in rows})
-    print(f"\nForeign load per measurement: {', '.join(f'{v:g}' for v in loads)} cores.")
+    print(f"\nForeign load per measurement: {min(loads):g} to {max(loads):g} cores "
+          f"(median {statistics.median(loads):g}).")
 
 
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--sleeping", type=int, default=100_000)
+    parser.add_argument("--sleeping", type=lambda text: [int(size) for size in text.split(",")],
+                        default=[1000, 10_000, 100_000], help="sizes, comma-separated")
     parser.add_argument("--claims", type=int, default=200)
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--out", type=Path, default=OUT)

@@ -878,8 +878,9 @@ def _older_sections() -> list[str]:
         ("held_keys.json", "held_keys", "A backlog held behind a busy concurrency key: a look and a claim, "
          "before and after the key's running jobs were counted by the key (295 running on 8 keys, 20,000 held)",
          ".venv/bin/python benchmarks/held_keys.py --runs 3 --ref b2d3f10"),
-        ("durable-sleepers.json", "durable_sleepers", "Claims beside 100,000 sleeping durable jobs (PostgreSQL): "
-         "none, SUSPENDED, and QUEUED for later", ".venv/bin/python benchmarks/durable_sleepers.py --runs 3"),
+        ("durable-sleepers.json", "durable_sleepers", "Claims beside 1,000 to 100,000 sleeping durable jobs "
+         "(PostgreSQL): none, SUSPENDED, and QUEUED for later, timed by the client and by the server",
+         ".venv/bin/python benchmarks/durable_sleepers.py --sleeping 1000,10000,100000 --claims 100 --runs 3"),
         ("drift-postgresql.json", "drift", "Claim latency as the job table fills: the first and the last 30 s, "
          "autovacuum off and on (issue 50)",
          ".venv/bin/python benchmarks/drift.py --engines postgresql --autovacuum off,on --ref 5179cf4"),
