@@ -2,7 +2,8 @@
 
 Supervision only: it spawns its children, waits on their pipes and deaths in the guard loop, feeds
 each worker with room through that worker's own pipe, has :mod:`.stopping` stop the tasks that
-must stop (timeouts, cancels, the halts), reincarnates dead processes, orchestrates the stop procedure, and turns SIGTERM/SIGINT into a flag.
+must stop (timeouts, cancels, the halts), reincarnates dead processes, orchestrates the stop
+procedure, and turns SIGTERM/SIGINT into a flag.
 Its parts, each in its own module: the dispatch buffer (:mod:`.buffer`) holds the reserved tasks
 that have not started; the worker slots (:mod:`.slots`) hold what each worker runs and the memory
 shared with it; the dispatch rules (:mod:`.dispatch`) decide who gets which task; the upkeep
