@@ -1,4 +1,6 @@
-"""Interrupting one task of a worker that runs several at once (``TASKMQ['threads']`` > 1).
+"""Stopping one task in its worker, the worker's half: interrupting the task a thread runs (an
+asynchronous exception, or a signal with one thread) without taking its siblings down. When a task
+must stop (its timeout, a cancel and its grace, the stop-halt) is the sentinel's half, :mod:`.stopping`.
 
 A task past its timeout must stop without taking its sibling tasks down, so the worker cannot be
 killed for it. What Python allows instead:
@@ -144,6 +146,24 @@ class Interrupts:
         """The entry of ``job_id`` while a thread runs it."""
         with self._lock:
             return self._running.get(job_id)
+
+    def signalled(self, job_id: str, halt: bool) -> None:
+        """A worker with one thread got the sentinel's cancel signal about ``job_id``, the task at
+        hand (see ``OneAtATime._on_cancel`` in :mod:`.worker`): ask it to stop or, with ``halt``
+        (after ``cancel_grace``), interrupt it. The interruption raises
+        :class:`~django_taskmq.JobCancelled` right here, in the signal handler, so in the task's code
+        (a ``time.sleep`` or a socket wait returns early for it); a coroutine is cancelled again
+        instead. A signal about a task that has ended meanwhile changes nothing."""
+        entry = self.holds(job_id)
+        if entry is None:
+            return
+        if not halt:
+            self.request(job_id)
+        elif entry.coroutine:  # cancelled in its event loop, or as it starts there
+            self.interrupt(job_id)
+        elif not entry.interrupted:
+            entry.interrupted = True
+            raise JobCancelled(f"job {job_id} was cancelled and did not stop within cancel_grace")
 
     def interrupt(self, job_id: str) -> bool:
         """Interrupt the task of ``job_id``; False when it neither runs nor waits for a thread (it

@@ -1,8 +1,9 @@
 """The sentinel: spawns the pusher, the workers and the monitor, and supervises them.
 
 Supervision only: it spawns its children, waits on their pipes and deaths in the guard loop, feeds
-each worker with room through that worker's own pipe, enforces each task's timeout,
-reincarnates dead processes, orchestrates the stop procedure, and turns SIGTERM/SIGINT into a flag.
+each worker with room through that worker's own pipe, has :mod:`.stopping` stop the tasks that
+must stop (timeouts, cancels, the halts), reincarnates dead processes, orchestrates the stop
+procedure, and turns SIGTERM/SIGINT into a flag.
 Its parts, each in its own module: the dispatch buffer (:mod:`.buffer`) holds the reserved tasks
 that have not started; the worker slots (:mod:`.slots`) hold what each worker runs and the memory
 shared with it; the dispatch rules (:mod:`.dispatch`) decide who gets which task; the upkeep
@@ -36,18 +37,19 @@ from ..runtime import execution as ex
 from ..observability import joblog
 from ..brokers.base import Broker
 from ..conf import Settings
-from ..exceptions import JobCancelled, TaskMQError, TaskTimeout, WorkerDied
+from ..exceptions import TaskMQError, WorkerDied
 from ..policy.ids import cluster_id
 from ..policy import lease
 from . import dispatch, monitor, outage, processes, pusher, ticker
 from .buffer import Buffer, Waiting
 from .feeder import Feeder
 from .messages import (END_OF_RESULTS, IDLE, READY, RECORDED, RETIRING, STOP, SUCCEEDED, TIMED_OUT, UNSTARTED, Batch, Stop,
-                       Ticket, cancel_frame, cancel_request_frame, dump_outcome, read_outcome_frame,
+                       Ticket, dump_outcome, read_outcome_frame,
                        read_unstarted_frame, SUSPENDED)
 from .poller import Poller, pause, readable
 from .result_pipe import ResultPipe
 from .slots import INTERRUPT_GRACE, NOT_STARTED, Process, SharedMemory, Slot
+from .stopping import Stopping, job_fields
 from .upkeep import DatabaseAway, Report, Upkeep
 
 logger = logging.getLogger(__name__)
@@ -61,11 +63,6 @@ OUTCOMES = ("succeeded", "failed", "timeouts", "crashes", "suspended")
 #: kills them: whatever the tasks and the database do, the cluster exits within ``stop_timeout``
 #: plus this plus :data:`INTERRUPT_GRACE`.
 STOP_MARGIN = 3.0
-#: Seconds between two looks for cancellation requests of the jobs the cluster holds (one primary-key
-#: read, only while it holds some): a cancelled job learns of it within about this.
-CANCEL_CHECK_EVERY = 1.0
-#: The error of a job the stop procedure interrupted and put back.
-INTERRUPTED_BY_STOP = "interrupted by shutdown (stop_timeout {}s); back in the queue, not counted"
 #: The error of a job a hard stop (a second stop request) killed and put back.
 INTERRUPTED_BY_HARD_STOP = "interrupted by a hard stop ({}); back in the queue, not counted"
 #: Seconds within which signals of one kind are one request: coreutils ``timeout``, and supervisors
@@ -166,11 +163,11 @@ class Sentinel:
         self._next_urgent = 0.0  # monotonic time from which the pusher may be asked for urgent work again
         self.paused = False  # leases in doubt: start and claim nothing (see _mind_leases)
         self.leases_lost = False  # ... for a whole lease: give back what waits once the database answers
-        self._next_cancel_check = 0.0  # monotonic time of the next look for cancellation requests
         self.upkeep = Upkeep(settings, broker, owner=self.owner, name=self.name, host=self.host, queues=self.queues,
                              burst=burst, held=self._held, report=self.report)
         self.buffer = Buffer(broker, self.limit, self.capacity, failed=self.upkeep.failed)
         self.feeder = Feeder(self.buffer, self.memory, self.rules)
+        self.stopper = Stopping(self)  # timeouts, cancels, the stop's and the cut-off's halts
 
     # -- life cycle -------------------------------------------------------------------------
     def start(self) -> int:
@@ -329,7 +326,7 @@ class Sentinel:
                 slot = next((s for s in self.slots if s.pipe is handle), None)
                 if slot is not None:
                     self._from_worker(slot)
-        self._check_cancels()  # (posted: the answer comes in this turn's settle or a later one's)
+        self.stopper.check_cancels()  # (posted: the answer comes in this turn's settle or a later one's)
         self.upkeep.settle()
         now = time.monotonic()
         if now >= self._next_guard:
@@ -414,7 +411,7 @@ class Sentinel:
             status, job_id, outcome = read_outcome_frame(frame)
             running = slot.running.pop(job_id, None)
             if running is not None and running.halted and status == TIMED_OUT:
-                self._return_interrupted([running.ticket])  # the stop's interruption landed: not an outcome
+                self.stopper.return_interrupted([running.ticket])  # the stop's interruption landed: not an outcome
                 slot.done += 1
                 return
             if not slot.running:
@@ -460,7 +457,7 @@ class Sentinel:
     def _guard(self) -> None:
         now = time.monotonic()
         if self.upkeep.silent_for() > self.upkeep.halt_after:
-            self._halt_if_cut_off()
+            self.stopper.halt_if_cut_off()
         for slot in list(self.slots):
             if not slot.process.is_alive():
                 while slot.running and readable(slot.pipe):
@@ -468,12 +465,7 @@ class Sentinel:
                 if slot in self.slots:
                     self._replace_worker(slot, crashed=bool(slot.running))
                 continue
-            if slot.halted is not None:
-                continue  # the stop procedure interrupted its tasks: see _halt_if_late
-            if self.threads == 1:
-                self._enforce_timeout(slot, now)
-            elif any(r.overdue(now) or r.cancel_due(now, self.settings.cancel_grace) for r in slot.running.values()):
-                self._enforce_timeouts(slot, now)
+            self.stopper.guard(slot, now)
         if not self.pusher.is_alive() and self.state is RUNNING:
             logger.error("pusher died (exit code %s): reincarnating", self.pusher.exitcode)
             self.counts["reincarnations"] += 1
@@ -526,104 +518,6 @@ class Sentinel:
         connections.close_all()
         self._spawn_monitor()
 
-    def _halt_if_cut_off(self) -> None:
-        """No heartbeat written for ``halt_after`` seconds (a third of the lease): stop every task
-        that runs here, before other clusters may take it back (``dead_after``, 5 s later; see
-        :meth:`.upkeep.Upkeep.release_dead`), so a cluster merely cut off from the database never
-        runs a job at the same time as another one. Its workers are killed and replaced; each job
-        goes back to the queue once the database answers (a fenced write: only what is still this
-        cluster's), its delivery not counted. Nothing new starts meanwhile (see :meth:`_mind_leases`)."""
-        busy = [slot for slot in self.slots if slot.running]
-        if not busy:
-            return
-        tickets = []
-        for slot in busy:
-            self._take_back_unstarted(slot)  # (prefetch: they wait here, not started: see _mind_leases)
-            processes.kill(slot.process)
-            tickets += [running.ticket for running in slot.running.values()]
-            slot.running.clear()
-            self._replace_worker(slot, crashed=False)
-        self.counts["interrupted"] += len(tickets)
-        silent = self.upkeep.silent_for()
-        logger.error("cluster %s: no heartbeat written for %.0f s (the bookkeeping thread: %s): stopped its %d "
-                     "running task(s) before other clusters may take them over (after %.0f s); they go back to the "
-                     "queue when the database answers", self.owner, silent, self.upkeep.books.describe(), len(tickets),
-                     self.upkeep.dead_after)
-        reservations = [t.reservation for t in tickets]
-        why = f"interrupted: the cluster wrote no heartbeat for {silent:.0f} s (cut off from the database?)"
-        self.upkeep.later(f"returning {len(tickets)} task(s) stopped while cut off",
-                          lambda: self._give_back(reservations, why))
-
-    def _enforce_timeout(self, slot: Slot, now: float) -> None:
-        """One thread: kill (and replace) the worker when the task it runs is past its timeout."""
-        started = self.memory.started(slot)
-        if not started:
-            return
-        running = slot.running[started[0]]
-        if running.cancel_due(now, self.settings.cancel_grace) and running.cancelled is None:
-            # Interrupt it in its worker (the signal raises JobCancelled there); the worker carries on.
-            running.cancelled = now
-            self.memory.ask_halt(slot, running.arrival)
-            processes.signal_cancel(slot.process)
-            return
-        timeout = running.ticket.timeout
-        if running.stuck(now):
-            timeout = 0.0  # cancelled, interrupted, and still running: blocked in C code; killed below
-        elif not timeout or now - self.memory.since[slot.index] <= timeout:
-            return
-        if readable(slot.pipe):
-            self._from_worker(slot)  # it may have just ended: read that first
-            return
-        if running.cancel_requested is not None:
-            joblog.logger.warning("job %s was cancelled and did not stop when interrupted: killing worker %s",
-                                  started[0], slot.process.pid, extra=_fields(running.ticket))
-        else:
-            joblog.logger.warning("job %s ran past its timeout of %ss: killing worker %s",
-                                  started[0], timeout, slot.process.pid, extra=_fields(running.ticket))
-        self._kill_timed_out(slot)
-
-    def _enforce_timeouts(self, slot: Slot, now: float) -> None:
-        """Stop the tasks of ``slot`` that run past their timeout.
-
-        With several threads the worker is asked to interrupt the task; a task still running
-        :data:`INTERRUPT_GRACE` seconds later is stuck: the worker gets no more work and is killed
-        once every task it still runs is stuck too (its other tasks finish, or reach their own
-        timeouts, first).
-        """
-        for job_id, running in slot.running.items():
-            if running.cancelled is None and (running.overdue(now) or running.cancel_due(now, self.settings.cancel_grace)):
-                running.cancelled = now
-                slot.send(cancel_frame(job_id))
-            elif running.stuck(now) and not slot.stuck:
-                slot.stuck = True
-                why = "was cancelled" if running.cancel_requested is not None else \
-                    f"ran past its timeout of {running.ticket.timeout}s"
-                joblog.logger.warning("job %s %s and did not stop when interrupted: worker %s "
-                                      "takes no more work and is killed once its other tasks are done",
-                                      job_id, why, slot.process.pid, extra=_fields(running.ticket))
-        if slot.stuck and all(r.stuck(now) for r in slot.running.values()):
-            self._kill_timed_out(slot)
-
-    def _kill_timed_out(self, slot: Slot) -> None:
-        """Kill the worker of ``slot``; each task it runs is recorded as timed out (what it holds
-        unstarted waits here again), then it is replaced."""
-        self._take_back_unstarted(slot)
-        for running in slot.running.values():
-            if running.cancel_requested is not None:  # a cancelled task that did not stop: it ends CANCELLED
-                self.counts["failed"] += 1
-                self._count(running.ticket.reservation.queue, "failed")
-                self._record_lost(running.ticket, ex.CANCELLED,
-                                  JobCancelled("cancelled; did not stop when interrupted: its worker was killed"),
-                                  running.started)
-                continue
-            self.counts["timeouts"] += 1
-            self._count(running.ticket.reservation.queue, "timeouts")
-            self._record_lost(running.ticket, ex.TIMEOUT,
-                              TaskTimeout(f"ran past its timeout of {running.ticket.timeout}s"), running.started)
-        slot.running.clear()
-        processes.kill(slot.process)
-        self._replace_worker(slot, crashed=False)
-
     def _replace_worker(self, slot: Slot, crashed: bool) -> None:
         slot.process.join(timeout=1)
         self._take_back_unstarted(slot)
@@ -631,7 +525,7 @@ class Sentinel:
             code = slot.process.exitcode
             for job_id, running in slot.running.items():
                 joblog.logger.error("worker %s died (exit code %s) running job %s", slot.process.pid, code, job_id,
-                             extra=_fields(running.ticket))
+                             extra=job_fields(running.ticket))
                 self.counts["crashes"] += 1
                 self._count(running.ticket.reservation.queue, "crashes")
                 self._record_lost(running.ticket, ex.CRASH,
@@ -644,55 +538,6 @@ class Sentinel:
             self.slots[index] = self._spawn_worker(slot.index)
         else:
             del self.slots[index]
-
-    def _check_cancels(self) -> None:
-        """Every :data:`CANCEL_CHECK_EVERY` seconds while the cluster holds tasks, ask the broker which
-        of them were cancelled (:func:`django_taskmq.cancel`), and stop those."""
-        now = time.monotonic()
-        if now < self._next_cancel_check or not self._holding() or self.upkeep.books.pending("cancel check"):
-            return
-        self._next_cancel_check = now + CANCEL_CHECK_EVERY
-        held = self._held()
-        found: list[str] = []
-
-        def carry_out(worked: bool) -> None:  # in a later turn: what ended meanwhile is passed over
-            for job_id in found:
-                self._cancel(job_id, time.monotonic())
-
-        self.upkeep.books.post("cancel check", lambda: self.upkeep.attempt(
-            "cancel check", lambda: found.extend(self.broker.cancel_requested(held))), carry_out, kind="cancel check")
-
-    def _cancel(self, job_id: str, now: float) -> None:
-        """Stop the task of ``job_id``, whose cancellation was requested.
-
-        Waiting here (or, with prefetch, unstarted in a worker, taken back first): it ends
-        ``CANCELLED`` without running. Running: it is asked to stop (``current_job().cancelled``; a
-        coroutine is cancelled) and, still running ``cancel_grace`` seconds later, interrupted like
-        a task past its timeout (see :meth:`_guard`).
-        """
-        slot = next((s for s in self.slots if job_id in s.running), None)
-        if slot is not None and job_id not in self.memory.started(slot):
-            self._revoke(slot)  # unstarted in a worker (prefetch): it waits here again
-            slot = None if job_id not in slot.running else slot  # (else it started meanwhile)
-        if slot is None:
-            ticket = self.buffer.remove(job_id)
-            if ticket is not None:
-                logger.info("job %s cancelled before it started", job_id)
-                self.outbox.append(dump_outcome(ex.Outcome(
-                    ticket.reservation, ticket.message().envelope, ex.CANCELLED,
-                    error="JobCancelled: cancelled before it started", finished_at=time.time())))
-            return  # (or it ended meanwhile)
-        running = slot.running[job_id]
-        if running.cancel_requested is not None:
-            return  # asked already
-        running.cancel_requested = now
-        logger.info("job %s cancelled while running on worker %s: asking it to stop (interrupted after %ss)",
-                    job_id, slot.process.pid, self.settings.cancel_grace)
-        if self.threads > 1:
-            slot.send(cancel_request_frame(job_id))
-        else:
-            self.memory.ask_cancel(slot, running.arrival)
-            processes.signal_cancel(slot.process)
 
     def _count(self, queue: str, outcome: str) -> None:
         """Count one finished task of ``queue`` by outcome (a dict increment; the heartbeat publishes it)."""
@@ -865,9 +710,9 @@ class Sentinel:
                     self._from_worker(finished)
             self.upkeep.settle()
             self._guard()
-            self._check_cancels()
+            self.stopper.check_cancels()
             if _past(deadline):
-                self._halt_running()
+                self.stopper.halt_running()
             self._flush()
             self.upkeep.stopping()
         if self.signals >= 2:
@@ -954,52 +799,6 @@ class Sentinel:
             logger.error("cluster %s: the scheduler process did not end in time; killing it", self.owner)
             processes.kill(self.ticker)
 
-    def _halt_running(self) -> None:
-        """``stop_timeout`` is over: interrupt what still runs and put it back in the queue uncounted.
-
-        A worker with one thread is killed at once (as at a timeout). With several threads each task
-        is interrupted (:mod:`.interrupts`: its ``finally`` blocks run); what has not stopped
-        :data:`INTERRUPT_GRACE` seconds later (blocked in C code) goes with its worker, killed. Only a
-        task known to have stopped goes back: never two holders at once.
-        """
-        now = time.monotonic()
-        for slot in list(self.slots):
-            if not slot.running:
-                continue
-            if self.threads > 1 and slot.halted is None:
-                slot.halted = now
-                for job_id, running in slot.running.items():
-                    running.halted = True
-                    slot.send(cancel_frame(job_id))
-            elif self.threads == 1 or now - slot.halted > INTERRUPT_GRACE:  # type: ignore[operator]
-                if readable(slot.pipe):
-                    self._from_worker(slot)  # what ended meanwhile is recorded as it ended
-                    if slot not in self.slots or not slot.running:
-                        continue
-                processes.kill(slot.process)
-                self._take_back_unstarted(slot)  # (prefetch: given back in step 2 already)
-                for running in slot.running.values():  # cancelled ones end as asked, not back in the queue
-                    if running.cancel_requested is not None:
-                        self._record_lost(running.ticket, ex.CANCELLED,
-                                          JobCancelled("cancelled; interrupted by the cluster's stop"), running.started)
-                self._return_interrupted([r.ticket for r in slot.running.values() if r.cancel_requested is None])
-                slot.running.clear()
-                self._replace_worker(slot, crashed=False)
-
-    def _return_interrupted(self, tickets: list[Ticket]) -> None:
-        """Put tasks the stop procedure interrupted back in the queue: delivery and attempt given back."""
-        if not tickets:
-            return
-        timeout = self.settings.stop_timeout
-        for ticket in tickets:
-            logger.warning("job %s still ran after stop_timeout (%ss): interrupted, back in the queue (not counted)",
-                           ticket.reservation.job_id, timeout)
-        self.counts["interrupted"] += len(tickets)
-        reservations = [t.reservation for t in tickets]
-        self.upkeep.later(f"returning {len(tickets)} interrupted task(s) (their leases bring them back)",
-                          lambda: self._give_back(reservations, INTERRUPTED_BY_STOP.format(timeout)),
-                          self._counted("interrupted", len(tickets)))
-
     def _give_back(self, reservations: list, interrupted_by: str | None = None) -> int:
         """Return reservations to the broker (unstarted, or interrupted saying why): the cluster's
         own bookkeeping (see :meth:`Broker.bookkeeping`), in the bookkeeping thread."""
@@ -1023,12 +822,3 @@ class Sentinel:
 def _past(deadline: float | None, margin: float = 0.0) -> bool:
     """The monotonic ``deadline`` (None: none) plus ``margin`` has passed."""
     return deadline is not None and time.monotonic() >= deadline + margin
-
-
-def _fields(ticket: Ticket) -> dict:
-    """The extra fields of a log record about ``ticket``'s job (see :mod:`~django_taskmq.observability.joblog`)."""
-    try:
-        task = ticket.message().envelope.func
-    except Exception:  # a log record's field is not worth failing the sentinel for
-        task = None
-    return joblog.fields(ticket.reservation, task)

@@ -188,7 +188,7 @@ class Upkeep:
 
     def silent_for(self) -> float:
         """Seconds since the last heartbeat written was sent (past :attr:`halt_after`, the sentinel
-        stops what it runs: see :meth:`Sentinel._halt_if_cut_off`)."""
+        stops what it runs: see :meth:`.stopping.Stopping.halt_if_cut_off`)."""
         return time.monotonic() - self.beat_at
 
     def publish(self) -> None:
@@ -238,7 +238,7 @@ class Upkeep:
           same host name: it beats every :data:`HEARTBEAT_EVERY` seconds.
         * Any cluster silent for ``dead_after`` seconds (a third of the lease and 5 s) is dead or
           cut off; cut off, it stopped what it ran ``halt_after`` seconds after its last heartbeat
-          (see :meth:`Sentinel._halt_if_cut_off`), so no job runs twice at once.
+          (see :meth:`.stopping.Stopping.halt_if_cut_off`), so no job runs twice at once.
 
         A cluster silent for longer than its leases can last is passed over: nothing of it is left.
         """

@@ -186,23 +186,11 @@ class OneAtATime:
 
     def _on_cancel(self, signum, frame) -> None:
         """:data:`CANCEL_SIGNAL`: the sentinel asks the task at hand to stop (``Shared.cancel``), or
-        interrupts it (``Shared.halt``, after ``cancel_grace``). The interruption raises
-        :class:`~django_taskmq.JobCancelled` right here, in the task's code (a ``time.sleep`` or a
-        socket wait returns early for it); a coroutine is cancelled again instead. A signal about a
-        task that has ended meanwhile changes nothing."""
+        interrupts it (``Shared.halt``, after ``cancel_grace``): see :meth:`.Interrupts.signalled`."""
         shared, arrival = self.shared, self.arrival
         if shared is None or shared.cancel is None or not arrival or shared.cancel[self.index] != arrival:
             return
-        entry = self.interrupts.holds(self.job_id)
-        if entry is None:
-            return
-        if shared.halt[self.index] != arrival:
-            self.interrupts.request(self.job_id)
-        elif entry.coroutine:  # cancelled in its event loop, or as it starts there
-            self.interrupts.interrupt(self.job_id)
-        elif not entry.interrupted:
-            entry.interrupted = True
-            raise JobCancelled(f"job {self.job_id} was cancelled and did not stop within cancel_grace")
+        self.interrupts.signalled(self.job_id, halt=shared.halt[self.index] == arrival)
 
     def _record(self, outcome: ex.Outcome) -> bool:
         """Record ``outcome`` if it is a plain success (see :func:`recorder.plain_success`); False

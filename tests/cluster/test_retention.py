@@ -106,7 +106,7 @@ def test_qprune_counts_then_deletes(cluster):
 
 
 def test_what_retention_deleted_after_its_last_line_is_told_at_the_stop(caplog):
-    from django_taskmq.cluster.monitor import RetentionLog
+    from django_taskmq.cluster.retention import RetentionLog
 
     log = RetentionLog()
     with caplog.at_level("INFO", logger="django_taskmq.cluster.monitor"):

@@ -71,7 +71,7 @@ def test_many_outcomes_are_recorded_in_one_transaction_and_the_end_mark_stops_th
     m = Monitor(results, broker, get_settings(), owner="test")
     # No pruning round during the test: on a loaded machine the loop can pass its first second, and
     # a round would delete the successes this test reads back (the pruning tests below cover it).
-    m.prune_at = m.next_round = float("inf")
+    m.retention.prune_at = m.retention.next_round = float("inf")
 
     serve(m)
 
@@ -206,7 +206,7 @@ class PruningRound:
 
 def pruning_monitor(broker: MemoryBroker, results: queue.Queue) -> Monitor:
     m = Monitor(results, broker, get_settings(), owner="test")
-    m.prune_at = 0.0  # the first round is due at once (not a second after the start)
+    m.retention.prune_at = 0.0  # the first round is due at once (not a second after the start)
     return m
 
 
@@ -242,7 +242,7 @@ def test_the_batch_halves_after_a_long_step(broker):
     results: queue.Queue = queue.Queue()
     round_ = PruningRound(broker, results, during_first=[], seconds=retention.STRETCH * 2, batches_before_end=3)
     m = pruning_monitor(broker, results)
-    m.batch = 400
+    m.retention.batch = 400
 
     serve(m)
 
@@ -260,6 +260,6 @@ def test_the_end_mark_arriving_during_a_pruning_step_ends_the_round_and_counts_i
     serve(m)
 
     assert round_.events == ["prune", "record"]
-    assert m.stopping and m.pruning is None
+    assert m.stopping and m.retention.pruning is None
     assert states(broker, items) == {JobState.SUCCEEDED}
     assert broker.chore_deleted["prune"] == round_.batches[0][2]

@@ -37,9 +37,9 @@ def reserve(harness: Harness, *specs: tuple[str, int]) -> list[Ticket]:
 
 @pytest.fixture
 def harness(monkeypatch) -> Iterator[Harness]:
-    from django_taskmq.cluster import sentinel as sentinel_module
+    from django_taskmq.cluster import stopping as stopping_module
 
-    monkeypatch.setattr(sentinel_module, "CANCEL_CHECK_EVERY", 0.0)  # a look for cancellations every turn
+    monkeypatch.setattr(stopping_module, "CANCEL_CHECK_EVERY", 0.0)  # a look for cancellations every turn
     h = Harness(workers=2, threads=2)
     h.sentinel.results = FakeResults()
     yield h

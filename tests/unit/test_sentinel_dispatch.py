@@ -421,9 +421,9 @@ def _database_fails(h: Harness, for_seconds: float) -> None:
 def no_cancel_checks(monkeypatch):
     """The sentinel's look for cancellations, a database operation that works, would end the
     simulated outage: none within these tests."""
-    from django_taskmq.cluster import sentinel as sentinel_module
+    from django_taskmq.cluster import stopping as stopping_module
 
-    monkeypatch.setattr(sentinel_module, "CANCEL_CHECK_EVERY", 3600.0)
+    monkeypatch.setattr(stopping_module, "CANCEL_CHECK_EVERY", 3600.0)
 
 
 def test_leases_in_doubt_start_nothing_then_what_waited_is_given_back_unstarted(no_cancel_checks):
