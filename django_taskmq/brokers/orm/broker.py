@@ -899,15 +899,21 @@ class OrmBroker(Broker):
         process must run out and come back, not be kept alive by the survivors.
         """
         until, until_args = self.clock.at(seconds)
-        renewed = 0
-        with self.connection.cursor() as cursor:
-            for part in chunks(list(job_ids)):
+
+        def renew(part: Sequence[str]) -> int:
+            with self.connection.cursor() as cursor:
                 cursor.execute(
                     f"UPDATE {JOB} SET lease_until = {until}{self._no_flush_from()} WHERE lease_owner = %s "
                     f"AND state = {RUNNING} AND id IN ({marks(len(part))})",
                     [*until_args, owner, *part],
                 )
-                renewed += cursor.rowcount
+                return cursor.rowcount
+
+        # InnoDB may pick a renewal as a deadlock's victim (another cluster's claim locks the same
+        # rows through the ready index first): each statement commits alone, so it is tried again.
+        renewed = 0
+        for part in chunks(list(job_ids)):
+            renewed += self._retried(functools.partial(renew, part))
         return renewed
 
     def dead_letter(self, reservation: Reservation, reason: str, error: str = "", traceback: str = "",
