@@ -34,7 +34,7 @@ from ..brokers.problems import check, close_quietly  # (ditto)
 from ..conf import DEAD_CONNECTION_TIMEOUT, Settings
 from ..policy.lease import statement_bound
 
-__all__ = ["FailureLog", "bound_statements", "cause", "check", "close_quietly", "prepare"]
+__all__ = ["FailureLog", "bound_statements", "cause", "check", "close_quietly", "prepare", "unbound_statements"]
 
 # alias -> (pid, seconds): the process that asked for the bound (a forked child does not inherit it)
 _bounds: dict[str, tuple[int, float]] = {}
@@ -80,6 +80,13 @@ def bound_statements(settings: Settings) -> None:
     with an error (the caller retries on a new connection, as after a restart). Call after
     :func:`prepare`, before this process connects."""
     _bounds[settings.database] = (os.getpid(), statement_bound(settings.lease))
+
+
+def unbound_statements(settings: Settings) -> None:
+    """Undo :func:`bound_statements` in this process: connections opened from now on are not bounded
+    (a sentinel run inside another program, a test, leaves that program's connections as they were)."""
+    if _bounds.get(settings.database, (None,))[0] == os.getpid():
+        del _bounds[settings.database]
 
 
 def forget(alias: str) -> None:

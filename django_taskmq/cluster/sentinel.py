@@ -216,6 +216,7 @@ class Sentinel:
                 self._hard_stop(f"cluster {self.name}: hard stop ({self.stop_reason})")
             published = gave_up is None and self.upkeep.publish_final(STOP_MARGIN)
             self.upkeep.close(timeout=1.0)
+            outage.unbound_statements(self.settings)
         if self.signals >= 2 or gave_up is not None:
             return 1
         # A burst that could not record its end (the database went away) did not surely finish.
