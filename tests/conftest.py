@@ -114,12 +114,14 @@ def _through_pgbouncer() -> bool:
 # Every test of these folders starts real processes (qcluster, a virtualenv): they carry the "slow" marker, which
 # the fast suite (./scripts/test --fast) leaves out. Elsewhere such tests are marked one by one.
 SLOW_FOLDERS = ("cluster", "packaging")
-# The suites run tests in parallel (pytest-xdist, scripts/suites); these modules carry the "serial" marker and run
-# afterwards, alone: they restart (or crash) the shared PostgreSQL server, put a cluster in a network namespace, hold every
-# table locked for a fixed stall, or drive a browser whose timeouts a busy machine would eat.
+# The suites run tests in parallel (pytest-xdist, scripts/suites); these modules carry the "serial" marker and
+# run afterwards, alone: they restart (or crash) the shared PostgreSQL server, put a cluster in a network
+# namespace, hold every table locked for a fixed stall, drive a browser whose timeouts a busy machine would eat,
+# or run on SQLite's defaults (Django's 5 s busy timeout), which three busy neighbours can exhaust.
 SERIAL_MODULES = {
     "cluster/test_database_restart.py", "cluster/test_host_cut_off.py", "cluster/test_database_stall.py",
     "cluster/test_operator_browser.py", "cluster/test_payload_browser.py", "cluster/test_durable_outcomes.py",
+    "cluster/test_sqlite_defaults.py",
 }
 DATABASE_FIXTURES = {"db", "transactional_db", "live_server", "broker", "orm_broker", "cluster"}
 
